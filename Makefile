@@ -1,0 +1,39 @@
+# cubicle — the two commands: `make drill` and `make test`. Each does all the set-up it needs.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+CUBICLE := $(PY) -m orchestrator.cli
+PYTEST_ARGS ?=
+
+.PHONY: help host venv engine image vm-host vm-image drill test bench lint fmt
+
+help:
+	@echo "make drill   run the offline keyless drill on the default (Docker) backend"
+	@echo "make test    run the whole test suite"
+	@echo "make bench   run the benchmarks (ours vs peers, with ratios)"
+	@echo "make lint    ruff + mypy"
+
+host:
+	scripts/ensure-host-packages
+
+venv: host
+	scripts/ensure-venv $(VENV)
+
+engine: venv
+	VENV_PY=$(PY) scripts/ensure-docker
+
+image: engine
+	$(CUBICLE) image build
+
+drill: image
+	$(CUBICLE) drill
+
+test: image
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: image
+	$(PY) -m tests.bench
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy

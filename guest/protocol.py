@@ -1,0 +1,407 @@
+"""cubicle's host <-> guest protocol, version 1 — the one place it is defined.
+
+Both sides import this module: the in-guest agent (``guest.server``) and the host
+(``guest.client``, ``drivers``, ``orchestrator``). It is pure standard library.
+
+Transport
+---------
+Any ordered byte stream: a unix socket, a virtio-serial port, or stdio. Each message is one
+*frame*::
+
+    magic  b"CBL1"            4 bytes
+    json_len                  u32, big-endian   (<= MAX_JSON_BYTES)
+    blob_len                  u32, big-endian   (<= MAX_BLOB_BYTES)
+    json                      UTF-8 JSON object
+    blob                      raw bytes (screenshot image, file content) or nothing
+
+Binary blobs travel beside the JSON instead of base64 inside it: a 1280x800 PNG is ~0.5-1.5 MB,
+and base64 would add a third to its size plus an encode and a decode on the hot path
+(``make bench`` prints both). The magic lets a reader that joins a stream mid-frame (a
+virtio-serial port keeps bytes queued across host reconnects) resynchronise by scanning.
+
+Messages
+--------
+Request:  ``{"id": <int|str>, "op": <str>, "args": {...}}`` (+ blob for ``write_file``).
+Reply:    ``{"id": <same>, "ok": true, "result": {...}}`` (+ blob for ``screenshot``/``read_file``)
+          ``{"id": <same>, "ok": false, "error": {"code": <str>, "message": <str>, "details": {...}}}``
+
+A client opens with ``hello`` (``{"protocol": PROTOCOL_VERSION}``); the agent answers with its
+protocol version, the screen size and the operations it supports, or ``version_mismatch``.
+Replies carry the request's id, so a client skips stale replies (virtio-serial queues
+requests written before the guest opened the port).
+
+Coordinates are X screen pixels (origin top-left) of the guest's display; any scaling from a
+model's screenshot space happens on the host (``drivers.viewport``). Button, key and action
+field names follow ``openai.types.responses.computer_action``.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from guest.errors import GuestError, ProtocolError
+
+__all__ = [
+    "BUTTONS",
+    "ERROR_CODES",
+    "FRAME_HEADER",
+    "MAGIC",
+    "MAX_BLOB_BYTES",
+    "MAX_FILE_BYTES",
+    "MAX_JSON_BYTES",
+    "MAX_TEXT_CHARS",
+    "OPS",
+    "PROTOCOL_VERSION",
+    "SCROLL_PIXELS_PER_CLICK",
+    "Frame",
+    "FrameDecoder",
+    "encode_frame",
+    "error_reply",
+    "ok_reply",
+    "parse_reply",
+    "request",
+    "validate_args",
+]
+
+PROTOCOL_VERSION: Final = 1
+MAGIC: Final = b"CBL1"
+FRAME_HEADER: Final = struct.Struct("!4sII")
+MAX_JSON_BYTES: Final = 4 * 1024 * 1024
+"""Largest JSON part of a frame (bytes). Typed text and exec output must fit in it."""
+MAX_BLOB_BYTES: Final = 64 * 1024 * 1024
+"""Largest binary part of a frame (bytes): a lossless 4K screenshot fits comfortably."""
+MAX_FILE_BYTES: Final = 32 * 1024 * 1024
+"""Largest file ``read_file``/``write_file`` move in one request (bytes)."""
+MAX_TEXT_CHARS: Final = 100_000
+"""Longest text one ``type`` request may carry (characters)."""
+MAX_EXEC_OUTPUT_BYTES: Final = 1024 * 1024
+"""Each of stdout/stderr of ``exec`` is cut at this size; the reply then says ``*_truncated``."""
+SCROLL_PIXELS_PER_CLICK: Final = 100
+"""``scroll`` distances are pixels; one X wheel click (buttons 4-7) stands for this many. The
+remainder of a division is carried to the next scroll on the same axis, never dropped."""
+MAX_WAIT_MS: Final = 60_000
+DEFAULT_WAIT_MS: Final = 1000
+
+BUTTONS: Final[Mapping[str, int]] = {"left": 1, "wheel": 2, "right": 3, "back": 8, "forward": 9}
+"""OpenAI button names → X11 button numbers (``wheel`` is a middle click)."""
+
+ERROR_CODES: Final = frozenset(
+    {
+        "bad_frame",  # the frame itself is broken: magic, sizes, not UTF-8, not a JSON object
+        "bad_request",  # id/op/args missing or of the wrong type
+        "unknown_op",  # op not in OPS
+        "bad_args",  # an argument is missing, of the wrong type, or not allowed
+        "unknown_key",  # a key name not in the key vocabulary
+        "unknown_button",  # a button name not in BUTTONS
+        "out_of_bounds",  # a coordinate outside the screen
+        "too_large",  # text, file, frame or output over its limit
+        "version_mismatch",  # hello with a protocol version this agent does not speak
+        "timeout",  # the operation did not finish within its bound
+        "not_found",  # a file or window that does not exist
+        "io_error",  # the OS refused (permissions, disk)
+        "x11_error",  # the X server refused or went away
+        "internal",  # a bug in the agent; the message says what
+    }
+)
+
+
+# --------------------------------------------------------------------------- frames
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One decoded frame: the JSON object and the binary blob (``b""`` when absent)."""
+
+    message: dict[str, Any]
+    blob: bytes = b""
+
+
+def encode_frame(message: Mapping[str, Any], blob: bytes = b"") -> bytes:
+    """Serialise one frame.
+
+    :raises ProtocolError: if the JSON or the blob exceeds its limit.
+    """
+    data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    if len(data) > MAX_JSON_BYTES:
+        raise ProtocolError(
+            f"frame JSON is {len(data)} bytes, over the limit of {MAX_JSON_BYTES} bytes"
+        )
+    if len(blob) > MAX_BLOB_BYTES:
+        raise ProtocolError(
+            f"frame blob is {len(blob)} bytes, over the limit of {MAX_BLOB_BYTES} bytes"
+        )
+    return FRAME_HEADER.pack(MAGIC, len(data), len(blob)) + data + blob
+
+
+class FrameDecoder:
+    """Incremental frame parser for a byte stream.
+
+    Feed it bytes with :meth:`feed`; it returns every complete frame. A broken frame raises
+    :class:`ProtocolError` once, after which the decoder has skipped to the next magic, so the
+    caller can report the error and keep reading. Holds at most one frame in memory.
+    """
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[Frame]:
+        self._buffer += data
+        frames: list[Frame] = []
+        while True:
+            frame = self._next()
+            if frame is None:
+                return frames
+            frames.append(frame)
+
+    @property
+    def pending(self) -> int:
+        """Bytes received but not yet part of a complete frame."""
+        return len(self._buffer)
+
+    def _resync(self, start: int) -> int:
+        """Drop bytes up to the next magic at or after ``start``; return how many were dropped."""
+        index = self._buffer.find(MAGIC, start)
+        if index < 0:
+            # keep a tail that could be the start of a magic split across reads
+            keep = len(MAGIC) - 1
+            dropped = max(0, len(self._buffer) - keep)
+            del self._buffer[:dropped]
+            return dropped
+        del self._buffer[:index]
+        return index
+
+    def _next(self) -> Frame | None:
+        if not self._buffer.startswith(MAGIC[: min(len(self._buffer), len(MAGIC))]):
+            dropped = self._resync(1)
+            raise ProtocolError(f"bad frame: no magic {MAGIC!r}; skipped {dropped} bytes")
+        if len(self._buffer) < FRAME_HEADER.size:
+            return None
+        _, json_len, blob_len = FRAME_HEADER.unpack_from(self._buffer)
+        if json_len > MAX_JSON_BYTES or blob_len > MAX_BLOB_BYTES:
+            self._resync(1)
+            raise ProtocolError(
+                f"bad frame: sizes json={json_len} blob={blob_len} exceed the limits "
+                f"json<={MAX_JSON_BYTES} blob<={MAX_BLOB_BYTES}"
+            )
+        total = FRAME_HEADER.size + json_len + blob_len
+        if len(self._buffer) < total:
+            return None
+        raw = bytes(self._buffer[FRAME_HEADER.size : FRAME_HEADER.size + json_len])
+        blob = bytes(self._buffer[FRAME_HEADER.size + json_len : total])
+        del self._buffer[:total]
+        try:
+            message = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise ProtocolError(f"bad frame: JSON part is not valid UTF-8 JSON ({exc})") from None
+        if not isinstance(message, dict):
+            raise ProtocolError(
+                f"bad frame: JSON part is a {type(message).__name__}, expected an object"
+            )
+        return Frame(message, blob)
+
+
+# --------------------------------------------------------------------------- messages
+
+
+def request(request_id: int | str, op: str, args: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Build a request message (the JSON part of a request frame)."""
+    return {"id": request_id, "op": op, "args": dict(args or {})}
+
+
+def ok_reply(request_id: Any, result: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    return {"id": request_id, "ok": True, "result": dict(result or {})}
+
+
+def error_reply(
+    request_id: Any, code: str, message: str, details: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    if code not in ERROR_CODES:
+        raise ValueError(f"unknown error code {code!r}; known: {sorted(ERROR_CODES)}")
+    error: dict[str, Any] = {"code": code, "message": message}
+    if details:
+        error["details"] = dict(details)
+    return {"id": request_id, "ok": False, "error": error}
+
+
+def parse_reply(message: Mapping[str, Any], *, op: str | None = None) -> dict[str, Any]:
+    """Return a reply's ``result``; raise :class:`GuestError` for an error reply.
+
+    :raises ProtocolError: if the message is not a well-formed reply.
+    """
+    ok = message.get("ok")
+    if ok is True:
+        result = message.get("result", {})
+        if not isinstance(result, dict):
+            raise ProtocolError(f"reply to {op or 'request'} has a non-object result: {result!r:.80}")
+        return result
+    if ok is False:
+        error = message.get("error")
+        if not isinstance(error, dict) or not isinstance(error.get("code"), str):
+            raise ProtocolError(f"reply to {op or 'request'} has a malformed error: {error!r:.200}")
+        details = error.get("details")
+        raise GuestError(
+            error["code"],
+            str(error.get("message", "")),
+            op=op,
+            details=details if isinstance(details, dict) else None,
+        )
+    raise ProtocolError(f"reply to {op or 'request'} has no boolean 'ok': {dict(message)!r:.200}")
+
+
+# --------------------------------------------------------------------------- operations
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_str_list(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _is_point_list(value: object) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(p, dict) and set(p) == {"x", "y"} and _is_int(p["x"]) and _is_int(p["y"])
+        for p in value
+    )
+
+
+def _is_str_map(value: object) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )
+
+
+def _is_region(value: object) -> bool:
+    return (
+        isinstance(value, dict)
+        and set(value) == {"x", "y", "width", "height"}
+        and all(_is_int(v) for v in value.values())
+    )
+
+
+Check = Callable[[object], bool]
+INT: Final[tuple[Check, str]] = (_is_int, "an integer")
+STR: Final[tuple[Check, str]] = (lambda v: isinstance(v, str), "a string")
+BOOL: Final[tuple[Check, str]] = (lambda v: isinstance(v, bool), "a boolean")
+KEYS: Final[tuple[Check, str]] = (_is_str_list, "a list of key names")
+POINTS: Final[tuple[Check, str]] = (_is_point_list, "a list of {x, y} integer points")
+ARGV: Final[tuple[Check, str]] = (
+    lambda v: _is_str_list(v) and len(v) > 0,  # type: ignore[arg-type]
+    "a non-empty list of strings",
+)
+ENV: Final[tuple[Check, str]] = (_is_str_map, "an object of string to string")
+REGION: Final[tuple[Check, str]] = (_is_region, "{x, y, width, height} integers")
+FORMAT: Final[tuple[Check, str]] = (lambda v: v in ("png", "jpeg"), '"png" or "jpeg"')
+BUTTON: Final[tuple[Check, str]] = (lambda v: isinstance(v, str), "a button name")
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """Arguments one operation takes: name → (check, description), required and optional."""
+
+    required: Mapping[str, tuple[Check, str]] = field(default_factory=dict)
+    optional: Mapping[str, tuple[Check, str]] = field(default_factory=dict)
+    takes_blob: bool = False
+
+
+_POINTER_KEYS: Final = {"keys": KEYS}
+
+OPS: Final[Mapping[str, OpSpec]] = {
+    # handshake and introspection
+    "hello": OpSpec(required={"protocol": INT}, optional={"client": STR}),
+    "info": OpSpec(),
+    # the openai ComputerDriver actions (native screen pixels)
+    "click": OpSpec(required={"x": INT, "y": INT}, optional={"button": BUTTON, **_POINTER_KEYS}),
+    "double_click": OpSpec(required={"x": INT, "y": INT}, optional=_POINTER_KEYS),
+    "move": OpSpec(required={"x": INT, "y": INT}, optional=_POINTER_KEYS),
+    "drag": OpSpec(required={"path": POINTS}, optional=_POINTER_KEYS),
+    "scroll": OpSpec(
+        required={"x": INT, "y": INT, "scroll_x": INT, "scroll_y": INT}, optional=_POINTER_KEYS
+    ),
+    "keypress": OpSpec(required={"keys": KEYS}),
+    "type": OpSpec(required={"text": STR}),
+    "wait": OpSpec(optional={"ms": INT}),
+    # observation
+    "screenshot": OpSpec(
+        optional={
+            "format": FORMAT,
+            "quality": INT,
+            "max_width": INT,
+            "max_height": INT,
+            "region": REGION,
+        }
+    ),
+    "settle": OpSpec(optional={"quiet_ms": INT, "timeout_ms": INT, "region": REGION}),
+    "windows": OpSpec(),
+    # orchestration helpers
+    "exec": OpSpec(
+        required={"argv": ARGV},
+        optional={"cwd": STR, "env": ENV, "timeout_ms": INT, "stdin": STR},
+    ),
+    "read_file": OpSpec(required={"path": STR}, optional={"max_bytes": INT}),
+    "write_file": OpSpec(
+        required={"path": STR}, optional={"mode": INT, "mkdirs": BOOL}, takes_blob=True
+    ),
+    "release_all": OpSpec(),
+}
+"""Every operation of protocol version 1 and the arguments it accepts.
+
+Replies (``result`` fields; sizes in pixels, times in milliseconds):
+
+- ``hello``/``info``: ``protocol``, ``agent_version``, ``screen`` {width, height}, ``ops`` (list),
+  ``display``, ``pid``; ``info`` adds ``keysyms_remapped`` and ``uptime_ms``.
+- pointer/key actions: ``{}`` (``scroll`` adds ``clicks_x``, ``clicks_y``).
+- ``wait``: ``waited_ms``.
+- ``screenshot``: ``native`` {width, height} of the screen, ``region`` grabbed (native pixels),
+  ``width``/``height`` of the image, ``format``; the image bytes are the blob.
+- ``settle``: ``settled`` (bool), ``waited_ms``.
+- ``windows``: ``windows``: list of {id, title, wm_class, x, y, width, height, pid?, focused}.
+- ``exec``: ``exit_code`` (None on timeout), ``stdout``/``stderr`` (UTF-8, invalid bytes
+  replaced), ``stdout_truncated``/``stderr_truncated``, ``timed_out``, ``duration_ms``.
+- ``read_file``: ``size``; content is the blob. ``write_file``: ``size``.
+- ``release_all``: ``released`` (list of key/button names that were still held).
+"""
+
+
+def validate_args(op: object, args: object, blob: bytes = b"") -> dict[str, Any]:
+    """Check an operation name and its arguments against :data:`OPS`.
+
+    Validates types and presence only; semantic checks (key names, bounds) belong to the agent.
+
+    :return: the arguments as a new dict.
+    :raises GuestError: ``unknown_op``/``bad_args``/``bad_request`` naming what was wrong.
+    """
+    if not isinstance(op, str):
+        raise GuestError("bad_request", f"'op' must be a string, got {type(op).__name__}")
+    spec = OPS.get(op)
+    if spec is None:
+        raise GuestError("unknown_op", f"unknown op {op!r}; known: {', '.join(sorted(OPS))}", op=op)
+    if not isinstance(args, dict):
+        raise GuestError("bad_args", f"'args' must be an object, got {type(args).__name__}", op=op)
+    unknown = sorted(set(args) - set(spec.required) - set(spec.optional))
+    if unknown:
+        raise GuestError(
+            "bad_args",
+            f"unknown argument(s) {', '.join(unknown)}; accepted: "
+            f"{', '.join(sorted([*spec.required, *spec.optional])) or 'none'}",
+            op=op,
+        )
+    for name in spec.required:
+        if name not in args:
+            raise GuestError("bad_args", f"missing required argument {name!r}", op=op)
+    for name, value in args.items():
+        check, description = spec.required.get(name) or spec.optional[name]
+        if value is None and name in spec.optional:
+            continue
+        if not check(value):
+            raise GuestError(
+                "bad_args", f"argument {name!r} must be {description}, got {value!r:.80}", op=op
+            )
+    if blob and not spec.takes_blob:
+        raise GuestError("bad_args", f"{op} takes no binary payload, got {len(blob)} bytes", op=op)
+    return dict(args)
