@@ -104,6 +104,14 @@ class Provider(abc.ABC):
         """Open a connection to the sandbox's agent (no hello sent). Caller closes it."""
 
     @abc.abstractmethod
+    def agent_socket(self, sandbox_id: str) -> str:
+        """Path of the host unix socket that reaches the sandbox's agent (for async drivers).
+
+        Docker: the socket in the sandbox's bind-mounted directory; VM: the virtio-serial
+        channel's socket (which accepts one connection at a time).
+        """
+
+    @abc.abstractmethod
     def exec(self, sandbox_id: str, argv: Sequence[str], *, timeout: float = 60.0) -> ExecResult:
         """Run ``argv`` (never a shell string) in the guest as the desktop user."""
 
