@@ -11,6 +11,7 @@ guest.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import socket
@@ -52,7 +53,9 @@ class AgentClient:
     :param timeout: default deadline of each request, seconds.
     """
 
-    def __init__(self, sock: socket.socket, *, name: str = "agent", timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(
+        self, sock: socket.socket, *, name: str = "agent", timeout: float = DEFAULT_TIMEOUT_S
+    ) -> None:
         self._sock = sock
         self._name = name
         self._timeout = timeout
@@ -69,10 +72,8 @@ class AgentClient:
         """Close the stream. Idempotent."""
         if not self._closed:
             self._closed = True
-            try:
+            with contextlib.suppress(OSError):
                 self._sock.close()
-            except OSError:
-                pass
 
     def __enter__(self) -> Self:
         return self
@@ -93,7 +94,9 @@ class AgentClient:
 
     def hello(self, *, timeout: float | None = None, client: str = "cubicle") -> dict[str, Any]:
         """Handshake: check the protocol version and learn the screen size and operations."""
-        result = self.call("hello", {"protocol": protocol.PROTOCOL_VERSION, "client": client}, timeout=timeout).result
+        result = self.call(
+            "hello", {"protocol": protocol.PROTOCOL_VERSION, "client": client}, timeout=timeout
+        ).result
         if result.get("protocol") != protocol.PROTOCOL_VERSION:
             raise ProtocolError(
                 f"{self._name} speaks protocol {result.get('protocol')!r}, "
@@ -138,7 +141,8 @@ class AgentClient:
             raise AgentConnectionError(f"connection to {self._name} is closed")
         if self._broken is not None:
             raise AgentConnectionError(
-                f"connection to {self._name} is broken by an earlier failure ({self._broken}); reconnect"
+                f"connection to {self._name} is broken by an earlier failure "
+                f"({self._broken}); reconnect"
             )
 
     def _send(self, data: bytes, deadline: float, op: str) -> None:
@@ -166,9 +170,13 @@ class AgentClient:
             except TimeoutError:
                 raise self._timeout_error(op, "waiting for the reply") from None
             except OSError as exc:
-                raise AgentConnectionError(f"receiving the reply to {op} from {self._name} failed: {exc}") from exc
+                raise AgentConnectionError(
+                    f"receiving the reply to {op} from {self._name} failed: {exc}"
+                ) from exc
             if not data:
-                raise AgentConnectionError(f"{self._name} closed the connection before answering {op}")
+                raise AgentConnectionError(
+                    f"{self._name} closed the connection before answering {op}"
+                )
             self._pending.extend(self._decoder.feed(data))
 
     def _remaining(self, deadline: float, op: str, stage: str) -> float:
@@ -202,6 +210,7 @@ def connect_unix(path: str | os.PathLike[str], *, timeout: float = 10.0, name: s
             last = exc
         if time.monotonic() >= deadline:
             raise AgentConnectionError(
-                f"no agent accepted connections at {os.fspath(path)} within {timeout:.1f} s (last error: {last})"
+                f"no agent accepted connections at {os.fspath(path)} within {timeout:.1f} s "
+                f"(last error: {last})"
             )
         time.sleep(0.05)

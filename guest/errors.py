@@ -6,7 +6,8 @@ side, derives from :class:`CubicleError`::
 
     CubicleError                      catch this to catch everything cubicle raises
     ├── ProtocolError                 a frame or message broke the wire protocol (local side)
-    └── GuestError                    the guest agent answered with a structured error {code, message}
+    └── GuestError                    the guest agent answered with a structured error
+                                      {code, message, details}
     (host packages add their own branches: drivers.errors, orchestrator.errors)
 
 Messages name what failed, the identifiers, the limit and what was seen; the remedy, when there

@@ -23,7 +23,8 @@ Messages
 --------
 Request:  ``{"id": <int|str>, "op": <str>, "args": {...}}`` (+ blob for ``write_file``).
 Reply:    ``{"id": <same>, "ok": true, "result": {...}}`` (+ blob for ``screenshot``/``read_file``)
-          ``{"id": <same>, "ok": false, "error": {"code": <str>, "message": <str>, "details": {...}}}``
+          ``{"id": <same>, "ok": false,
+          "error": {"code": <str>, "message": <str>, "details": {...}}}``
 
 A client opens with ``hello`` (``{"protocol": PROTOCOL_VERSION}``); the agent answers with its
 protocol version, the screen size and the operations it supports, or ``version_mismatch``.
@@ -162,15 +163,35 @@ class FrameDecoder:
         """Bytes received but not yet part of a complete frame."""
         return len(self._buffer)
 
+    def feed_items(self, data: bytes) -> list[Frame | ProtocolError]:
+        """Like :meth:`feed`, but return broken frames as :class:`ProtocolError` items in stream
+        order instead of raising, so a server answers every frame and every error in order
+        (``feed`` drops the complete frames decoded before a broken one in the same call)."""
+        self._buffer += data
+        items: list[Frame | ProtocolError] = []
+        while True:
+            try:
+                frame = self._next()
+            except ProtocolError as exc:
+                items.append(exc)
+                continue
+            if frame is None:
+                return items
+            items.append(frame)
+
     def _resync(self, start: int) -> int:
-        """Drop bytes up to the next magic at or after ``start``; return how many were dropped."""
+        """Drop bytes up to the next magic at or after ``start``; return how many were dropped.
+
+        Always drops at least one byte, so a caller that loops on errors makes progress.
+        """
         index = self._buffer.find(MAGIC, start)
         if index < 0:
             # keep a tail that could be the start of a magic split across reads
-            keep = len(MAGIC) - 1
-            dropped = max(0, len(self._buffer) - keep)
-            del self._buffer[:dropped]
-            return dropped
+            index = len(self._buffer)
+            for keep in range(min(len(MAGIC) - 1, len(self._buffer) - start), 0, -1):
+                if MAGIC.startswith(self._buffer[-keep:]):
+                    index = len(self._buffer) - keep
+                    break
         del self._buffer[:index]
         return index
 
@@ -207,7 +228,9 @@ class FrameDecoder:
 # --------------------------------------------------------------------------- messages
 
 
-def request(request_id: int | str, op: str, args: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def request(
+    request_id: int | str, op: str, args: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Build a request message (the JSON part of a request frame)."""
     return {"id": request_id, "op": op, "args": dict(args or {})}
 
@@ -236,7 +259,9 @@ def parse_reply(message: Mapping[str, Any], *, op: str | None = None) -> dict[st
     if ok is True:
         result = message.get("result", {})
         if not isinstance(result, dict):
-            raise ProtocolError(f"reply to {op or 'request'} has a non-object result: {result!r:.80}")
+            raise ProtocolError(
+                f"reply to {op or 'request'} has a non-object result: {result!r:.80}"
+            )
         return result
     if ok is False:
         error = message.get("error")

@@ -1,16 +1,16 @@
 """Host-side errors of the orchestrator, under the one root :class:`guest.errors.CubicleError`::
 
-    CubicleError
-    ├── ProtocolError / GuestError            (guest.errors: the wire and the agent)
-    ├── AgentConnectionError / AgentTimeout   (guest.client)
-    └── OrchestratorError
-        ├── ConfigError            bad user input: network policy, size, ttl, backend name
-        ├── EngineUnavailable      the Docker engine / libvirt does not answer (hint: how to start it)
-        ├── ImageMissing           the guest image is not built (hint: cubicle image build)
-        ├── ImageBuildError        building the image failed (with the failing step's log tail)
-        ├── SandboxNotFound        no cubicle sandbox has that id
-        ├── SandboxStartError      a sandbox did not become ready (with the guest's log tail)
-        └── ProviderError          the engine refused an operation (with its message)
+CubicleError
+├── ProtocolError / GuestError            (guest.errors: the wire and the agent)
+├── AgentConnectionError / AgentTimeout   (guest.client)
+└── OrchestratorError
+    ├── ConfigError            bad user input: network policy, size, ttl, backend name
+    ├── EngineUnavailable      the Docker engine / libvirt does not answer (hint: how to start it)
+    ├── ImageMissing           the guest image is not built (hint: cubicle image build)
+    ├── ImageBuildError        building the image failed (with the failing step's log tail)
+    ├── SandboxNotFound        no cubicle sandbox has that id
+    ├── SandboxStartError      a sandbox did not become ready (with the guest's log tail)
+    └── ProviderError          the engine refused an operation (with its message)
 """
 
 from __future__ import annotations
@@ -49,7 +49,9 @@ class ImageBuildError(OrchestratorError):
     """Building a guest image failed; ``log_tail`` holds the last lines of the failing step."""
 
     def __init__(self, message: str, *, log_tail: str = "", hint: str | None = None) -> None:
-        super().__init__(message + (f"\n--- log tail ---\n{log_tail}" if log_tail else ""), hint=hint)
+        super().__init__(
+            message + (f"\n--- log tail ---\n{log_tail}" if log_tail else ""), hint=hint
+        )
         self.log_tail = log_tail
 
 
@@ -63,8 +65,12 @@ class SandboxStartError(OrchestratorError):
     ``log_tail`` holds the guest's last log lines.
     """
 
-    def __init__(self, message: str, *, sandbox_id: str, log_tail: str = "", hint: str | None = None) -> None:
-        super().__init__(message + (f"\n--- guest log tail ---\n{log_tail}" if log_tail else ""), hint=hint)
+    def __init__(
+        self, message: str, *, sandbox_id: str, log_tail: str = "", hint: str | None = None
+    ) -> None:
+        super().__init__(
+            message + (f"\n--- guest log tail ---\n{log_tail}" if log_tail else ""), hint=hint
+        )
         self.sandbox_id = sandbox_id
         self.log_tail = log_tail
 

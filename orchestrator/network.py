@@ -62,8 +62,12 @@ def normalize_host(raw: str) -> str:
     except UnicodeError as exc:
         raise ConfigError(f"invalid host name {raw!r}: {exc}") from None
     for label in ascii_host.split("."):
-        if not label or len(label) > 63 or label.startswith("-") or label.endswith("-") or not all(
-            c.isalnum() or c == "-" for c in label
+        if (
+            not label
+            or len(label) > 63
+            or label.startswith("-")
+            or label.endswith("-")
+            or not all(c.isalnum() or c == "-" for c in label)
         ):
             raise ConfigError(f"invalid host name {raw!r}: bad label {label!r}")
     return ascii_host
@@ -75,7 +79,9 @@ def parse_origin(text: str) -> Origin:
     if not item:
         raise ConfigError("empty origin in allow list")
     if any(c in item for c in "/@?#\\ \t") or "://" in item:
-        raise ConfigError(f"invalid origin {text!r}: give HOST or HOST:PORT, without scheme or path")
+        raise ConfigError(
+            f"invalid origin {text!r}: give HOST or HOST:PORT, without scheme or path"
+        )
     host, port_text = item, None
     if item.startswith("["):
         end = item.find("]")

@@ -17,6 +17,7 @@ To add a provider: subclass :class:`Provider` in ``orchestrator/providers/<name>
 from __future__ import annotations
 
 import abc
+import builtins
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -42,6 +43,9 @@ class SandboxSpec:
     pids_limit: int = 1024
     image: str | None = None
     """Backend image reference; ``None`` means the provider's default (built) image."""
+    detached: bool = False
+    """``False``: the creating process owns the sandbox and ``gc`` removes it once that process is
+    gone. ``True`` (``cubicle up``): no owner process; only ``down`` or the expiry removes it."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,7 @@ class Provider(abc.ABC):
 
     @abc.abstractmethod
     def build_image(self, *, progress: Progress, force: bool = False) -> str:
-        """Build the guest image if missing (content-addressed; unchanged → no-op). Return its ref."""
+        """Build the guest image if missing (content-addressed; unchanged: no-op); its ref."""
 
     @abc.abstractmethod
     def create(self, spec: SandboxSpec) -> SandboxInfo:
@@ -127,6 +131,10 @@ class Provider(abc.ABC):
     def list(self) -> list[SandboxInfo]:
         """cubicle's sandboxes on this backend (never anything else)."""
 
+    def describe(self, sandbox_id: str) -> SandboxInfo | None:
+        """The sandbox as :meth:`list` shows it, or ``None`` if it does not exist (any state)."""
+        return next((info for info in self.list() if info.id == sandbox_id), None)
+
     @abc.abstractmethod
-    def gc(self) -> list[str]:
-        """Destroy cubicle sandboxes whose owner process is gone or whose expiry passed; return ids."""
+    def gc(self) -> builtins.list[str]:
+        """Destroy cubicle sandboxes whose owner process is gone or expiry passed; return ids."""

@@ -11,14 +11,13 @@ import importlib
 import pkgutil
 import sys
 
+import tests.bench as package
 from tests.bench.report import Report
 
 
 def main(argv: list[str]) -> int:
     only = set(argv)
     report = Report()
-    import tests.bench as package
-
     for module_info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
         if not module_info.name.startswith("bench_"):
             continue

@@ -20,7 +20,7 @@ class Sample:
     @property
     def p95(self) -> float:
         ordered = sorted(self.seconds)
-        return ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+        return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
 
 
 @dataclass
@@ -38,7 +38,9 @@ class Report:
         self.lines.append(text)
         print(f"   {text}", flush=True)
 
-    def measure(self, name: str, fn: Callable[[], object], *, repeat: int = 50, warmup: int = 3) -> Sample:
+    def measure(
+        self, name: str, fn: Callable[[], object], *, repeat: int = 50, warmup: int = 3
+    ) -> Sample:
         """Time ``fn`` ``repeat`` times after ``warmup`` untimed calls; print p50/p95 in ms."""
         for _ in range(warmup):
             fn()
@@ -49,7 +51,10 @@ class Report:
             seconds.append(time.perf_counter() - start)
         sample = Sample(name, seconds)
         self.samples.append(sample)
-        self.line(f"{name:<58} p50 {sample.p50 * 1000:9.2f} ms   p95 {sample.p95 * 1000:9.2f} ms   (n={repeat})")
+        self.line(
+            f"{name:<58} p50 {sample.p50 * 1000:9.2f} ms   "
+            f"p95 {sample.p95 * 1000:9.2f} ms   (n={repeat})"
+        )
         return sample
 
     def ratio(self, ours: Sample, peer: Sample) -> float:

@@ -1,0 +1,73 @@
+"""Check an incoming request body against the script (pure): is the conversation on script?
+
+The request answering turn ``n`` (after a ``computer_call`` turn ``n-1``) must end with the
+``computer_call_output`` for that call's ``call_id``, carrying a ``data:image/png;base64,``
+screenshot of the expected size (PNG header decoded) and ``acknowledged_safety_checks`` equal to
+the scripted checks (none when none were scripted).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drivers.png import PngError, png_size_from_data_url
+from drivers.scripted_model.script import Script, Turn
+from drivers.scripted_model.wire import call_id
+
+__all__ = ["check_request"]
+
+
+def check_request(script: Script, prefix: str, index: int, body: object) -> str | None:
+    """Return what is wrong with ``body`` as the request for turn ``index``, or ``None``."""
+    if not isinstance(body, dict):
+        return f"the request body is a {type(body).__name__}, expected a JSON object"
+    tools = body.get("tools")
+    if not isinstance(tools, list) or not any(
+        isinstance(t, dict) and t.get("type") in ("computer", "computer_use_preview") for t in tools
+    ):
+        return f"the request declares no computer tool (tools={tools!r:.80})"
+    items = body.get("input")
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    if not isinstance(items, list) or not items:
+        return "the request has no input items"
+    previous = script.turns[index - 1] if index > 0 else None
+    if previous is None or not previous.is_call:
+        return None
+    return _check_output(script, prefix, previous, items[-1])
+
+
+def _check_output(script: Script, prefix: str, previous: Turn, last: Any) -> str | None:
+    expected_id = call_id(prefix, previous)
+    if not isinstance(last, dict) or last.get("type") != "computer_call_output":
+        kind = last.get("type", last.get("role")) if isinstance(last, dict) else type(last).__name__
+        return (
+            f"the last input item is {kind!r}, expected the computer_call_output for {expected_id}"
+        )
+    if last.get("call_id") != expected_id:
+        return f"the computer_call_output answers {last.get('call_id')!r}, expected {expected_id}"
+    output = last.get("output")
+    if not isinstance(output, dict) or output.get("type") != "computer_screenshot":
+        return f"the output of {expected_id} is not a computer_screenshot: {output!r:.80}"
+    url = output.get("image_url")
+    if not isinstance(url, str):
+        return f"the screenshot of {expected_id} has no image_url (file_id is not supported here)"
+    try:
+        size = png_size_from_data_url(url)
+    except PngError as exc:
+        return f"the screenshot of {expected_id} is not a PNG data URL: {exc}"
+    wanted = script.expected_size(previous)
+    if wanted is not None and size != wanted:
+        return (
+            f"the screenshot of {expected_id} is {size[0]}x{size[1]}, "
+            f"expected {wanted[0]}x{wanted[1]}"
+        )
+    acknowledged = last.get("acknowledged_safety_checks") or []
+    scripted = [check.as_json() for check in previous.safety_checks]
+    if acknowledged != scripted:
+        ids = [a.get("id") if isinstance(a, dict) else a for a in acknowledged]
+        return (
+            f"acknowledged_safety_checks of {expected_id} are {ids!r:.120}, expected "
+            f"{[c['id'] for c in scripted]!r} echoed with their code and message"
+        )
+    return None

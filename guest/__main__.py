@@ -1,0 +1,94 @@
+"""``python -m guest`` / ``cubicle-agent``: run the in-guest agent.
+
+    python -m guest --listen unix:/run/cubicle/agent.sock
+    python -m guest --listen virtio:/dev/virtio-ports/org.cubicle.agent
+    python -m guest --stdio
+
+The X display comes from ``$DISPLAY`` (or ``--display``). Runs as the unprivileged desktop user.
+SIGTERM/SIGINT stop it cleanly: held keys released, remapped keycodes restored, socket removed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from types import FrameType
+
+# imported at start (Xlib, Pillow, mss come with these), not on the first request: a VM guest
+# would otherwise pay ~2 s on its first action
+from guest import transport
+from guest.errors import GuestError
+from guest.server import Agent
+
+log = logging.getLogger("guest")
+
+
+class _Stop(BaseException):
+    """Raised in the main thread by SIGTERM/SIGINT to unwind into the cleanup."""
+
+
+def _on_signal(signum: int, _frame: FrameType | None) -> None:
+    # one stop is enough: a second signal must not interrupt the cleanup it started
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise _Stop(signal.Signals(signum).name)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m guest", description=__doc__.split("\n")[0])
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--listen", metavar="unix:PATH|virtio:DEVICE",
+                       help="unix socket path or virtio-serial port to serve on")
+    where.add_argument("--stdio", action="store_true", help="serve on stdin/stdout")
+    parser.add_argument("--display", help="X display (default: $DISPLAY)")
+    parser.add_argument("--socket-mode", type=lambda v: int(v, 8), default=None,
+                        help="permission bits of the unix socket file, octal (default: umask)")
+    parser.add_argument("--log-level", default="INFO",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    args = parser.parse_args(argv)
+    if args.listen and not args.listen.startswith(("unix:", "virtio:")):
+        parser.error(f"--listen must be unix:PATH or virtio:DEVICE, got {args.listen!r}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=args.log_level,
+                        format="%(asctime)s cubicle-agent[%(process)d] %(levelname)s %(message)s")
+    display_name = args.display or os.environ.get("DISPLAY")
+    if not display_name:
+        log.error("no X display: set DISPLAY or pass --display")
+        return 2
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    try:
+        agent = Agent(display_name)
+    except GuestError as exc:
+        log.error("%s", exc)
+        return 1
+    listener: transport.UnixListener | None = None
+    try:
+        if args.stdio:
+            transport.serve_stdio(agent)
+        elif args.listen.startswith("unix:"):
+            listener = transport.UnixListener(agent, args.listen[len("unix:"):], args.socket_mode)
+            listener.serve_forever()
+        else:
+            transport.serve_virtio(agent, args.listen[len("virtio:"):])
+    except _Stop as stop:
+        log.info("stopping on %s", stop)
+    except GuestError as exc:
+        log.error("%s", exc)
+        return 1
+    finally:
+        if listener is not None:
+            listener.close()
+        agent.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""Screenshots (mss grab → PNG/JPEG with Pillow) and waiting for the screen to settle.
+
+:class:`Screen` owns one mss instance (its own X connection, XShm when available). Regions are
+native screen pixels; the image may be downscaled to fit ``max_width``/``max_height`` keeping
+the aspect ratio (never upscaled). PNG favours speed over size: a screenshot's round trip is on
+every model step.
+
+PNG is written by :mod:`guest.png` (filter None, zlib level 1, bands deflated in parallel), which
+is several times faster than Pillow's encoder; JPEG by Pillow.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import mss
+from PIL import Image, JpegImagePlugin
+
+from guest.errors import GuestError
+from guest.png import encode_png
+
+__all__ = ["Screen", "Shot"]
+
+assert JpegImagePlugin  # registered at import, not on the first JPEG request
+
+DEFAULT_JPEG_QUALITY: Final = 80
+DEFAULT_QUIET_MS: Final = 300
+DEFAULT_SETTLE_TIMEOUT_MS: Final = 5000
+MAX_SETTLE_TIMEOUT_MS: Final = 60_000
+SETTLE_POLL_MS: Final = 30
+
+
+@dataclass(frozen=True)
+class Shot:
+    """An encoded screenshot: ``data`` in ``format``, of ``width``x``height`` image pixels,
+    grabbed from ``region`` (native pixels) of a ``native`` screen."""
+
+    data: bytes
+    format: str
+    width: int
+    height: int
+    region: dict[str, int]
+    native: dict[str, int]
+
+    def result(self) -> dict[str, Any]:
+        return {"native": self.native, "region": self.region, "width": self.width,
+                "height": self.height, "format": self.format, "bytes": len(self.data)}
+
+
+class Screen:
+    """Grab and encode the screen of one X display.
+
+    :param display_name: X display; ``None`` uses ``$DISPLAY``.
+    :param width: screen width, pixels (the agent's XInput knows it).
+    :param height: screen height, pixels.
+    """
+
+    def __init__(self, display_name: str | None, width: int, height: int) -> None:
+        self._lock = threading.Lock()
+        try:
+            factory = getattr(mss, "MSS", None) or mss.mss  # mss >= 10.2 deprecates mss.mss
+            self._mss = factory(display=display_name) if display_name else factory()
+        except mss.exception.ScreenShotError as exc:
+            raise GuestError("x11_error", f"cannot grab X display {display_name!r}: {exc}") from exc
+        self.width = width
+        self.height = height
+
+    def close(self) -> None:
+        with self._lock:
+            self._mss.close()
+
+    # -- regions --------------------------------------------------------------------------
+
+    def region(self, region: Mapping[str, int] | None) -> dict[str, int]:
+        """Validate a region (native pixels) or return the whole screen.
+
+        :raises GuestError: ``bad_args`` for an empty region, ``out_of_bounds`` for one that
+            does not fit the screen.
+        """
+        if region is None:
+            return {"x": 0, "y": 0, "width": self.width, "height": self.height}
+        x, y, w, h = region["x"], region["y"], region["width"], region["height"]
+        if w <= 0 or h <= 0:
+            raise GuestError("bad_args", f"region {w}x{h} is empty; width and height must be > 0",
+                             details={"region": dict(region)})
+        if x < 0 or y < 0 or x + w > self.width or y + h > self.height:
+            raise GuestError(
+                "out_of_bounds",
+                f"region x={x} y={y} {w}x{h} does not fit the screen {self.width}x{self.height}",
+                details={"region": dict(region), "width": self.width, "height": self.height},
+            )
+        return {"x": x, "y": y, "width": w, "height": h}
+
+    def _grab(self, area: Mapping[str, int]) -> Any:
+        monitor = {"left": area["x"], "top": area["y"], "width": area["width"],
+                   "height": area["height"]}
+        try:
+            with self._lock:
+                return self._mss.grab(monitor)
+        except mss.exception.ScreenShotError as exc:
+            raise GuestError("x11_error", f"screen grab of {monitor} failed: {exc}") from exc
+
+    # -- operations -----------------------------------------------------------------------
+
+    def grab_image(self, region: Mapping[str, int] | None = None) -> Image.Image:
+        """The (validated) region as an RGB Pillow image, native pixels."""
+        area = self.region(region)
+        shot = self._grab(area)
+        return Image.frombuffer("RGB", shot.size, shot.bgra, "raw", "BGRX", 0, 1)
+
+    def screenshot(
+        self,
+        *,
+        format: str = "png",
+        quality: int | None = None,
+        max_width: int | None = None,
+        max_height: int | None = None,
+        region: Mapping[str, int] | None = None,
+    ) -> Shot:
+        """Grab, optionally downscale to fit ``max_width``x``max_height``, and encode.
+
+        :raises GuestError: ``bad_args`` for a bad quality/size, ``out_of_bounds`` for a region
+            outside the screen.
+        """
+        if format not in ("png", "jpeg"):
+            raise GuestError("bad_args", f'format must be "png" or "jpeg", got {format!r}')
+        if quality is not None and (format != "jpeg" or not 1 <= quality <= 95):
+            raise GuestError("bad_args", f"quality applies to jpeg only and must be 1..95, got "
+                             f"{quality} for {format}", details={"quality": quality})
+        for name, limit in (("max_width", max_width), ("max_height", max_height)):
+            if limit is not None and limit < 1:
+                raise GuestError("bad_args", f"{name} must be >= 1, got {limit}",
+                                 details={name: limit})
+        area = self.region(region)
+        target = fit_size(area["width"], area["height"], max_width, max_height)
+        if format == "png" and target == (area["width"], area["height"]):
+            # the hot path: BGRX straight from the grab into the banded PNG writer
+            data = encode_png(self._grab(area).raw, area["width"], area["height"], bgrx=True)
+            return Shot(data, format, area["width"], area["height"], area,
+                        {"width": self.width, "height": self.height})
+        image = self.grab_image(area)
+        if target != image.size:
+            image = image.resize(target, Image.Resampling.LANCZOS, reducing_gap=3.0)
+        if format == "png":
+            data = encode_png(image.tobytes(), image.width, image.height)
+        else:
+            buffer = io.BytesIO()
+            image.save(buffer, "JPEG", quality=quality or DEFAULT_JPEG_QUALITY)
+            data = buffer.getvalue()
+        return Shot(data, format, image.width, image.height, area,
+                    {"width": self.width, "height": self.height})
+
+    def frame_hash(self, region: Mapping[str, int] | None = None) -> int:
+        """A cheap hash of the region's raw pixels (CRC32 of the grab)."""
+        return zlib.crc32(self._grab(self.region(region)).raw)
+
+    def settle(self, *, quiet_ms: int | None = None, timeout_ms: int | None = None,
+               region: Mapping[str, int] | None = None) -> dict[str, Any]:
+        """Return once the region has not changed for ``quiet_ms``, or after ``timeout_ms``.
+
+        :return: ``settled`` (False if the timeout came first) and ``waited_ms``.
+        """
+        quiet = DEFAULT_QUIET_MS if quiet_ms is None else quiet_ms
+        timeout = DEFAULT_SETTLE_TIMEOUT_MS if timeout_ms is None else timeout_ms
+        if quiet < 0 or not 0 <= timeout <= MAX_SETTLE_TIMEOUT_MS:
+            raise GuestError("bad_args", f"settle needs quiet_ms >= 0 and 0 <= timeout_ms <= "
+                             f"{MAX_SETTLE_TIMEOUT_MS}, got quiet_ms={quiet} timeout_ms={timeout}",
+                             details={"limit": MAX_SETTLE_TIMEOUT_MS})
+        area = self.region(region)
+        start = time.monotonic()
+        last_hash = self.frame_hash(area)
+        last_change = start
+        while True:
+            now = time.monotonic()
+            if (now - last_change) * 1000 >= quiet:
+                return {"settled": True, "waited_ms": round((now - start) * 1000)}
+            if (now - start) * 1000 >= timeout:
+                return {"settled": False, "waited_ms": round((now - start) * 1000)}
+            time.sleep(min(SETTLE_POLL_MS, max(1, quiet // 4)) / 1000)
+            current = self.frame_hash(area)
+            if current != last_hash:
+                last_hash, last_change = current, time.monotonic()
+
+
+def fit_size(width: int, height: int, max_width: int | None, max_height: int | None
+             ) -> tuple[int, int]:
+    """The largest size within (max_width, max_height) with the aspect of width x height.
+
+    Never upscales; each side is at least 1 pixel.
+    """
+    scale = 1.0
+    if max_width is not None:
+        scale = min(scale, max_width / width)
+    if max_height is not None:
+        scale = min(scale, max_height / height)
+    if scale >= 1.0:
+        return width, height
+    return max(1, round(width * scale)), max(1, round(height * scale))

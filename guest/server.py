@@ -1,0 +1,229 @@
+"""The agent: answers protocol requests (:mod:`guest.protocol`) with X11 actions and helpers.
+
+:class:`Agent` turns one request frame into one reply frame and never raises for bad input: a
+malformed frame, an unknown op, bad arguments or a failing action all become a structured error
+reply, and the agent keeps serving. The transports (:mod:`guest.transport`) feed it frames.
+
+Logs go to stderr and name the op, the request id, the outcome and the duration; they never
+contain typed text, key names, file contents or screenshots.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from guest import __version__, protocol, system
+from guest.errors import GuestError, ProtocolError
+from guest.screen import Screen
+from guest.windows import list_windows
+from guest.xinput import XInput
+
+__all__ = ["Agent"]
+
+log = logging.getLogger("guest.server")
+
+Handler = Callable[[dict[str, Any], bytes], tuple[dict[str, Any], bytes]]
+
+
+class Agent:
+    """Serve the protocol's operations on one X display.
+
+    :param display_name: X display; ``None`` uses ``$DISPLAY``.
+    :raises GuestError: ``x11_error`` if the display cannot be opened.
+
+    The caller owns the agent and calls :meth:`close` (restores remapped keycodes, releases
+    anything held). :meth:`handle` is thread-safe; X actions are serialized inside.
+    """
+
+    def __init__(self, display_name: str | None = None) -> None:
+        self.started = time.monotonic()
+        self.input = XInput(display_name)
+        try:
+            self.screen = Screen(display_name, self.input.width, self.input.height)
+        except BaseException:
+            self.input.close()
+            raise
+        self._handlers: dict[str, Handler] = {
+            "hello": self._hello,
+            "info": self._info,
+            "click": self._click,
+            "double_click": self._double_click,
+            "move": self._move,
+            "drag": self._drag,
+            "scroll": self._scroll,
+            "keypress": self._keypress,
+            "type": self._type,
+            "wait": self._wait,
+            "screenshot": self._screenshot,
+            "settle": self._settle,
+            "windows": self._windows,
+            "exec": self._exec,
+            "read_file": self._read_file,
+            "write_file": self._write_file,
+            "release_all": self._release_all,
+        }
+        missing = set(protocol.OPS) - set(self._handlers)
+        if missing:
+            raise AssertionError(f"agent has no handler for protocol ops {sorted(missing)}")
+        self._closed = threading.Event()
+
+    def close(self) -> None:
+        """Release held input, restore keycodes, close X connections (idempotent)."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self.input.close()
+        self.screen.close()
+
+    # -- entry points ---------------------------------------------------------------------
+
+    def handle_item(self, item: protocol.Frame | ProtocolError) -> bytes:
+        """One decoded item (a frame, or the error of a broken one) → one encoded reply frame."""
+        if isinstance(item, ProtocolError):
+            log.info("bad frame: %s", item)
+            return protocol.encode_frame(protocol.error_reply(None, "bad_frame", str(item)))
+        message, blob = self.handle(item)
+        try:
+            return protocol.encode_frame(message, blob)
+        except ProtocolError as exc:
+            return protocol.encode_frame(
+                protocol.error_reply(message.get("id"), "too_large", str(exc))
+            )
+
+    def handle(self, frame: protocol.Frame) -> tuple[dict[str, Any], bytes]:
+        """Answer one request frame: (reply message, reply blob). Never raises for bad input."""
+        message = frame.message
+        request_id = message.get("id")
+        op = message.get("op")
+        op_name = op if isinstance(op, str) and op in protocol.OPS else "?"
+        start = time.perf_counter()
+        try:
+            if not isinstance(request_id, (int, str)) or isinstance(request_id, bool):
+                request_id = None
+                raise GuestError("bad_request", f"'id' must be an integer or a string, got "
+                                 f"{type(message.get('id')).__name__}")
+            extra = sorted(set(message) - {"id", "op", "args"})
+            if extra:
+                raise GuestError("bad_request", f"unknown request field(s) {', '.join(extra)}; "
+                                 "a request has id, op, args")
+            args = protocol.validate_args(op, message.get("args", {}), frame.blob)
+            result, blob = self._handlers[op_name](args, frame.blob)
+        except GuestError as exc:
+            log.info("op=%s id=%r error=%s (%.1f ms)", op_name, request_id, exc.code,
+                     (time.perf_counter() - start) * 1000)
+            return protocol.error_reply(request_id, exc.code, exc.reason, exc.details), b""
+        except Exception as exc:  # a bug: answer it, log it, keep serving
+            log.exception("op=%s id=%r internal error", op_name, request_id)
+            return protocol.error_reply(request_id, "internal",
+                                        f"{op_name} failed inside the agent: "
+                                        f"{type(exc).__name__}: {exc}"), b""
+        log.debug("op=%s id=%r ok (%.1f ms)", op_name, request_id,
+                  (time.perf_counter() - start) * 1000)
+        return protocol.ok_reply(request_id, result), blob
+
+    # -- handlers -------------------------------------------------------------------------
+
+    def _describe(self) -> dict[str, Any]:
+        return {
+            "protocol": protocol.PROTOCOL_VERSION,
+            "agent_version": __version__,
+            "screen": self.input.screen_size,
+            "ops": sorted(protocol.OPS),
+            "display": self.input.display_name,
+            "pid": os.getpid(),
+        }
+
+    def _hello(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
+        if args["protocol"] != protocol.PROTOCOL_VERSION:
+            raise GuestError("version_mismatch",
+                             f"client speaks protocol {args['protocol']}, this agent speaks "
+                             f"{protocol.PROTOCOL_VERSION}",
+                             details={"protocol": protocol.PROTOCOL_VERSION})
+        log.info("hello from %s", args.get("client") or "a client")
+        return self._describe(), b""
+
+    def _info(self, _args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
+        return {
+            **self._describe(),
+            "keysyms_remapped": self.input.keysyms_remapped,
+            "uptime_ms": round((time.monotonic() - self.started) * 1000),
+        }, b""
+
+    def _click(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
+        self.input.click(args["x"], args["y"], args.get("button") or "left", args.get("keys") or ())
+        return {}, b""
+
+    def _double_click(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
+        self.input.double_click(args["x"], args["y"], args.get("keys") or ())
+        return {}, b""
+
+    def _move(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
+        self.input.move(args["x"], args["y"], args.get("keys") or ())
+        return {}, b""
+
+    def _drag(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
+        path = [(point["x"], point["y"]) for point in args["path"]]
+        self.input.drag(path, args.get("keys") or ())
+        return {}, b""
+
+    def _scroll(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
+        clicks = self.input.scroll(args["x"], args["y"], args["scroll_x"], args["scroll_y"],
+                                   args.get("keys") or ())
+        return dict(clicks), b""
+
+    def _keypress(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
+        self.input.keypress(args["keys"])
+        return {}, b""
+
+    def _type(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
+        self.input.type_text(args["text"])
+        return {}, b""
+
+    def _wait(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
+        ms = args.get("ms")
+        ms = protocol.DEFAULT_WAIT_MS if ms is None else ms
+        if not 0 <= ms <= protocol.MAX_WAIT_MS:
+            raise GuestError("bad_args", f"wait ms must be 0..{protocol.MAX_WAIT_MS}, got {ms}",
+                             details={"ms": ms, "limit": protocol.MAX_WAIT_MS})
+        start = time.monotonic()
+        time.sleep(ms / 1000)
+        return {"waited_ms": round((time.monotonic() - start) * 1000)}, b""
+
+    def _screenshot(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
+        shot = self.screen.screenshot(
+            format=args.get("format") or "png",
+            quality=args.get("quality"),
+            max_width=args.get("max_width"),
+            max_height=args.get("max_height"),
+            region=args.get("region"),
+        )
+        return shot.result(), shot.data
+
+    def _settle(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
+        return self.screen.settle(quiet_ms=args.get("quiet_ms"), timeout_ms=args.get("timeout_ms"),
+                                  region=args.get("region")), b""
+
+    def _windows(self, _args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
+        return {"windows": self.input.with_display(list_windows)}, b""
+
+    def _exec(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
+        log.info("exec %s", os.path.basename(args["argv"][0]))
+        return system.run(args["argv"], cwd=args.get("cwd"), env=args.get("env"),
+                          timeout_ms=args.get("timeout_ms"), stdin=args.get("stdin")), b""
+
+    def _read_file(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
+        data = system.read_file(args["path"], args.get("max_bytes"))
+        return {"size": len(data)}, data
+
+    def _write_file(self, args: dict[str, Any], blob: bytes) -> tuple[dict[str, Any], bytes]:
+        size = system.write_file(args["path"], blob, mode=args.get("mode"),
+                                 mkdirs=bool(args.get("mkdirs")))
+        return {"size": size}, b""
+
+    def _release_all(self, _args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
+        return {"released": self.input.release_all()}, b""

@@ -1,0 +1,197 @@
+"""cubicle guest supervisor: the container's main process (under docker-init, which reaps orphans).
+
+Contract (read by orchestrator/providers/docker.py and the drill):
+
+- ``CUBICLE_SCREEN=WxH`` (pixels) sets the Xvfb screen; default 1280x800, depth 24.
+- Stale X lock files (``/tmp/.X0-lock``, ``/tmp/.X11-unix/X0``) are removed before Xvfb starts,
+  so a restarted container never finds its display "in use".
+- Starts Xvfb on ``:0`` and waits until it reports the display, paints the root window, starts
+  openbox, then the guest agent ``python3 -m guest --listen unix:/run/cubicle/agent.sock``.
+- The agent and openbox are restarted when they exit (back-off 0.5 s → 5 s); Xvfb exiting ends
+  the supervisor with status 1 (the desktop is gone; the host sees the container exit).
+- SIGTERM/SIGINT stop every child (TERM, then KILL after 3 s) and exit 0.
+- Every line it writes starts with ``[supervisor]``; children inherit stdout/stderr, so
+  ``docker logs`` (``cubicle logs ID``) shows X, openbox and agent output in one stream.
+
+Runs as the unprivileged desktop user; standard library only (it runs before anything else).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+DISPLAY = ":0"
+SOCKET_DIR = Path("/run/cubicle")
+AGENT_SOCKET = SOCKET_DIR / "agent.sock"
+XVFB_READY_TIMEOUT_S = 30.0
+BACKOFF_MIN_S, BACKOFF_MAX_S = 0.5, 5.0
+STOP_GRACE_S = 3.0
+ROOT_PATTERN = ["xsetroot", "-mod", "4", "4", "-fg", "#3b4252", "-bg", "#2e3440"]
+
+
+def log(text: str) -> None:
+    print(f"[supervisor] {text}", flush=True)
+
+
+def screen_size() -> tuple[int, int]:
+    raw = os.environ.get("CUBICLE_SCREEN", "1280x800")
+    try:
+        width_text, height_text = raw.lower().split("x")
+        width, height = int(width_text), int(height_text)
+    except ValueError:
+        log(f"CUBICLE_SCREEN={raw!r} is not WxH (e.g. 1280x800)")
+        sys.exit(2)
+    if not (64 <= width <= 8192 and 64 <= height <= 8192):
+        log(f"CUBICLE_SCREEN={raw!r}: width and height must be 64-8192 pixels")
+        sys.exit(2)
+    return width, height
+
+
+def remove_stale_x_locks() -> None:
+    number = DISPLAY.lstrip(":")
+    for path in (Path(f"/tmp/.X{number}-lock"), Path(f"/tmp/.X11-unix/X{number}")):
+        if path.exists() or path.is_symlink():
+            path.unlink()
+            log(f"removed stale {path}")
+    Path("/tmp/.X11-unix").mkdir(mode=0o1777, exist_ok=True)
+
+
+def start_xvfb(width: int, height: int) -> subprocess.Popen[bytes]:
+    read_fd, write_fd = os.pipe()
+    process = subprocess.Popen(
+        [
+            "Xvfb",
+            DISPLAY,
+            "-screen",
+            "0",
+            f"{width}x{height}x24",
+            "-nolisten",
+            "tcp",
+            "-noreset",
+            "+extension",
+            "XTEST",
+            "-ac",
+            "-displayfd",
+            str(write_fd),
+        ],
+        pass_fds=(write_fd,),
+    )
+    os.close(write_fd)
+    deadline = time.monotonic() + XVFB_READY_TIMEOUT_S
+    data = b""
+    with os.fdopen(read_fd, "rb", buffering=0) as pipe:
+        os.set_blocking(read_fd, False)
+        while not data.endswith(b"\n"):
+            if process.poll() is not None:
+                log(f"Xvfb exited with status {process.returncode} before reporting its display")
+                sys.exit(1)
+            if time.monotonic() > deadline:
+                log(f"Xvfb did not report its display within {XVFB_READY_TIMEOUT_S:.0f} s")
+                process.kill()
+                sys.exit(1)
+            chunk = pipe.read(64)
+            if chunk:
+                data += chunk
+            else:
+                time.sleep(0.01)
+    log(f"Xvfb ready on {DISPLAY} at {width}x{height}")
+    return process
+
+
+class Child:
+    """A restartable child process with exponential back-off."""
+
+    def __init__(self, name: str, argv: list[str]) -> None:
+        self.name = name
+        self.argv = argv
+        self.process: subprocess.Popen[bytes] | None = None
+        self.backoff = BACKOFF_MIN_S
+        self.next_start = 0.0
+        self.started_at = 0.0
+
+    def start(self) -> None:
+        if self.name == "agent" and (AGENT_SOCKET.exists() or AGENT_SOCKET.is_symlink()):
+            AGENT_SOCKET.unlink()
+        self.process = subprocess.Popen(self.argv)
+        self.started_at = time.monotonic()
+        log(f"started {self.name} (pid {self.process.pid})")
+
+    def poll(self) -> None:
+        now = time.monotonic()
+        if self.process is None:
+            if now >= self.next_start:
+                self.start()
+            return
+        status = self.process.poll()
+        if status is None:
+            if now - self.started_at > 10 * BACKOFF_MAX_S:
+                self.backoff = BACKOFF_MIN_S
+            return
+        log(f"{self.name} exited with status {status}; restarting in {self.backoff:.1f} s")
+        self.process = None
+        self.next_start = now + self.backoff
+        self.backoff = min(BACKOFF_MAX_S, self.backoff * 2)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+
+
+def stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def main() -> int:
+    os.umask(0o077)
+    stopping = False
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        log(f"received signal {signum}; stopping")
+        stopping = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    width, height = screen_size()
+    remove_stale_x_locks()
+    os.environ["DISPLAY"] = DISPLAY
+    xvfb = start_xvfb(width, height)
+    subprocess.run(ROOT_PATTERN, check=False)
+    children = [
+        Child("openbox", ["openbox", "--sm-disable"]),
+        Child(
+            "agent",
+            [sys.executable, "-m", "guest", "--listen", f"unix:{AGENT_SOCKET}"],
+        ),
+    ]
+    status = 0
+    while not stopping:
+        if xvfb.poll() is not None:
+            log(f"Xvfb exited with status {xvfb.returncode}; the desktop is gone")
+            status = 1
+            break
+        for child in children:
+            child.poll()
+        time.sleep(0.1)
+    stop_all([c.process for c in children if c.process is not None] + [xvfb])
+    log("stopped")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""Errors of the drill and of ``cubicle run``, under the one root::
+
+CubicleError
+└── OrchestratorError
+    └── DrillError                 the drill could not run as scripted
+        ├── GuestStepError         a scripted ``before`` step (window wait, launch, layout
+        │                          check) failed: names the step, the limit and what was seen
+        └── DrillCancelled         the run was cancelled (Ctrl-C / SIGTERM)
+"""
+
+from __future__ import annotations
+
+from orchestrator.errors import OrchestratorError
+
+__all__ = ["DrillCancelled", "DrillError", "GuestStepError"]
+
+
+class DrillError(OrchestratorError):
+    """The drill (or a task run) could not run as scripted."""
+
+
+class GuestStepError(DrillError):
+    """A scripted step against the guest failed.
+
+    :param op: the step's operation (``wait_window``, ``launch`` …).
+    """
+
+    def __init__(self, op: str, message: str, *, hint: str | None = None) -> None:
+        super().__init__(f"{op}: {message}", hint=hint)
+        self.op = op
+
+
+class DrillCancelled(DrillError):
+    """The run was cancelled before it finished."""

@@ -1,0 +1,272 @@
+"""One drill run: set up the guest, play the scripted model through the real SDK loop, verify.
+
+:func:`run_drill` takes anything that gives an agent connection (:class:`Desktop`: a
+:class:`orchestrator.sandbox.Sandbox`, or a local Xvfb + agent in tests), so the same code runs
+in a Docker sandbox, a VM and on a test desktop. It always writes the trajectory folder and its
+``report.html``, verifies the guest's state through the agent even when the loop failed, and
+stops the programs it launched in the guest (unless ``keep_apps``). Tearing the guest down is the
+caller's job.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from openai import OpenAI
+
+from drivers.approvals import ApprovalPolicy, ApproveAll
+from drivers.computer import GuestDriver
+from drivers.errors import ScriptViolation
+from drivers.scripted_model import ScriptedModel, Turn, parse_script
+from drivers.viewport import Viewport
+from guest.client import AgentClient
+from guest.errors import CubicleError
+from orchestrator.drill.errors import DrillCancelled
+from orchestrator.drill.guest_steps import GuestSteps, guest_home
+from orchestrator.drill.session import LoopKind, LoopThread, RecordedSession, error_chain
+from orchestrator.drill.task import TASK_PROMPT, DrillPaths, load_script
+from orchestrator.drill.verify import Check, verify_drill
+from orchestrator.trajectory.recorder import TrajectoryRecorder
+from orchestrator.trajectory.report import write_report
+
+__all__ = ["DEFAULT_MODEL_VIEW", "Desktop", "DrillResult", "run_drill"]
+
+DEFAULT_MODEL_VIEW = (1024, 640)
+"""What the scripted model sees of the 1280x800 screen (scale 0.8), so scaling is exercised."""
+DRILL_MODEL = "drill-scripted"
+
+
+class Desktop(Protocol):
+    """Something that gives agent connections (``hello`` done; the caller closes them)."""
+
+    def connect(self, timeout: float = 10.0) -> AgentClient: ...
+
+
+@dataclass
+class DrillResult:
+    """What one drill run found. ``ok`` only when the loop finished and every check holds."""
+
+    loop: LoopKind
+    out: Path
+    checks: list[Check] = field(default_factory=list)
+    final_message: str | None = None
+    error: str | None = None
+    wall_s: float = 0.0
+    guest_wait_s: float = 0.0
+    """Seconds in scripted guest steps (set-up, window waits, settles)."""
+    driver_s: float = 0.0
+    """Seconds the driver spent on actions and screenshots."""
+    model_s: float = 0.0
+    """Seconds of model HTTP requests (the scripted steps run inside them)."""
+    actions: int = 0
+    cancelled: bool = False
+    notes: list[str] = field(default_factory=list)
+    """Workarounds the drill applied to the guest (printed in the summary)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.checks) and all(c.ok for c in self.checks)
+
+    @property
+    def report(self) -> Path:
+        return self.out / "report.html"
+
+    def summary(self) -> str:
+        """A short human summary: verdict, checks (expected vs got when failed), timings."""
+        verdict = "PASSED" if self.ok else ("CANCELLED" if self.cancelled else "FAILED")
+        lines = [f"drill ({self.loop}): {verdict}"]
+        if self.error:
+            lines.append(f"  error: {self.error}")
+        lines.extend("  " + check.describe() for check in self.checks)
+        if self.final_message:
+            lines.append(f"  model's final message: {self.final_message}")
+        lines.extend(f"  note: {note}" for note in self.notes)
+        guest = self.guest_wait_s + self.driver_s
+        share = guest / self.wall_s * 100 if self.wall_s else 0.0
+        lines.append(
+            f"  wall {self.wall_s:.1f} s, of which waiting on the guest {guest:.1f} s "
+            f"({share:.0f}%: scripted waits/set-up {self.guest_wait_s:.1f} s, actions and "
+            f"screenshots {self.driver_s:.1f} s); {self.actions} actions"
+        )
+        lines.append(f"  trajectory: {self.out / 'trajectory.jsonl'}  report: {self.report}")
+        return "\n".join(lines)
+
+
+def run_drill(
+    desktop: Desktop,
+    *,
+    loop: LoopKind,
+    out: Path,
+    workdir: str | None = None,
+    port: int = 8765,
+    model_view: tuple[int, int] = DEFAULT_MODEL_VIEW,
+    script_template: dict[str, Any] | None = None,
+    safety_policy: ApprovalPolicy | None = None,
+    cancel_requested: Callable[[], bool] = lambda: False,
+    keep_apps: bool = False,
+) -> DrillResult:
+    """Run the drill once with the ``loop`` flavour of the SDK.
+
+    :param out: trajectory folder (created).
+    :param workdir: absolute guest folder this run owns (the note and form data go there);
+        default ``~/drill-<loop>`` of the guest's desktop user.
+    :param port: guest loopback port of the form server.
+    :param script_template: the scripted model's script (default: the shipped one).
+    :param safety_policy: decides the scripted safety check (default: :class:`ApproveAll`;
+        every decision is recorded). Actions without a safety check run without approval.
+    :param cancel_requested: polled; when true the loop and the guest waits stop cooperatively.
+    :param keep_apps: leave the launched editor, browser and server running.
+    """
+    started = time.monotonic()
+    result = DrillResult(loop=loop, out=out)
+    with TrajectoryRecorder(out) as recorder:
+        try:
+            client = desktop.connect()
+        except CubicleError as exc:
+            # the guest is gone or unreachable: still leave a trajectory and a report behind
+            result.error = error_chain(exc)
+            recorder.event("error", where="connect", type=type(exc).__name__, message=str(exc))
+            recorder.event("end", ok=False, final_message=None, wall_s=0.0, error=result.error)
+            recorder.close()
+            write_report(out)
+            return result
+        try:
+            workdir = workdir or f"{guest_home(client)}/drill-{loop}"
+        except BaseException:
+            client.close()
+            raise
+        paths = DrillPaths(workdir=workdir, port=port)
+        steps = GuestSteps(client, paths, recorder=recorder, cancelled=cancel_requested)
+        session = RecordedSession(recorder, safety_policy=safety_policy or ApproveAll())
+        recorder.event(
+            "run",
+            task=TASK_PROMPT,
+            loop=loop,
+            model=DRILL_MODEL,
+            screen=list(steps.screen),
+            model_view=list(model_view),
+            meta={"workdir": workdir, "port": port},
+        )
+        try:
+            _play(
+                client,
+                steps,
+                session,
+                result,
+                loop=loop,
+                model_view=model_view,
+                script=load_script(paths, script_template),
+                cancel_requested=cancel_requested,
+            )
+        except BaseException as exc:
+            result.error = error_chain(exc)
+            result.cancelled = result.cancelled or isinstance(
+                exc, DrillCancelled | KeyboardInterrupt
+            )
+            recorder.event("error", where="drill", type=type(exc).__name__, message=str(exc))
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            try:
+                if not result.cancelled:
+                    result.checks = verify_drill(client, paths)
+                    for check in result.checks:
+                        recorder.event(
+                            "check",
+                            name=check.name,
+                            ok=check.ok,
+                            expected=check.expected,
+                            got=check.got,
+                            detail=check.detail,
+                        )
+                if not keep_apps:
+                    steps.stop_launched()
+            finally:
+                client.close()
+                result.wall_s = time.monotonic() - started
+                result.guest_wait_s = steps.wait_s
+                result.model_s = session.model_s
+                result.driver_s = session.driver_s
+                result.notes = list(steps.notes)
+                result.actions = session.executed_actions
+                recorder.event(
+                    "end",
+                    ok=result.ok,
+                    final_message=result.final_message,
+                    wall_s=round(result.wall_s, 2),
+                    guest_wait_s=round(result.guest_wait_s, 2),
+                    driver_s=round(result.driver_s, 2),
+                    error=result.error,
+                )
+    write_report(out)
+    return result
+
+
+def _play(
+    client: AgentClient,
+    steps: GuestSteps,
+    session: RecordedSession,
+    result: DrillResult,
+    *,
+    loop: LoopKind,
+    model_view: tuple[int, int],
+    script: dict[str, Any],
+    cancel_requested: Callable[[], bool],
+) -> None:
+    steps.prepare()
+    driver = GuestDriver(client, viewport=Viewport.exact(*model_view), on_action=session.on_action)
+    driver.screenshot()  # step 0 of the report: the screen before the model acts
+    turns = script.get("turns") or []
+
+    def before_turn(turn: Turn) -> None:
+        """Run the turn's scripted waits; then record the screen the turn's actions act on."""
+        if turn.before:
+            steps.run_all(list(turn.before))
+            session.next_shot_note = "taken by the drill after its scripted waits"
+            driver.screenshot()
+
+    with ScriptedModel(
+        parse_script(script),
+        on_turn=lambda index, turn, body: before_turn(turn),
+        raise_on_exit=False,
+    ) as model:
+        openai_client = OpenAI(
+            base_url=model.base_url,
+            api_key="drill",
+            max_retries=0,
+            http_client=session.http_client(trust_env=False),
+        )
+        try:
+            thread = LoopThread(
+                loop,
+                driver,
+                openai_client,
+                {"model": DRILL_MODEL, "input": TASK_PROMPT},
+                session,
+                max_steps=len(turns) + 1,
+            )
+            steps.cancelled = lambda: cancel_requested() or thread.cancelled()
+            thread.start()
+            while not thread.wait(0.5):
+                if cancel_requested() and not thread.cancelled():
+                    status = thread.cancel()
+                    session.recorder.event("cancel", toolset_status=status)
+            if cancel_requested():
+                result.cancelled = True
+        finally:
+            openai_client.close()
+        if model.failures:
+            # the model's own record says why (a guest step failed, the run went off script);
+            # the SDK only saw an HTTP error
+            failure: ScriptViolation | BaseException = model.failures[0]
+            if failure.__cause__ is not None:
+                failure = failure.__cause__
+            raise failure from thread.outcome.error
+        if thread.outcome.error is not None:
+            raise thread.outcome.error
+        result.final_message = thread.outcome.final_message
+        model.assert_finished()

@@ -1,0 +1,1 @@
+"""Scripted-model scripts of the drill (JSON data; see :mod:`orchestrator.drill.task`)."""

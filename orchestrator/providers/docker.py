@@ -1,0 +1,467 @@
+"""The Docker backend: one hardened container per sandbox, its agent behind a unix socket.
+
+Architecture (one sandbox ``dk-<10 hex>``):
+
+- **guest container** ``cubicle-dk-…`` from ``cubicle-guest:<content hash>``: runs as uid 1000
+  (``cubicle``) under docker-init, ``cap_drop=ALL``, ``no-new-privileges``, read-only root fs
+  with tmpfs on ``/tmp``, ``/home/cubicle``, ``/run`` (and ``/dev/shm`` of
+  :data:`SHM_SIZE` for chromium), memory/CPU/pids limits from the :class:`SandboxSpec`. Its
+  supervisor (images/docker/supervisor.py) starts Xvfb at ``CUBICLE_SCREEN``, openbox and the
+  agent.
+- **agent socket**: a per-sandbox host directory (mode 0700, owned by uid 1000) bind-mounted at
+  ``/run/cubicle``; the agent listens on ``agent.sock`` in it. No TCP port. The host directory
+  is under :func:`run_root` (``/run/cubicle`` as root, ``$XDG_RUNTIME_DIR/cubicle`` otherwise),
+  so the engine must be local (bind mounts).
+- **network**: :mod:`orchestrator.providers.docker_network` (none / allow via an egress-proxy
+  container on an internal network / open).
+- **labels**: every object carries :func:`orchestrator.labels.create_labels`; ``list``, ``gc``
+  and ``destroy`` find objects by label only.
+
+Exec goes through the agent's ``exec`` op (runs as the desktop user, bounded by a timeout);
+:meth:`DockerProvider.docker_exec` (``docker exec``) is for diagnostics when the agent is down.
+"""
+
+from __future__ import annotations
+
+import atexit
+import builtins
+import contextlib
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Final
+
+import docker
+import docker.errors
+import docker.models.containers
+import docker.types
+
+from guest.client import AgentClient, connect_unix
+from orchestrator import labels as L
+from orchestrator.errors import (
+    ConfigError,
+    EngineUnavailable,
+    ImageMissing,
+    ProviderError,
+    SandboxNotFound,
+)
+from orchestrator.network import NetworkPolicy
+from orchestrator.provider import (
+    DoctorCheck,
+    ExecResult,
+    Progress,
+    Provider,
+    SandboxInfo,
+    SandboxSpec,
+)
+from orchestrator.providers import docker_image
+from orchestrator.providers.docker_errors import ENGINE_HINT, map_docker_errors
+from orchestrator.providers.docker_network import setup_network
+
+__all__ = ["GUEST_UID", "DockerProvider", "run_root"]
+
+ID_PREFIX: Final = "dk-"
+IMAGE_ENV: Final = "CUBICLE_DOCKER_IMAGE"
+"""Environment variable pinning the guest image (the test suite pins the one it built)."""
+GUEST_UID: Final = 1000
+GUEST_SOCKET_DIR: Final = "/run/cubicle"
+SOCKET_NAME: Final = "agent.sock"
+SHM_SIZE: Final = "512m"
+TMPFS: Final = {
+    "/tmp": "rw,nosuid,nodev,size=512m,mode=1777",
+    "/home/cubicle": f"rw,nosuid,nodev,size=512m,uid={GUEST_UID},gid={GUEST_UID},mode=0755",
+    "/run": "rw,nosuid,nodev,noexec,size=16m,mode=0755",
+}
+STOP_TIMEOUT_S: Final = 2
+ENGINE_TIMEOUT_S: Final = 60
+AGENT_OP_MARGIN_S: Final = 10.0
+
+
+def run_root() -> Path:
+    """Host folder holding one socket directory per sandbox (``CUBICLE_RUN_DIR`` overrides)."""
+    override = os.environ.get("CUBICLE_RUN_DIR")
+    if override:
+        return Path(override)
+    if os.geteuid() == 0:
+        return Path("/run/cubicle")
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    return Path(runtime) / "cubicle" if runtime else Path(f"/tmp/cubicle-{os.geteuid()}")
+
+
+_SHARED: dict[str, docker.DockerClient] = {}
+
+
+def _shared_client() -> docker.DockerClient:
+    """One engine connection per process and ``DOCKER_HOST``, closed at exit."""
+    where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    client = _SHARED.get(where)
+    if client is None:
+        socket_path = where.removeprefix("unix://")
+        if where.startswith("unix://") and not Path(socket_path).exists():
+            # checked here: docker-py leaks its socket when the path does not exist
+            raise EngineUnavailable(
+                f"no Docker engine at {where}: {socket_path} does not exist", hint=ENGINE_HINT
+            )
+        with map_docker_errors(f"connecting to the Docker engine at {where}"):
+            client = docker.from_env(timeout=ENGINE_TIMEOUT_S)
+        if not _SHARED:
+            atexit.register(_close_shared)
+        _SHARED[where] = client
+    return client
+
+
+def _close_shared() -> None:
+    for client in _SHARED.values():
+        client.close()
+    _SHARED.clear()
+
+
+def _info(container: docker.models.containers.Container) -> SandboxInfo:
+    labels: dict[str, str] = container.labels
+    width, _, height = labels.get(L.SCREEN, "0x0").partition("x")
+    return SandboxInfo(
+        id=labels[L.SANDBOX],
+        provider=DockerProvider.name,
+        state=str(container.status),
+        created_at=float(labels.get(L.CREATED_AT, "0")),
+        expires_at=float(labels.get(L.EXPIRES_AT, "0")),
+        owner_pid=int(labels.get(L.OWNER_PID, "0")),
+        owner_host=labels.get(L.OWNER_HOST, ""),
+        network=labels.get(L.NETWORK, ""),
+        screen=(int(width or 0), int(height or 0)),
+        detail={"container": str(container.name), "image": str(container.attrs["Config"]["Image"])},
+    )
+
+
+class DockerProvider(Provider):
+    """Sandboxes as Docker containers on the local engine (``DOCKER_HOST`` or the default socket).
+
+    Instances are cheap: the engine connection is made on first use and shared by every
+    instance of the process (closed at exit); pass ``client`` to use your own. The caller of
+    :meth:`create` owns the sandbox and removes it with :meth:`destroy`.
+    """
+
+    name: ClassVar[str] = "docker"
+
+    def __init__(self, client: docker.DockerClient | None = None) -> None:
+        self._client = client
+
+    # -- engine ------------------------------------------------------------------------------
+
+    @property
+    def client(self) -> docker.DockerClient:
+        """The engine connection (made lazily). :raises EngineUnavailable: engine not answering."""
+        if self._client is None:
+            self._client = _shared_client()
+        return self._client
+
+    def _containers(self, sandbox_id: str | None = None, role: str | None = None) -> list[Any]:
+        filters = [f"{L.SANDBOX}={sandbox_id}" if sandbox_id else L.SANDBOX]
+        if role:
+            filters.append(f"{L.ROLE}={role}")
+        with map_docker_errors("listing cubicle containers"):
+            return list(self.client.containers.list(all=True, filters={"label": filters}))
+
+    def _guest(self, sandbox_id: str) -> docker.models.containers.Container:
+        found = self._containers(sandbox_id, "guest")
+        if not found:
+            raise SandboxNotFound(
+                f"no Docker sandbox {sandbox_id!r} on this engine",
+                hint="list sandboxes with: cubicle ls",
+            )
+        container: docker.models.containers.Container = found[0]
+        return container
+
+    # -- Provider ----------------------------------------------------------------------------
+
+    def doctor(self) -> list[DoctorCheck]:
+        checks: list[DoctorCheck] = []
+        try:
+            with map_docker_errors("pinging the engine"):
+                version = self.client.version()
+        except Exception as exc:  # doctor never raises: it reports
+            return [
+                DoctorCheck("docker engine", False, str(exc), getattr(exc, "hint", ENGINE_HINT))
+            ]
+        checks.append(
+            DoctorCheck("docker engine", True, f"Docker {version.get('Version', '?')} answers")
+        )
+        try:
+            ref = docker_image.current_image_ref(self.client)
+            checks.append(DoctorCheck("docker image", True, f"{ref} present"))
+        except Exception as exc:
+            checks.append(DoctorCheck("docker image", False, str(exc), getattr(exc, "hint", None)))
+        root = run_root()
+        checks.append(DoctorCheck("socket folder", True, f"agent sockets under {root}"))
+        return checks
+
+    def build_image(self, *, progress: Progress, force: bool = False) -> str:
+        return docker_image.build_image(self.client, progress=progress, force=force)
+
+    def default_image(self) -> str:
+        """``CUBICLE_DOCKER_IMAGE`` if set (must exist), else the image of the current sources.
+
+        :raises ImageMissing: naming the image and how to build it.
+        """
+        pinned = os.environ.get(IMAGE_ENV)
+        if not pinned:
+            return docker_image.current_image_ref(self.client)
+        with map_docker_errors(f"looking up {pinned} ({IMAGE_ENV})"):
+            try:
+                self.client.images.get(pinned)
+            except docker.errors.ImageNotFound:
+                raise ImageMissing(
+                    f"the image {pinned} named by {IMAGE_ENV} does not exist",
+                    hint=f"unset {IMAGE_ENV} or build it with: cubicle image build",
+                ) from None
+        return pinned
+
+    def create(self, spec: SandboxSpec) -> SandboxInfo:
+        """Create and start the sandbox's network, proxy and guest container.
+
+        Returns once the container runs; readiness (the agent's hello) is the caller's
+        (:class:`orchestrator.sandbox.Sandbox`). On any failure removes what it made and raises.
+
+        """
+        _validate(spec)
+        image = spec.image or self.default_image()
+        sandbox_id = ID_PREFIX + secrets.token_hex(5)
+        labels = L.create_labels(
+            sandbox_id,
+            "guest",
+            owner=L.Owner.detached() if spec.detached else L.Owner.current(),
+            ttl_s=spec.ttl_s,
+            network=str(spec.network),
+            screen=spec.screen,
+        )
+        try:
+            socket_dir = self._make_socket_dir(sandbox_id)
+            attach = setup_network(
+                self.client, sandbox_id, spec.network, image=image, labels=labels
+            )
+            with map_docker_errors(f"creating the guest container of {sandbox_id}"):
+                container = self.client.containers.create(
+                    image,
+                    name=f"cubicle-{sandbox_id}",
+                    hostname="cubicle",
+                    labels=labels,
+                    user=f"{GUEST_UID}:{GUEST_UID}",
+                    environment={
+                        "CUBICLE_SCREEN": f"{spec.screen[0]}x{spec.screen[1]}",
+                        "CUBICLE_SANDBOX": sandbox_id,
+                        **attach.environment,
+                    },
+                    cap_drop=["ALL"],
+                    security_opt=["no-new-privileges"],
+                    read_only=True,
+                    tmpfs=dict(TMPFS),
+                    shm_size=SHM_SIZE,
+                    mem_limit=f"{spec.memory_mb}m",
+                    memswap_limit=f"{spec.memory_mb}m",
+                    nano_cpus=int(spec.cpus * 1e9),
+                    pids_limit=spec.pids_limit,
+                    init=True,
+                    mounts=[
+                        docker.types.Mount(
+                            GUEST_SOCKET_DIR, str(socket_dir), type="bind", read_only=False
+                        )
+                    ],
+                    **attach.create_kwargs,
+                )
+                container.start()
+                container.reload()
+            return _info(container)
+        except BaseException:
+            self.destroy(sandbox_id)
+            raise
+
+    def connect(self, sandbox_id: str, *, timeout: float) -> AgentClient:
+        """Open a new connection to the agent (no hello). The caller closes it."""
+        return connect_unix(self.agent_socket(sandbox_id), timeout=timeout, name=sandbox_id)
+
+    def agent_socket(self, sandbox_id: str) -> str:
+        """``<run_root>/<id>/agent.sock`` on the host (``/run/cubicle/agent.sock`` in the guest)."""
+        _check_id(sandbox_id)
+        return str(run_root() / sandbox_id / SOCKET_NAME)
+
+    def exec(self, sandbox_id: str, argv: Sequence[str], *, timeout: float = 60.0) -> ExecResult:
+        """Run ``argv`` as the desktop user through the agent's ``exec`` op (``timeout`` s)."""
+        with self.connect(sandbox_id, timeout=10.0) as client:
+            client.hello(timeout=10.0)
+            result = client.call(
+                "exec",
+                {"argv": list(argv), "timeout_ms": int(timeout * 1000)},
+                timeout=timeout + AGENT_OP_MARGIN_S,
+            ).result
+        return ExecResult(
+            exit_code=result.get("exit_code"),
+            stdout=str(result.get("stdout", "")),
+            stderr=str(result.get("stderr", "")),
+            timed_out=bool(result.get("timed_out", False)),
+        )
+
+    def docker_exec(self, sandbox_id: str, argv: Sequence[str]) -> ExecResult:
+        """Diagnostics only: ``docker exec`` ``argv`` as the desktop user (no agent needed)."""
+        container = self._guest(sandbox_id)
+        with map_docker_errors(f"docker exec in {sandbox_id}"):
+            result = container.exec_run(list(argv), user=f"{GUEST_UID}:{GUEST_UID}", demux=True)
+        stdout, stderr = result.output
+        return ExecResult(result.exit_code, _text(stdout), _text(stderr))
+
+    def logs(self, sandbox_id: str, *, tail: int = 50) -> str:
+        container = self._guest(sandbox_id)
+        with map_docker_errors(f"reading the logs of {sandbox_id}"):
+            return bytes(container.logs(tail=tail)).decode("utf-8", "replace")
+
+    def egress_log(self, sandbox_id: str, *, tail: int | str = "all") -> str:
+        """The egress proxy's decision log (JSON lines), ``""`` when the sandbox has no proxy."""
+        found = self._containers(sandbox_id, "egress")
+        if not found:
+            return ""
+        with map_docker_errors(f"reading the egress log of {sandbox_id}"):
+            return bytes(found[0].logs(tail=tail)).decode("utf-8", "replace")
+
+    def destroy(self, sandbox_id: str) -> None:
+        """Remove the containers, networks, volumes and socket folder of a sandbox (idempotent)."""
+        _check_id(sandbox_id)
+        for container in self._containers(sandbox_id):
+            with map_docker_errors(f"removing {container.name}"):
+                _remove_container(container)
+        with map_docker_errors(f"listing the networks of {sandbox_id}"):
+            networks = self.client.networks.list(filters={"label": f"{L.SANDBOX}={sandbox_id}"})
+        for network in networks:
+            with (
+                map_docker_errors(f"removing network {network.name}"),
+                contextlib.suppress(docker.errors.NotFound),
+            ):
+                network.remove()
+        with map_docker_errors(f"listing the volumes of {sandbox_id}"):
+            volumes = self.client.volumes.list(filters={"label": f"{L.SANDBOX}={sandbox_id}"})
+        for volume in volumes:
+            with map_docker_errors(f"removing volume {volume.name}"):
+                volume.remove(force=True)
+        shutil.rmtree(run_root() / sandbox_id, ignore_errors=True)
+
+    def list(self) -> list[SandboxInfo]:
+        return sorted(
+            (_info(c) for c in self._containers(role="guest")), key=lambda i: i.created_at
+        )
+
+    def gc(self) -> builtins.list[str]:
+        """Destroy sandboxes whose owner is gone or whose expiry passed, then orphaned objects."""
+        now = time.time()
+        doomed: set[str] = set()
+        alive: set[str] = set()
+        for container in self._containers():
+            labels = container.labels
+            sandbox_id = labels.get(L.SANDBOX, "")
+            if not sandbox_id.startswith(ID_PREFIX):
+                continue
+            expired = float(labels.get(L.EXPIRES_AT, "0")) < now
+            if expired or not L.owner_alive(labels):
+                doomed.add(sandbox_id)
+            elif labels.get(L.ROLE) == "guest":
+                alive.add(sandbox_id)
+        # objects of a sandbox whose guest container is gone (a crash mid-create) are orphans
+        with map_docker_errors("listing cubicle networks"):
+            networks = self.client.networks.list(filters={"label": L.SANDBOX})
+        for network in networks:
+            sandbox_id = network.attrs.get("Labels", {}).get(L.SANDBOX, "")
+            if sandbox_id.startswith(ID_PREFIX) and sandbox_id not in alive:
+                doomed.add(sandbox_id)
+        for container in self._containers(role="egress"):
+            sandbox_id = container.labels.get(L.SANDBOX, "")
+            if sandbox_id not in alive:
+                doomed.add(sandbox_id)
+        for sandbox_id in sorted(doomed):
+            self.destroy(sandbox_id)
+        root = run_root()
+        if root.is_dir():
+            for folder in root.iterdir():
+                if folder.name.startswith(ID_PREFIX) and folder.name not in alive:
+                    shutil.rmtree(folder, ignore_errors=True)
+        return sorted(doomed)
+
+    def describe(self, sandbox_id: str) -> SandboxInfo | None:
+        found = self._containers(sandbox_id, "guest")
+        return _info(found[0]) if found else None
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _make_socket_dir(self, sandbox_id: str) -> Path:
+        root = run_root()
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        folder = root / sandbox_id
+        folder.mkdir(mode=0o700)
+        if os.geteuid() == 0:
+            os.chown(folder, GUEST_UID, GUEST_UID)
+        elif os.geteuid() != GUEST_UID:
+            # the guest user cannot write a folder it does not own; the 0700 parent keeps others out
+            folder.chmod(0o777)
+        return folder
+
+
+def _text(data: object) -> str:
+    return data.decode("utf-8", "replace") if isinstance(data, bytes) else ""
+
+
+def _check_id(sandbox_id: str) -> None:
+    body = sandbox_id[len(ID_PREFIX) :]
+    if (
+        not sandbox_id.startswith(ID_PREFIX)
+        or not body
+        or not all(c in "0123456789abcdef" for c in body)
+    ):
+        raise SandboxNotFound(
+            f"{sandbox_id!r} is not a Docker sandbox id (dk- followed by hex digits)",
+            hint="list sandboxes with: cubicle ls",
+        )
+
+
+def _validate(spec: SandboxSpec) -> None:
+    width, height = spec.screen
+    if not (320 <= width <= 7680 and 200 <= height <= 4320):
+        raise ConfigError(f"screen {width}x{height} is outside 320x200 .. 7680x4320 pixels")
+    if not spec.ttl_s > 0:
+        raise ConfigError(f"ttl must be positive seconds, got {spec.ttl_s}")
+    if spec.memory_mb < 256:
+        raise ConfigError(f"memory {spec.memory_mb} MiB is below the 256 MiB a desktop needs")
+    cpus = os.cpu_count() or 1
+    if not 0.1 <= spec.cpus <= cpus:
+        raise ConfigError(f"cpus {spec.cpus} is outside 0.1 .. {cpus} (this host's CPU count)")
+    if not isinstance(spec.network, NetworkPolicy):
+        raise ConfigError(f"network must be a NetworkPolicy, got {type(spec.network).__name__}")
+    if spec.image is not None and not spec.image:
+        raise ImageMissing("empty image reference in SandboxSpec")
+
+
+def _remove_container(
+    container: docker.models.containers.Container, *, wait_s: float = 30.0
+) -> None:
+    """Force-remove ``container``; gone already, or being removed by someone else, is success.
+
+    A concurrent removal (another ``destroy`` or ``gc``) makes the engine answer 409 "removal
+    already in progress"; then wait up to ``wait_s`` seconds for it to finish so that the
+    networks the container used can be removed next.
+    """
+    try:
+        container.remove(force=True, v=True)
+        return
+    except docker.errors.NotFound:
+        return
+    except docker.errors.APIError as exc:
+        if exc.status_code != 409 or "in progress" not in str(exc):
+            raise
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            container.reload()
+        except docker.errors.NotFound:
+            return
+        time.sleep(0.1)
+    raise ProviderError(
+        f"container {container.name} was still being removed by another process after {wait_s} s"
+    )

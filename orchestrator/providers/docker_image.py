@@ -1,0 +1,359 @@
+"""Build the Docker guest image (``cubicle image build``), content-addressed.
+
+Steps, each reported through ``progress`` one line at a time:
+
+1. **Base.** ``debian:bookworm-slim`` when present or pullable within :data:`PULL_TIMEOUT_S`;
+   else ``cubicle-base:bookworm`` when present; else bootstrap it from Debian's mirror
+   (``debootstrap --variant=minbase bookworm`` into a temporary folder → tar → ``docker import``).
+   Bootstrapping needs root and ``debootstrap`` on the host (scripts/host-packages/docker.txt).
+2. **Tag.** The image tag is a hash of everything that goes into it (Dockerfile, supervisor,
+   openbox config, egress proxy, guest package list, the guest agent's source, the pinned
+   versions of its dependencies, the base image id): ``cubicle-guest:<hash>``. When that tag
+   exists the build is a no-op ("up to date").
+3. **Context.** A temporary folder with the files above plus a wheelhouse: the guest agent's
+   dependencies (``pip download --only-binary=:all:`` for CPython 3.11 manylinux) and the agent
+   itself (``pip wheel``), because containers here cannot reach PyPI.
+4. **Build** through the engine's build API, streaming the log; ``cubicle-guest:latest`` points at
+   the result.
+
+The source files are read from the repository checkout this module lives in (``images/``,
+``guest/``): building needs a checkout (or an editable install), running does not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import docker
+import docker.errors
+import requests.exceptions
+
+from orchestrator.errors import ImageBuildError, ImageMissing
+from orchestrator.provider import Progress
+from orchestrator.providers.docker_errors import IMAGE_HINT, map_docker_errors
+
+__all__ = [
+    "BASE_BOOTSTRAPPED",
+    "BASE_REGISTRY",
+    "IMAGE_REPOSITORY",
+    "build_image",
+    "current_image_ref",
+    "image_inputs",
+]
+
+REPO_ROOT: Final = Path(__file__).resolve().parents[2]
+IMAGE_REPOSITORY: Final = "cubicle-guest"
+BASE_REGISTRY: Final = "debian:bookworm-slim"
+BASE_BOOTSTRAPPED: Final = "cubicle-base:bookworm"
+PULL_TIMEOUT_S: Final = 20.0
+DEBIAN_MIRROR: Final = os.environ.get("CUBICLE_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+GUEST_DEPENDENCIES: Final = ("python-xlib", "mss", "pillow")
+WHEEL_PLATFORMS: Final = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
+LOG_TAIL_LINES: Final = 40
+
+
+def image_inputs() -> dict[str, Path]:
+    """Build-context name → source file of everything copied into the image context."""
+    docker_dir = REPO_ROOT / "images" / "docker"
+    files = {
+        "Dockerfile": docker_dir / "Dockerfile",
+        "supervisor.py": docker_dir / "supervisor.py",
+        "openbox-rc.xml": docker_dir / "openbox-rc.xml",
+        "guest-packages.txt": REPO_ROOT / "images" / "guest-packages.txt",
+        "egress.py": REPO_ROOT / "orchestrator" / "egress.py",
+    }
+    missing = [str(path) for path in files.values() if not path.is_file()]
+    if missing:
+        raise ImageMissing(
+            f"the image sources are not available: {', '.join(missing)}",
+            hint="build from a cubicle checkout (images/ and guest/ next to orchestrator/)",
+        )
+    return files
+
+
+def guest_sources() -> list[Path]:
+    """The guest agent's package files (what ``pip wheel ./guest`` packs)."""
+    guest_dir = REPO_ROOT / "guest"
+    return sorted([guest_dir / "pyproject.toml", *guest_dir.glob("*.py")])
+
+
+def guest_requirements() -> list[str]:
+    """The guest agent's dependencies, pinned to the versions installed (and tested) on the host."""
+    pinned = []
+    for name in GUEST_DEPENDENCIES:
+        try:
+            pinned.append(f"{name}=={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            pinned.append(name)
+    return pinned
+
+
+def content_hash(base_id: str) -> str:
+    """Hash of every input of the image (files, pinned requirements, base image id)."""
+    digest = hashlib.sha256()
+    entries = [(name, path) for name, path in image_inputs().items()]
+    entries += [(f"guest/{path.name}", path) for path in guest_sources()]
+    for name, path in sorted(entries):
+        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    digest.update("\n".join(guest_requirements()).encode() + b"\0" + base_id.encode())
+    return digest.hexdigest()[:16]
+
+
+def _image_id(client: docker.DockerClient, ref: str) -> str | None:
+    try:
+        return str(client.images.get(ref).id)
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def _present_base(client: docker.DockerClient) -> str | None:
+    """The base image to build on, if one is already present (registry base preferred)."""
+    for ref in (BASE_REGISTRY, BASE_BOOTSTRAPPED):
+        if _image_id(client, ref) is not None:
+            return ref
+    return None
+
+
+def current_image_ref(client: docker.DockerClient) -> str:
+    """The tag the current sources build to, if that image exists.
+
+    :raises ImageMissing: no base, or no image for the current sources (says which).
+    """
+    with map_docker_errors("looking up the guest image"):
+        base = _present_base(client)
+        if base is None:
+            raise ImageMissing(
+                "the cubicle guest image is not built (no base image either)", hint=IMAGE_HINT
+            )
+        base_id = _image_id(client, base) or ""
+        ref = f"{IMAGE_REPOSITORY}:{content_hash(base_id)}"
+        if _image_id(client, ref) is None:
+            stale = [t for image in client.images.list(name=IMAGE_REPOSITORY) for t in image.tags]
+            raise ImageMissing(
+                f"the cubicle guest image {ref} for the current sources is not built"
+                + (f" (found older: {', '.join(sorted(stale))})" if stale else ""),
+                hint=IMAGE_HINT,
+            )
+    return ref
+
+
+def _run_streaming(argv: list[str], progress: Progress, what: str) -> None:
+    """Run ``argv``, passing each output line to ``progress``; raise with the tail on failure."""
+    tail: list[str] = []
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as process:
+        assert process.stdout is not None
+        for raw in process.stdout:
+            line = raw.rstrip()
+            tail = [*tail[-LOG_TAIL_LINES + 1 :], line]
+            progress(f"  {line}")
+        status = process.wait()
+    if status != 0:
+        raise ImageBuildError(f"{what} failed with exit status {status}", log_tail="\n".join(tail))
+
+
+def _pull_registry_base(progress: Progress) -> bool:
+    progress(f"base: trying to pull {BASE_REGISTRY} (timeout {PULL_TIMEOUT_S:.0f} s)")
+    try:
+        api = docker.APIClient(timeout=int(PULL_TIMEOUT_S), version="auto")
+        try:
+            repository, tag = BASE_REGISTRY.split(":")
+            api.pull(repository, tag=tag)
+        finally:
+            api.close()
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        progress(f"base: pull failed ({str(exc).splitlines()[0][:160]}); bootstrapping from Debian")
+        return False
+    return True
+
+
+def bootstrap_base(client: docker.DockerClient, progress: Progress) -> str:
+    """debootstrap a minbase bookworm and import it as :data:`BASE_BOOTSTRAPPED`."""
+    if shutil.which("debootstrap") is None:
+        raise ImageBuildError(
+            "no Debian base image is available and debootstrap is not installed",
+            hint="apt-get install debootstrap (scripts/host-packages/docker.txt), or make "
+            f"{BASE_REGISTRY} pullable",
+        )
+    if os.geteuid() != 0:
+        raise ImageBuildError(
+            "no Debian base image is available and bootstrapping one needs root (debootstrap)",
+            hint=f"run `cubicle image build` once as root, or make {BASE_REGISTRY} pullable",
+        )
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="cubicle-base-") as work:
+        rootfs = Path(work) / "rootfs"
+        progress(f"base: debootstrap --variant=minbase bookworm from {DEBIAN_MIRROR}")
+        _run_streaming(
+            ["debootstrap", "--variant=minbase", "bookworm", str(rootfs), DEBIAN_MIRROR],
+            progress,
+            "debootstrap",
+        )
+        for leftover in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            for path in (rootfs / leftover).glob("*"):
+                if path.is_file():
+                    path.unlink()
+        archive = Path(work) / "rootfs.tar"
+        progress("base: packing the root file system")
+        _run_streaming(
+            ["tar", "--numeric-owner", "--xattrs", "-C", str(rootfs), "-cf", str(archive), "."],
+            progress,
+            "packing the base root file system",
+        )
+        progress(f"base: importing as {BASE_BOOTSTRAPPED}")
+        repository, tag = BASE_BOOTSTRAPPED.split(":")
+        with map_docker_errors(f"importing {BASE_BOOTSTRAPPED}"):
+            client.api.import_image_from_file(str(archive), repository=repository, tag=tag)
+    progress(f"base: {BASE_BOOTSTRAPPED} ready in {time.monotonic() - started:.1f} s")
+    return BASE_BOOTSTRAPPED
+
+
+def ensure_base(client: docker.DockerClient, progress: Progress) -> str:
+    """The base image ref, pulling or bootstrapping it when absent."""
+    with map_docker_errors("looking up the base image"):
+        present = _present_base(client)
+    if present is not None:
+        return present
+    if _pull_registry_base(progress):
+        return BASE_REGISTRY
+    return bootstrap_base(client, progress)
+
+
+def _fill_context(context: Path, progress: Progress) -> None:
+    for name, source in image_inputs().items():
+        shutil.copy2(source, context / name)
+    wheels = context / "wheels"
+    wheels.mkdir()
+    requirements = guest_requirements()
+    progress(f"wheelhouse: downloading {', '.join(requirements)} for CPython 3.11 manylinux")
+    platforms = [arg for platform in WHEEL_PLATFORMS for arg in ("--platform", platform)]
+    _run_streaming(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--only-binary=:all:",
+            "--python-version",
+            "3.11",
+            "--implementation",
+            "cp",
+            *platforms,
+            "--dest",
+            str(wheels),
+            *requirements,
+        ],
+        progress,
+        "downloading the guest's wheels",
+    )
+    # build from a copy so the build leaves nothing (build/, *.egg-info) in the guest/ checkout
+    source = context / "guest-src"
+    source.mkdir()
+    for path in guest_sources():
+        shutil.copy2(path, source / path.name)
+    progress("wheelhouse: building the cubicle-guest wheel")
+    _run_streaming(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--wheel-dir",
+            str(wheels),
+            str(source),
+        ],
+        progress,
+        "building the cubicle-guest wheel",
+    )
+    shutil.rmtree(source)
+
+
+def _stream_build(events: Iterator[dict[str, Any]], progress: Progress) -> None:
+    tail: list[str] = []
+    for event in events:
+        text = event.get("stream") or event.get("status") or ""
+        for line in str(text).splitlines():
+            if line.strip():
+                tail = [*tail[-LOG_TAIL_LINES + 1 :], line]
+                progress(f"  {line}")
+        if "error" in event:
+            raise ImageBuildError(
+                f"docker build failed: {str(event['error']).strip()}", log_tail="\n".join(tail)
+            )
+
+
+def build_image(client: docker.DockerClient, *, progress: Progress, force: bool = False) -> str:
+    """Build the guest image for the current sources unless it exists; return its ref."""
+    started = time.monotonic()
+    base = ensure_base(client, progress)
+    with map_docker_errors(f"looking up {base}"):
+        base_id = _image_id(client, base) or ""
+    ref = f"{IMAGE_REPOSITORY}:{content_hash(base_id)}"
+    with map_docker_errors(f"looking up {ref}"):
+        exists = _image_id(client, ref) is not None
+    if exists and not force:
+        progress(f"image {ref} is up to date")
+        return ref
+    progress(f"image: building {ref} on {base}")
+    with tempfile.TemporaryDirectory(prefix="cubicle-image-") as work:
+        context = Path(work)
+        _fill_context(context, progress)
+        with map_docker_errors(f"building {ref}"):
+            events = client.api.build(
+                path=str(context),
+                tag=ref,
+                buildargs={"BASE": base},
+                rm=True,
+                forcerm=True,
+                pull=False,
+                decode=True,
+                nocache=force,
+                labels={"io.cubicle.image": ref},
+            )
+            _stream_build(events, progress)
+            client.images.get(ref).tag(IMAGE_REPOSITORY, "latest")
+    progress(f"image {ref} built in {time.monotonic() - started:.1f} s")
+    prune_stale_images(client, keep=ref, progress=progress)
+    return ref
+
+
+def prune_stale_images(client: docker.DockerClient, *, keep: str, progress: Progress) -> list[str]:
+    """Remove the guest image tags older builds left behind; return the tags removed.
+
+    Only ``cubicle-guest:<hash>`` tags other than ``keep`` (and ``latest``) are candidates, and a
+    tag a container still uses (running or stopped) is kept: the engine refuses to remove it,
+    and that refusal is expected, not an error.
+    """
+    removed: list[str] = []
+    with map_docker_errors("listing guest images"):
+        images = client.images.list(name=IMAGE_REPOSITORY)
+    for image in images:
+        for tag in image.tags:
+            if tag in (keep, f"{IMAGE_REPOSITORY}:latest"):
+                continue
+            try:
+                client.images.remove(tag)
+            except docker.errors.APIError as exc:
+                if exc.status_code == 409:  # in use by a container
+                    continue
+                raise
+            removed.append(tag)
+    if removed:
+        progress(f"image: removed {len(removed)} stale tag(s): {', '.join(sorted(removed))}")
+    return removed

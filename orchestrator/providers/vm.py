@@ -1,0 +1,651 @@
+"""The libvirt/QEMU VM backend: each sandbox is a transient domain on a qcow2 overlay of a read-only
+base disk, reached through a virtio-serial unix channel.
+
+Per sandbox ``vm-XXXXXXXXXX`` the provider creates, under ``<home>/run/<id>/`` (see
+:func:`orchestrator.providers.vm_image.vm_home`): ``overlay.qcow2`` (backed by the base or by a
+warm slot's golden overlay), ``agent.sock`` (the channel; one connection at a time),
+``console.log`` (the guest's serial console: init, X, agent) and ``labels.json`` (the owner and
+expiry, so ``gc`` can remove the directory even when the domain never started). The domain
+carries the same labels in its ``<metadata>``. :meth:`VmProvider.destroy` removes the domain and
+the directory; nothing else is created.
+
+Warm starts: see :mod:`orchestrator.providers.vm_warm` (saved golden states, one live restore per
+slot, cold boot when every slot is busy or the network policy needs a NIC).
+
+Network: ``none`` (default) → no NIC at all, the guest has only ``lo``. ``open`` → QEMU user-mode
+networking. ``allow:`` is refused with :class:`ConfigError` for now (the design is a user-mode
+NIC with ``restrict=on`` and a ``guestfwd`` to the host's egress proxy; not built yet).
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import io
+import json
+import logging
+import math
+import os
+import secrets
+import shutil
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from PIL import Image
+
+from guest.client import AgentClient, connect_unix
+from guest.errors import CubicleError
+from orchestrator import labels as L
+from orchestrator.errors import (
+    ConfigError,
+    EngineUnavailable,
+    ImageMissing,
+    ProviderError,
+    SandboxNotFound,
+    SandboxStartError,
+)
+from orchestrator.provider import (
+    DoctorCheck,
+    ExecResult,
+    Progress,
+    Provider,
+    SandboxInfo,
+    SandboxSpec,
+)
+from orchestrator.providers import vm_image
+from orchestrator.providers.vm_domain import (
+    DomainPlan,
+    domain_xml,
+    labels_from_xml,
+    probe_accelerator,
+    retarget_saved_xml,
+)
+from orchestrator.providers.vm_libvirt import (
+    DEFAULT_URI,
+    is_no_domain,
+    libvirt_module,
+    map_libvirt_errors,
+    open_connection,
+)
+from orchestrator.providers.vm_warm import WarmKey, WarmSlot, slots_for
+
+__all__ = ["VmProvider"]
+
+log = logging.getLogger(__name__)
+
+ID_PREFIX = "vm-"
+START = "cubicle-vm.start"
+"""Extra label: ``cold``, ``warm:N`` (restored from slot N) or ``golden`` (being saved)."""
+IMAGE = "cubicle-vm.image"
+ACCEL = "cubicle-vm.accelerator"
+GOLDEN_TTL_S = 900.0
+READY_TIMEOUT_S = 180.0
+MIN_MEMORY_MB = 512
+SCREEN_LIMITS = (64, 8192)
+
+
+def _qemu_img_overlay(backing: Path, overlay: Path) -> None:
+    done = subprocess.run(
+        [
+            "qemu-img",
+            "create",
+            "-q",
+            "-f",
+            "qcow2",
+            "-F",
+            "qcow2",
+            "-b",
+            str(backing),
+            str(overlay),
+        ],
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise ProviderError(
+            f"qemu-img could not create the overlay {overlay} on {backing}: "
+            f"{done.stderr.decode('utf-8', 'replace').strip()}"
+        )
+
+
+def _not_black(png: bytes) -> bool:
+    """True when the screenshot shows more than one colour (the desktop is painted)."""
+    with Image.open(io.BytesIO(png)) as image:
+        return image.getcolors(1) is None
+
+
+class VmProvider(Provider):
+    """libvirt/QEMU sandboxes. ``CUBICLE_LIBVIRT_URI``, ``CUBICLE_VM_WARM_SLOTS`` (default 2;
+    0 disables warm starts), ``CUBICLE_VM_ACCEL`` (kvm|tcg|hvf) and ``CUBICLE_VM_IMAGE`` (pin an
+    image ref instead of the build of the current sources) configure it.
+
+    :param home: the backend's directory (images, warm states, per-sandbox files).
+    :param warm_slots: how many saved golden states (concurrent warm sandboxes) per guest shape.
+    """
+
+    name: ClassVar[str] = "vm"
+
+    def __init__(
+        self, *, uri: str | None = None, home: Path | None = None, warm_slots: int | None = None
+    ) -> None:
+        self.uri = uri or DEFAULT_URI
+        self.home = home or vm_image.vm_home()
+        self.warm_slots = (
+            int(os.environ.get("CUBICLE_VM_WARM_SLOTS", "2")) if warm_slots is None else warm_slots
+        )
+        self.accelerator = probe_accelerator()
+        self.image: str | None = os.environ.get("CUBICLE_VM_IMAGE") or None
+        """Image ref used when a spec names none; ``None``: the build of the current sources."""
+        self._conn: Any = None
+
+    # -- engine --------------------------------------------------------------------------
+
+    @property
+    def conn(self) -> Any:
+        if self._conn is None:
+            self._conn = open_connection(self.uri)
+        return self._conn
+
+    def _run_dir(self, sandbox_id: str) -> Path:
+        if not sandbox_id.startswith(ID_PREFIX) or not sandbox_id[len(ID_PREFIX) :].isalnum():
+            raise SandboxNotFound(f"{sandbox_id!r} is not a VM sandbox id (vm-…)")
+        return self.home / "run" / sandbox_id
+
+    def _domains(self) -> list[tuple[Any, dict[str, str]]]:
+        """Every cubicle domain (running or being saved) with its labels."""
+        with map_libvirt_errors("list domains"):
+            domains = self.conn.listAllDomains(0)
+        found = []
+        for dom in domains:
+            try:
+                labels = labels_from_xml(dom.XMLDesc(0))
+            except Exception as exc:  # a domain that vanished while listing
+                if is_no_domain(exc):
+                    continue
+                raise
+            if labels.get(L.SANDBOX):
+                found.append((dom, labels))
+        return found
+
+    def _domain(self, sandbox_id: str) -> Any | None:
+        return next(
+            (dom for dom, labels in self._domains() if labels[L.SANDBOX] == sandbox_id), None
+        )
+
+    # -- Provider: checks and image ------------------------------------------------------
+
+    def doctor(self) -> list[DoctorCheck]:
+        checks = []
+        try:
+            version = self.conn.getLibVersion()
+            checks.append(
+                DoctorCheck(
+                    "libvirt",
+                    True,
+                    f"{self.uri} answers (libvirt {version // 1_000_000}.{version // 1000 % 1000})",
+                )
+            )
+        except CubicleError as exc:
+            checks.append(DoctorCheck("libvirt", False, str(exc), exc.hint))
+        accel = self.accelerator
+        checks.append(DoctorCheck("accelerator", True, f"{accel.kind}: {accel.reason}"))
+        kvm = Path("/dev/kvm")
+        if kvm.exists() and (kvm.stat().st_mode & 0o060) == 0:
+            checks.append(
+                DoctorCheck(
+                    "/dev/kvm",
+                    False,
+                    "/dev/kvm is root-only: libvirtd re-probes QEMU on every create "
+                    "(about a minute each)",
+                    "run scripts/ensure-libvirt (sets group kvm, mode 0660)",
+                )
+            )
+        try:
+            image = vm_image.load_image(home=self.home)
+            checks.append(
+                DoctorCheck("image", True, f"VM image {image.ref} built ({image.directory})")
+            )
+        except ImageMissing as exc:
+            checks.append(DoctorCheck("image", False, str(exc), exc.hint))
+        for tool in ("qemu-img", "qemu-system-x86_64"):
+            found = shutil.which(tool)
+            checks.append(
+                DoctorCheck(
+                    tool,
+                    found is not None,
+                    found or f"{tool} is not installed",
+                    None if found else "scripts/ensure-host-packages",
+                )
+            )
+        return checks
+
+    def build_image(self, *, progress: Progress, force: bool = False) -> str:
+        """Build the base disk/kernel/initramfs, then save a warm state for the default shape.
+
+        The warm state needs libvirt; without it the build still succeeds (sandboxes cold-boot).
+        """
+        image = vm_image.build(progress=progress, force=force, home=self.home)
+        with contextlib.suppress(EngineUnavailable):
+            for path in self._prune(keep=image.ref):
+                progress(f"removed the unused older build {path}")
+        if self.warm_slots > 0:
+            try:
+                self.warm_up(SandboxSpec(image=image.ref), slots=1, progress=progress)
+            except (EngineUnavailable, ProviderError, SandboxStartError) as exc:
+                progress(f"warm state not saved ({exc}); sandboxes will cold-boot")
+        return image.ref
+
+    def _prune(self, *, keep: str) -> builtins.list[Path]:
+        """Remove images and warm states of older builds that no domain uses; return them."""
+        in_use = {labels.get(IMAGE) for _dom, labels in self._domains()} | {keep, self.image}
+        removed = []
+        for kind in ("images", "warm"):
+            root = self.home / kind
+            for path in sorted(root.iterdir()) if root.is_dir() else []:
+                if path.is_dir() and path.name not in in_use and ".tmp" not in path.name:
+                    shutil.rmtree(path, ignore_errors=True)
+                    removed.append(path)
+        return removed
+
+    # -- Provider: lifecycle -------------------------------------------------------------
+
+    def _validate(self, spec: SandboxSpec) -> None:
+        low, high = SCREEN_LIMITS
+        width, height = spec.screen
+        if not all(isinstance(v, int) and low <= v <= high for v in spec.screen):
+            raise ConfigError(
+                f"screen {width}x{height}: width and height must be integers {low}-{high} pixels"
+            )
+        if spec.memory_mb < MIN_MEMORY_MB:
+            raise ConfigError(
+                f"memory_mb={spec.memory_mb}: a VM guest needs at least {MIN_MEMORY_MB} MiB"
+            )
+        if spec.cpus <= 0:
+            raise ConfigError(f"cpus={spec.cpus}: must be positive")
+        if spec.network.mode == "allow":
+            raise ConfigError(
+                f"network policy {spec.network} is not supported by the VM backend yet "
+                "(only 'none' and 'open')",
+                hint="use the Docker backend for allow-listed egress, or --network none",
+            )
+
+    def warm_key(self, spec: SandboxSpec) -> WarmKey:
+        """The guest shape a saved state must match for ``spec`` (see :mod:`vm_warm`)."""
+        return WarmKey(
+            spec.screen,
+            spec.memory_mb,
+            max(1, math.ceil(spec.cpus)),
+            spec.pids_limit,
+            self.accelerator.kind,
+        )
+
+    def _labels(
+        self,
+        sandbox_id: str,
+        spec: SandboxSpec,
+        image: vm_image.VmImage,
+        start: str,
+        ttl_s: float | None = None,
+    ) -> dict[str, str]:
+        owner = L.Owner.detached() if spec.detached else L.Owner.current()
+        return L.create_labels(
+            sandbox_id,
+            "guest",
+            owner=owner,
+            ttl_s=spec.ttl_s if ttl_s is None else ttl_s,
+            network=str(spec.network),
+            screen=spec.screen,
+            extra={START: start, IMAGE: image.ref, ACCEL: self.accelerator.kind},
+        )
+
+    def _plan(
+        self,
+        name: str,
+        *,
+        run: Path,
+        overlay: Path,
+        spec: SandboxSpec,
+        image: vm_image.VmImage,
+        labels: dict[str, str],
+    ) -> DomainPlan:
+        key = self.warm_key(spec)
+        return DomainPlan(
+            name=name,
+            kernel=image.kernel,
+            initrd=image.initrd,
+            overlay=overlay,
+            agent_socket=run / "agent.sock",
+            console_log=run / "console.log",
+            memory_mb=key.memory_mb,
+            vcpus=key.vcpus,
+            screen=spec.screen,
+            accelerator=self.accelerator,
+            labels=labels,
+            user_network=spec.network.mode == "open",
+            pids_limit=spec.pids_limit,
+        )
+
+    def _new_run_dir(self, sandbox_id: str, labels: dict[str, str]) -> Path:
+        run = self._run_dir(sandbox_id)
+        run.mkdir(parents=True, mode=0o755)
+        for directory in (self.home, self.home / "run"):
+            directory.chmod(0o755)  # QEMU (libvirt-qemu) must reach the files inside
+        (run / "labels.json").write_text(json.dumps(labels, indent=2) + "\n")
+        return run
+
+    def create(self, spec: SandboxSpec) -> SandboxInfo:
+        self._validate(spec)
+        image = vm_image.load_image(spec.image or self.image, self.home)
+        self.conn  # noqa: B018 — fail with EngineUnavailable before creating anything
+        sandbox_id = ID_PREFIX + secrets.token_hex(5)
+        try:
+            info = None
+            if self.warm_slots > 0 and spec.network.mode == "none":
+                info = self._create_warm(sandbox_id, spec, image)
+            if info is None:
+                info = self._create_cold(sandbox_id, spec, image)
+        except BaseException:
+            self.destroy(sandbox_id)
+            raise
+        return info
+
+    def _create_cold(
+        self, sandbox_id: str, spec: SandboxSpec, image: vm_image.VmImage
+    ) -> SandboxInfo:
+        labels = self._labels(sandbox_id, spec, image, "cold")
+        run = self._new_run_dir(sandbox_id, labels)
+        overlay = run / "overlay.qcow2"
+        _qemu_img_overlay(image.base, overlay)
+        plan = self._plan(
+            f"cubicle-{sandbox_id}", run=run, overlay=overlay, spec=spec, image=image, labels=labels
+        )
+        with map_libvirt_errors(f"start the domain of sandbox {sandbox_id}"):
+            dom = self.conn.createXML(domain_xml(plan), 0)
+        return self._info(dom, labels)
+
+    def _create_warm(
+        self, sandbox_id: str, spec: SandboxSpec, image: vm_image.VmImage
+    ) -> SandboxInfo | None:
+        """Restore from the first free valid slot; make slot 0 first if no slot exists yet.
+
+        Returns None (→ cold boot) when every valid slot is in use; a slot whose state libvirt
+        cannot restore (and whose domain is not running) is removed.
+        """
+        slots = slots_for(self.home, image, self.warm_key(spec), self.warm_slots)
+        if not any(slot.valid_for(image) for slot in slots):
+            try:
+                self._make_golden(slots[0], spec, image)
+            except (ProviderError, SandboxStartError):
+                return None  # another process is making it, or it failed: cold boot this one
+        libvirt = libvirt_module()
+        for slot in slots:
+            if not slot.valid_for(image):
+                continue
+            labels = self._labels(sandbox_id, spec, image, "warm")
+            labels[START] = f"warm:{slot.index}"
+            run = self._run_dir(sandbox_id)
+            if not run.exists():
+                self._new_run_dir(sandbox_id, labels)
+            overlay = run / "overlay.qcow2"
+            overlay.unlink(missing_ok=True)
+            _qemu_img_overlay(slot.golden, overlay)
+            try:
+                saved = self.conn.saveImageGetXMLDesc(str(slot.state), 0)
+                xml = retarget_saved_xml(
+                    saved,
+                    overlay=overlay,
+                    agent_socket=run / "agent.sock",
+                    console_log=run / "console.log",
+                    labels=labels,
+                )
+                self.conn.restoreFlags(str(slot.state), xml, libvirt.VIR_DOMAIN_SAVE_RUNNING)
+            except libvirt.libvirtError as exc:
+                log.info("restoring %s from %s failed: %s", sandbox_id, slot.name, exc)
+                if not self._slot_live(slot):
+                    # not "in use" but unusable (e.g. QEMU/libvirt upgraded since the save):
+                    # drop the slot and cold-boot; the next warm_up/create makes it again
+                    slot.reset()
+                continue
+            (run / "labels.json").write_text(json.dumps(labels, indent=2) + "\n")
+            with map_libvirt_errors(f"look up the restored domain {slot.name}"):
+                dom = self.conn.lookupByName(slot.name)
+            return self._info(dom, labels)
+        shutil.rmtree(self._run_dir(sandbox_id), ignore_errors=True)  # the cold boot starts afresh
+        return None
+
+    def _slot_live(self, slot: WarmSlot) -> bool:
+        """Whether the slot's domain (its one live restore) is running now."""
+        try:
+            self.conn.lookupByName(slot.name)
+        except Exception as exc:
+            if is_no_domain(exc):
+                return False
+            raise
+        return True
+
+    def warm_up(
+        self, spec: SandboxSpec, *, slots: int | None = None, progress: Progress | None = None
+    ) -> int:
+        """Make sure ``slots`` (default: all) golden states exist for ``spec``'s shape.
+
+        :return: how many valid golden states this shape now has.
+        """
+        self._validate(spec)
+        image = vm_image.load_image(spec.image or self.image, self.home)
+        say = progress or (lambda _line: None)
+        wanted = slots_for(self.home, image, self.warm_key(spec), self.warm_slots)[
+            : slots or self.warm_slots
+        ]
+        for slot in wanted:
+            if not slot.valid_for(image):
+                started = time.monotonic()
+                say(f"warm state: booting and saving golden guest {slot.name}")
+                self._make_golden(slot, spec, image)
+                say(f"warm state: {slot.name} saved in {time.monotonic() - started:.0f} s")
+        return sum(slot.valid_for(image) for slot in wanted)
+
+    def _make_golden(self, slot: WarmSlot, spec: SandboxSpec, image: vm_image.VmImage) -> None:
+        """Cold-boot the slot's domain, wait for a painted desktop, save it (which stops it)."""
+        golden_id = ID_PREFIX + "golden" + secrets.token_hex(3)
+        golden_spec = SandboxSpec(
+            screen=spec.screen,
+            memory_mb=spec.memory_mb,
+            cpus=spec.cpus,
+            pids_limit=spec.pids_limit,
+            image=spec.image,
+        )
+        labels = self._labels(golden_id, golden_spec, image, "golden", ttl_s=GOLDEN_TTL_S)
+        slot.reset()
+        slot.directory.mkdir(parents=True)
+        for directory in slot.directory.parents:
+            if directory == self.home.parent:
+                break
+            directory.chmod(0o755)
+        run = self._new_run_dir(golden_id, labels)
+        try:
+            _qemu_img_overlay(image.base, slot.golden)
+            plan = self._plan(
+                slot.name,
+                run=run,
+                overlay=slot.golden,
+                spec=golden_spec,
+                image=image,
+                labels=labels,
+            )
+            with map_libvirt_errors(f"start the golden domain {slot.name}"):
+                dom = self.conn.createXML(domain_xml(plan), 0)
+            self.wait_ready(golden_id, timeout=READY_TIMEOUT_S, painted=True)
+            uuid = dom.UUIDString()
+            with map_libvirt_errors(f"save the golden domain {slot.name}"):
+                dom.save(str(slot.state))
+            slot.commit(image, self.warm_key(spec), uuid)
+        except BaseException:
+            self.destroy(golden_id)
+            slot.reset()
+            raise
+        shutil.rmtree(run, ignore_errors=True)
+
+    def wait_ready(
+        self, sandbox_id: str, *, timeout: float = READY_TIMEOUT_S, painted: bool = False
+    ) -> float:
+        """Wait until the agent answers ``hello`` (and, with ``painted``, a screenshot is not one
+        colour); return the seconds waited.
+
+        :raises SandboxStartError: the domain stopped or the deadline passed (with the console
+            tail).
+        """
+        started = time.monotonic()
+        deadline = started + timeout
+        last: BaseException | None = None
+        while time.monotonic() < deadline:
+            if self._domain(sandbox_id) is None:
+                raise SandboxStartError(
+                    f"VM sandbox {sandbox_id} stopped while starting",
+                    sandbox_id=sandbox_id,
+                    log_tail=self.logs(sandbox_id, tail=30),
+                )
+            try:
+                with self.connect(
+                    sandbox_id, timeout=min(2.0, deadline - time.monotonic())
+                ) as client:
+                    client.hello(timeout=max(0.1, min(3.0, deadline - time.monotonic())))
+                    if not painted:
+                        return time.monotonic() - started
+                    while time.monotonic() < deadline:
+                        reply = client.call(
+                            "screenshot",
+                            {"format": "png"},
+                            timeout=max(0.1, deadline - time.monotonic()),
+                        )
+                        if _not_black(reply.blob):
+                            return time.monotonic() - started
+                        time.sleep(0.2)
+            except CubicleError as exc:
+                last = exc
+                time.sleep(0.1)
+        raise SandboxStartError(
+            f"the agent of VM sandbox {sandbox_id} was not ready within {timeout:.0f} s"
+            + (f" (last error: {last})" if last else ""),
+            sandbox_id=sandbox_id,
+            log_tail=self.logs(sandbox_id, tail=30),
+        )
+
+    def connect(self, sandbox_id: str, *, timeout: float) -> AgentClient:
+        """A client on the sandbox's channel socket (no hello sent). Replies the guest queued for
+        an earlier connection are skipped by id (the client does that)."""
+        return connect_unix(
+            self.agent_socket(sandbox_id), timeout=max(0.05, timeout), name=sandbox_id
+        )
+
+    def agent_socket(self, sandbox_id: str) -> str:
+        return str(self._run_dir(sandbox_id) / "agent.sock")
+
+    def exec(self, sandbox_id: str, argv: Sequence[str], *, timeout: float = 60.0) -> ExecResult:
+        if isinstance(argv, str) or not argv:
+            raise ConfigError(f"exec needs a non-empty argument list, got {argv!r:.80}")
+        with self.connect(sandbox_id, timeout=10.0) as client:
+            client.hello(timeout=10.0)
+            result = client.call(
+                "exec",
+                {"argv": list(argv), "timeout_ms": int(timeout * 1000)},
+                timeout=timeout + 10.0,
+            ).result
+        return ExecResult(
+            result.get("exit_code"),
+            result.get("stdout", ""),
+            result.get("stderr", ""),
+            bool(result.get("timed_out", False)),
+        )
+
+    def logs(self, sandbox_id: str, *, tail: int = 50) -> str:
+        path = self._run_dir(sandbox_id) / "console.log"
+        try:
+            lines = path.read_text(errors="replace").splitlines()
+        except OSError as exc:
+            return f"(no console log for {sandbox_id}: {exc.strerror})"
+        return "\n".join(lines[-tail:])
+
+    def destroy(self, sandbox_id: str) -> None:
+        run = self._run_dir(sandbox_id)
+        dom = self._domain(sandbox_id)
+        if dom is not None:
+            try:
+                dom.destroy()
+            except Exception as exc:
+                if not is_no_domain(exc):
+                    raise ProviderError(
+                        f"libvirt could not destroy VM sandbox {sandbox_id}: {exc}"
+                    ) from exc
+        shutil.rmtree(run, ignore_errors=True)
+
+    def _info(self, dom: Any, labels: dict[str, str]) -> SandboxInfo:
+        try:
+            state = {1: "running", 3: "paused", 4: "stopping", 5: "exited", 6: "crashed"}.get(
+                dom.state()[0], "unknown"
+            )
+        except Exception as exc:
+            if not is_no_domain(exc):
+                raise
+            state = "exited"
+        width, height = (int(v) for v in labels.get(L.SCREEN, "0x0").split("x"))
+        sandbox_id = labels[L.SANDBOX]
+        return SandboxInfo(
+            id=sandbox_id,
+            provider=self.name,
+            state=state,
+            created_at=float(labels.get(L.CREATED_AT, 0)),
+            expires_at=float(labels.get(L.EXPIRES_AT, 0)),
+            owner_pid=int(labels.get(L.OWNER_PID, 0)),
+            owner_host=labels.get(L.OWNER_HOST, ""),
+            network=labels.get(L.NETWORK, ""),
+            screen=(width, height),
+            detail={
+                "accelerator": labels.get(ACCEL, ""),
+                "accelerator_reason": self.accelerator.reason,
+                "start": labels.get(START, ""),
+                "domain": dom.name(),
+                "image": labels.get(IMAGE, ""),
+                "agent_socket": self.agent_socket(sandbox_id),
+            },
+        )
+
+    def list(self) -> list[SandboxInfo]:
+        infos = []
+        for dom, labels in self._domains():
+            with contextlib.suppress(CubicleError):
+                infos.append(self._info(dom, labels))
+        return infos
+
+    def gc(self) -> builtins.list[str]:
+        """Destroy sandboxes (and half-made golden guests) whose owner is gone or whose expiry
+        passed; remove per-sandbox directories that no domain uses and whose owner is gone."""
+        now = time.time()
+        removed: builtins.list[str] = []
+        live: set[str] = set()
+        for _dom, labels in self._domains():
+            sandbox_id = labels[L.SANDBOX]
+            if not L.owner_alive(labels) or float(labels.get(L.EXPIRES_AT, "inf")) < now:
+                self.destroy(sandbox_id)
+                removed.append(sandbox_id)
+            else:
+                live.add(sandbox_id)
+        run_root = self.home / "run"
+        for run in sorted(run_root.iterdir()) if run_root.is_dir() else []:
+            if run.name in live or run.name in removed:
+                continue
+            try:
+                labels = json.loads((run / "labels.json").read_text())
+            except (OSError, ValueError):
+                labels = {}
+            orphan = (
+                not L.owner_alive(labels) or float(labels.get(L.EXPIRES_AT, "inf")) < now
+                if labels
+                else now - run.stat().st_mtime > 600
+            )
+            if orphan:
+                shutil.rmtree(run, ignore_errors=True)
+                removed.append(run.name)
+        return removed

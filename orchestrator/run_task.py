@@ -1,0 +1,365 @@
+"""``cubicle run "TASK"``: one task for a real model (Responses API) in a fresh sandbox.
+
+The same pipeline as the drill (:mod:`orchestrator.drill`): a sandbox (network ``none`` unless
+``--network``), the :class:`drivers.computer.GuestDriver` at a model view, the real openai loop
+(``ComputerToolset`` or ``ResponsesToolRunner``), a trajectory folder with ``report.html``, and
+optional verification of the guest's state before success is claimed.
+
+Approvals: pending safety checks are asked on the terminal when stdin is one (default answer
+deny) and denied when it is not (``--approvals deny`` forces that); ``--policy FILE`` decides
+checks *and* actions by a :mod:`drivers.policy_file` policy (its ``ask`` verdicts go to the
+terminal, or are denied when there is none). Ctrl-C cancels cooperatively (the SDK's
+``cancelled``), waits for the loop to drain, then tears the sandbox down; a second Ctrl-C stops
+at once (the sandbox is still removed).
+
+Verification (``--verify-file GUEST_PATH=TEXT``, repeatable; ``--verify module:function`` called
+with the agent client, returning a bool, a :class:`~orchestrator.drill.verify.Check` or a list of
+them) runs after the model's final message; any failed check makes the exit status 1.
+
+Offline: ``OPENAI_BASE_URL`` pointing at a :class:`drivers.scripted_model.ScriptedModel` runs
+the whole command without a key or network (tests do this).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import ipaddress
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from openai import OpenAI
+
+from drivers.approvals import ApprovalPolicy, FilePolicy, NonInteractive, TerminalPrompt
+from drivers.computer import GuestDriver
+from drivers.policy_file import load_policy
+from drivers.viewport import Viewport
+from guest.client import AgentClient
+from orchestrator.drill.console import default_out, destroy_quietly, progress
+from orchestrator.drill.errors import DrillCancelled
+from orchestrator.drill.runner import Desktop
+from orchestrator.drill.session import LoopKind, LoopThread, RecordedSession, error_chain
+from orchestrator.drill.signals import cancel_on_signals
+from orchestrator.drill.verify import Check, check_file
+from orchestrator.errors import ConfigError
+from orchestrator.sandbox import Sandbox, teardown_on_signals
+from orchestrator.trajectory.recorder import TrajectoryRecorder
+from orchestrator.trajectory.report import write_report
+
+__all__ = ["TaskResult", "Verifier", "cmd_run", "parse_verify_file", "register_run", "run_task"]
+
+DEFAULT_MODEL = "gpt-5.4"
+"""A model with native computer use through the GA ``{"type": "computer"}`` tool."""
+DEFAULT_MAX_STEPS = 30
+
+Verifier = Callable[[AgentClient], list[Check]]
+"""Checks the guest's state through an agent connection after the run."""
+
+
+@dataclass
+class TaskResult:
+    """How a task run ended. ``ok``: the loop finished and every verification check holds."""
+
+    out: Path
+    final_message: str | None = None
+    error: str | None = None
+    checks: list[Check] = field(default_factory=list)
+    cancelled: bool = False
+    wall_s: float = 0.0
+    actions: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.cancelled and all(c.ok for c in self.checks)
+
+
+def parse_verify_file(text: str) -> tuple[str, str]:
+    """``GUEST_PATH=TEXT`` → (path, text); the path must be absolute."""
+    path, sep, expected = text.partition("=")
+    if not sep or not path.startswith("/"):
+        raise ConfigError(f"--verify-file wants ABSOLUTE_GUEST_PATH=EXPECTED_TEXT, got {text!r}")
+    return path, expected
+
+
+def file_verifier(path: str, expected: str) -> Verifier:
+    return lambda client: [check_file(client, f"file {path}", path, expected)]
+
+
+def function_verifier(spec: str) -> Verifier:
+    """``module:function`` → a verifier calling ``function(client)``."""
+    module_name, sep, name = spec.partition(":")
+    if not sep or not module_name or not name:
+        raise ConfigError(f"--verify wants module:function, got {spec!r}")
+    try:
+        function = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"--verify {spec}: cannot load it ({exc})") from None
+
+    def verify(client: AgentClient) -> list[Check]:
+        value = function(client)
+        if isinstance(value, Check):
+            return [value]
+        if isinstance(value, list) and all(isinstance(v, Check) for v in value):
+            return value
+        if isinstance(value, bool):
+            return [Check(spec, value, True, value, "" if value else f"{spec} returned False")]
+        raise ConfigError(
+            f"--verify {spec} returned {type(value).__name__}; "
+            "expected a bool, a Check or a list of Checks"
+        )
+
+    return verify
+
+
+def run_task(
+    desktop: Desktop,
+    *,
+    base_url: str,
+    api_key: str,
+    task: str,
+    model: str,
+    out: Path,
+    loop: LoopKind = "toolset",
+    max_steps: int = DEFAULT_MAX_STEPS,
+    viewport: Viewport | None = None,
+    safety_policy: ApprovalPolicy,
+    action_policy: ApprovalPolicy | None = None,
+    verifiers: list[Verifier] | None = None,
+    cancel_requested: Callable[[], bool] = lambda: False,
+) -> TaskResult:
+    """Run ``task`` with ``model`` through ``client`` on ``desktop``; record and verify.
+
+    :param base_url: the Responses API (``https://api.openai.com/v1``, or a local stand-in; a
+        loopback URL ignores proxy variables).
+    :param viewport: the model's view (default: the whole screen at native size).
+    """
+    started = time.monotonic()
+    result = TaskResult(out=out)
+    with TrajectoryRecorder(out) as recorder:
+        session = RecordedSession(
+            recorder, safety_policy=safety_policy, action_policy=action_policy
+        )
+        client = OpenAI(
+            base_url=base_url,
+            api_key=api_key,
+            http_client=session.http_client(trust_env=not _is_loopback(base_url)),
+        )
+        agent = desktop.connect()
+        try:
+            driver = GuestDriver(agent, viewport=viewport, on_action=session.on_action)
+            for policy in (safety_policy, action_policy):
+                if policy is not None and policy.geometry is None:
+                    policy.geometry = driver
+            geometry = driver.geometry
+            recorder.event(
+                "run",
+                task=task,
+                loop=loop,
+                model=model,
+                screen=list(geometry.screen),
+                model_view=[geometry.width, geometry.height],
+                meta={},
+            )
+            driver.screenshot()
+            thread = LoopThread(
+                loop, driver, client, {"model": model, "input": task}, session, max_steps=max_steps
+            ).start()
+            while not thread.wait(0.5):
+                if cancel_requested() and not thread.cancelled():
+                    recorder.event("cancel", toolset_status=thread.cancel())
+            result.cancelled = cancel_requested()
+            if thread.outcome.error is not None:
+                raise thread.outcome.error
+            result.final_message = thread.outcome.final_message
+            for verify in verifiers or []:
+                result.checks.extend(verify(agent))
+        except Exception as exc:
+            result.error = error_chain(exc)
+            result.cancelled = result.cancelled or isinstance(exc, DrillCancelled)
+            recorder.event("error", where="run", type=type(exc).__name__, message=str(exc))
+        finally:
+            agent.close()
+            client.close()
+            for check in result.checks:
+                recorder.event(
+                    "check",
+                    name=check.name,
+                    ok=check.ok,
+                    expected=check.expected,
+                    got=check.got,
+                    detail=check.detail,
+                )
+            result.wall_s = time.monotonic() - started
+            result.actions = session.executed_actions
+            recorder.event(
+                "end",
+                ok=result.ok,
+                final_message=result.final_message,
+                wall_s=round(result.wall_s, 2),
+                error=result.error,
+            )
+    write_report(out)
+    return result
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def register_run(sub: Any) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run one task with a real model in a fresh sandbox",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
+    p.add_argument("task", help="what the model should do, in words")
+    p.add_argument(
+        "--model",
+        default=os.environ.get("CUBICLE_MODEL", DEFAULT_MODEL),
+        help=f"Responses API model (default $CUBICLE_MODEL or {DEFAULT_MODEL})",
+    )
+    p.add_argument(
+        "--max-steps",
+        type=int,
+        default=DEFAULT_MAX_STEPS,
+        help=f"model requests at most, the final one included (default {DEFAULT_MAX_STEPS})",
+    )
+    p.add_argument(
+        "--network", default="none", help="none (default), open, or allow:HOST[:PORT],..."
+    )
+    p.add_argument("--backend", default="docker", help="sandbox backend (docker, vm)")
+    p.add_argument("--size", default="1280x800", help="screen WxH in pixels (default 1280x800)")
+    p.add_argument(
+        "--view",
+        default=None,
+        help="model view: screenshots fitted within WxH (default: native screen size)",
+    )
+    p.add_argument(
+        "--loop",
+        choices=["toolset", "runner"],
+        default="toolset",
+        help="ComputerToolset.run (default) or ResponsesToolRunner.run",
+    )
+    p.add_argument(
+        "--approvals",
+        choices=["ask", "deny"],
+        default=None,
+        help="safety checks: ask on the terminal (default when stdin is a terminal) "
+        "or deny (default otherwise)",
+    )
+    p.add_argument(
+        "--policy",
+        type=Path,
+        default=None,
+        help="approval policy file (TOML) deciding safety checks and actions",
+    )
+    p.add_argument(
+        "--verify-file",
+        action="append",
+        default=[],
+        metavar="GUEST_PATH=TEXT",
+        help="after the run, the guest file must hold exactly TEXT (repeatable)",
+    )
+    p.add_argument(
+        "--verify",
+        action="append",
+        default=[],
+        metavar="MODULE:FUNCTION",
+        help="after the run, FUNCTION(agent_client) must pass (repeatable)",
+    )
+    p.add_argument(
+        "--out", type=Path, default=None, help="trajectory folder (default runs/run-<time>)"
+    )
+    p.add_argument("--keep", action="store_true", help="leave the sandbox running afterwards")
+    p.set_defaults(func=cmd_run)
+
+
+def _size(text: str, option: str) -> tuple[int, int]:
+    width, sep, height = text.lower().partition("x")
+    if not sep or not width.isdigit() or not height.isdigit() or int(width) < 1 or int(height) < 1:
+        raise ConfigError(f"{option} wants WIDTHxHEIGHT in pixels, got {text!r}")
+    return int(width), int(height)
+
+
+def _is_loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _policies(args: argparse.Namespace) -> tuple[ApprovalPolicy, ApprovalPolicy | None]:
+    interactive = sys.stdin.isatty() and args.approvals != "deny"
+    if args.approvals == "ask" and not sys.stdin.isatty():
+        raise ConfigError("--approvals ask needs a terminal on stdin; use --policy FILE instead")
+    prompt = TerminalPrompt(sys.stdin, sys.stderr) if interactive else None
+    if args.policy is not None:
+        policy = FilePolicy(load_policy(args.policy), ask=prompt)
+        return policy, policy
+    return prompt or NonInteractive("stdin is not a terminal; pass --policy FILE to approve"), None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    base_url = os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+    if not os.environ.get("OPENAI_API_KEY"):
+        raise ConfigError(
+            "OPENAI_API_KEY is not set",
+            hint="export OPENAI_API_KEY=...; for a keyless check run: cubicle drill",
+        )
+    screen = _size(args.size, "--size")
+    viewport = Viewport.fit(*_size(args.view, "--view")) if args.view else None
+    verifiers = [file_verifier(*parse_verify_file(v)) for v in args.verify_file]
+    verifiers += [function_verifier(spec) for spec in args.verify]
+    safety, actions = _policies(args)
+    out: Path = args.out or default_out("run")
+    with teardown_on_signals():
+        sandbox = Sandbox.create(
+            args.backend,
+            network=args.network,
+            screen=screen,
+            detached=args.keep,
+            progress=progress,
+        )
+    try:
+        with cancel_on_signals() as cancel:
+            result = run_task(
+                sandbox,
+                base_url=base_url,
+                api_key=os.environ["OPENAI_API_KEY"],
+                task=args.task,
+                model=args.model,
+                out=out,
+                loop=args.loop,
+                max_steps=args.max_steps,
+                viewport=viewport,
+                safety_policy=safety,
+                action_policy=actions,
+                verifiers=verifiers,
+                cancel_requested=cancel,
+            )
+    finally:
+        if args.keep:
+            progress(f"{sandbox.id} kept; remove it with: cubicle down {sandbox.id}")
+        else:
+            destroy_quietly(sandbox)
+    if result.final_message:
+        print(result.final_message, flush=True)
+    for check in result.checks:
+        print(check.describe(), flush=True)
+    if result.error:
+        print(f"cubicle run: stopped: {result.error}", file=sys.stderr, flush=True)
+    print(
+        f"cubicle run: {'succeeded' if result.ok else 'FAILED'} in {result.wall_s:.1f} s, "
+        f"{result.actions} actions; report: {out / 'report.html'}",
+        file=sys.stderr,
+        flush=True,
+    )
+    if result.cancelled:
+        return cancel.exit_code
+    return 0 if result.ok else 1

@@ -1,0 +1,247 @@
+"""A sandbox's lifecycle on any backend: create → ready (the agent's hello) → use → destroy.
+
+::
+
+    with Sandbox.create(network="allow:example.com") as sandbox, teardown_on_signals(sandbox):
+        result, png = sandbox.screenshot()
+        sandbox.exec(["xterm"])
+
+Ownership: :meth:`Sandbox.create` returns a ready sandbox owned by the caller, who destroys it
+(``destroy()``, leaving the ``with`` block, or SIGINT/SIGTERM under :func:`teardown_on_signals`).
+If it never becomes ready, everything it created is removed before
+:class:`~orchestrator.errors.SandboxStartError` (with the guest's log tail) is raised. A sandbox
+holds no agent connection: every call opens its own (a VM channel accepts one at a time), and
+:meth:`Sandbox.connect` hands the caller one to keep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from types import FrameType, TracebackType
+from typing import Any, Self
+
+from guest.client import AgentClient
+from guest.errors import CubicleError
+from orchestrator.errors import SandboxNotFound, SandboxStartError
+from orchestrator.network import NetworkPolicy
+from orchestrator.provider import ExecResult, Progress, Provider, SandboxInfo, SandboxSpec
+from orchestrator.providers import backend_of, get_provider
+
+__all__ = ["Sandbox", "SignalGuard", "teardown_on_signals"]
+
+HELLO_TIMEOUT_S = 5.0
+LOG_TAIL_LINES = 40
+
+
+class Sandbox:
+    """One running sandbox. Create with :meth:`create`, or :meth:`attach` to an existing id."""
+
+    def __init__(self, provider: Provider, info: SandboxInfo, *, owned: bool = True) -> None:
+        self.provider = provider
+        self.info = info
+        self.id = info.id
+        self.backend = provider.name
+        self._destroyed = False
+        self._owned = owned
+
+    def __repr__(self) -> str:
+        return (
+            f"<Sandbox {self.id} backend={self.backend}{' destroyed' if self._destroyed else ''}>"
+        )
+
+    # -- construction ------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        backend: str = "docker",
+        *,
+        network: str | NetworkPolicy = "none",
+        screen: tuple[int, int] = (1280, 800),
+        ttl_s: float = 3600,
+        ready_timeout_s: float = 90,
+        progress: Progress | None = None,
+        detached: bool = False,
+        spec: SandboxSpec | None = None,
+    ) -> Sandbox:
+        """Create a sandbox; wait until its agent answers ``hello`` (at most ``ready_timeout_s``).
+
+        :param network: ``none`` (default), ``allow:HOST[:PORT],...`` or ``open``.
+        :param screen: width, height in pixels.
+        :param ttl_s: seconds until ``cubicle gc`` may remove it.
+        :param detached: no owner process (``cubicle up``): only ``down``/expiry removes it, and
+            leaving a ``with`` block does not (a failed start still removes everything).
+        :param spec: a full :class:`SandboxSpec` (overrides network/screen/ttl/detached).
+        :raises SandboxStartError: not ready in time; everything created is removed first.
+        :raises ConfigError, EngineUnavailable, ImageMissing: before anything is created.
+        """
+        provider = get_provider(backend)
+        if spec is None:
+            policy = network if isinstance(network, NetworkPolicy) else NetworkPolicy.parse(network)
+            spec = SandboxSpec(screen=screen, network=policy, ttl_s=ttl_s, detached=detached)
+        say = progress or (lambda _line: None)
+        started = time.monotonic()
+        info = provider.create(spec)
+        sandbox = cls(provider, info, owned=not spec.detached)
+        say(f"{info.id}: started; waiting for the agent (up to {ready_timeout_s:.0f} s)")
+        try:
+            sandbox._wait_ready(started + ready_timeout_s, ready_timeout_s)
+        except BaseException:
+            sandbox.destroy()
+            raise
+        say(f"{info.id}: ready in {time.monotonic() - started:.1f} s")
+        return sandbox
+
+    @classmethod
+    def attach(cls, sandbox_id: str, backend: str | None = None) -> Sandbox:
+        """A handle on an existing sandbox (for the CLI). Leaving ``with`` does not destroy it.
+
+        :param backend: defaults to the backend named by the id's prefix (``dk-``, ``vm-``).
+        :raises SandboxNotFound: no such sandbox.
+        """
+        provider = get_provider(backend or backend_of(sandbox_id))
+        info = provider.describe(sandbox_id)
+        if info is None:
+            raise SandboxNotFound(
+                f"no {provider.name} sandbox {sandbox_id!r}", hint="list sandboxes with: cubicle ls"
+            )
+        return cls(provider, info, owned=False)
+
+    def _wait_ready(self, deadline: float, budget_s: float) -> None:
+        last: BaseException | None = None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            info = self.provider.describe(self.id)
+            if info is None or info.state in ("exited", "dead", "removing"):
+                state = "gone" if info is None else info.state
+                raise self._start_error(
+                    f"sandbox {self.id} stopped while starting (state: {state})"
+                )
+            try:
+                with self.provider.connect(self.id, timeout=min(remaining, 2.0)) as client:
+                    client.hello(timeout=min(max(remaining, 0.1), HELLO_TIMEOUT_S))
+                    return
+            except CubicleError as exc:
+                last = exc
+                time.sleep(0.05)
+        raise self._start_error(
+            f"the agent of sandbox {self.id} did not answer hello within {budget_s:.1f} s"
+            + (f" (last error: {last})" if last else "")
+        )
+
+    def _start_error(self, message: str) -> SandboxStartError:
+        try:
+            tail = self.provider.logs(self.id, tail=LOG_TAIL_LINES)
+        except CubicleError as exc:
+            tail = f"(logs unavailable: {exc})"
+        return SandboxStartError(
+            message,
+            sandbox_id=self.id,
+            log_tail=tail,
+            hint="the sandbox was removed; the log tail above shows the guest's last words",
+        )
+
+    # -- use ---------------------------------------------------------------------------------
+
+    def connect(self, timeout: float = 10.0) -> AgentClient:
+        """A new agent connection with ``hello`` done. The caller closes it."""
+        client = self.provider.connect(self.id, timeout=timeout)
+        try:
+            client.hello(timeout=timeout)
+        except BaseException:
+            client.close()
+            raise
+        return client
+
+    def agent_socket(self) -> str:
+        """Host path of the agent's unix socket (for async drivers)."""
+        return self.provider.agent_socket(self.id)
+
+    def screenshot(self, **args: Any) -> tuple[dict[str, Any], bytes]:
+        """One screenshot: the ``screenshot`` op's result and the image bytes (PNG by default)."""
+        with self.connect() as client:
+            reply = client.call("screenshot", args)
+        return reply.result, reply.blob
+
+    def exec(self, argv: Sequence[str], timeout: float = 60.0) -> ExecResult:
+        """Run ``argv`` in the guest as the desktop user (never through a shell)."""
+        return self.provider.exec(self.id, argv, timeout=timeout)
+
+    def logs(self, tail: int = 50) -> str:
+        return self.provider.logs(self.id, tail=tail)
+
+    # -- teardown ----------------------------------------------------------------------------
+
+    def destroy(self) -> None:
+        """Remove the sandbox and everything created for it. Idempotent."""
+        if self._destroyed:
+            return
+        self._destroyed = True
+        self.provider.destroy(self.id)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._owned:
+            self.destroy()
+
+    def __del__(self) -> None:
+        if getattr(self, "_owned", False) and not getattr(self, "_destroyed", True):
+            warnings.warn(f"unclosed {self!r}", ResourceWarning, stacklevel=1)
+
+
+class SignalGuard:
+    """The sandboxes :func:`teardown_on_signals` destroys; :meth:`add` more inside the block."""
+
+    def __init__(self, sandboxes: Sequence[Sandbox]) -> None:
+        self.sandboxes = list(sandboxes)
+
+    def add(self, sandbox: Sandbox) -> Sandbox:
+        self.sandboxes.append(sandbox)
+        return sandbox
+
+
+@contextlib.contextmanager
+def teardown_on_signals(*sandboxes: Sandbox) -> Iterator[SignalGuard]:
+    """Destroy ``sandboxes`` when SIGINT or SIGTERM arrives inside the block, then re-raise.
+
+    SIGINT raises ``KeyboardInterrupt`` as usual; SIGTERM raises ``SystemExit(143)``. Either way
+    the sandboxes are destroyed before the exception leaves the block. A signal during
+    :meth:`Sandbox.create` inside the block makes ``create`` remove what it made. To cover
+    creation and use with no gap::
+
+        with teardown_on_signals() as guard:
+            sandbox = guard.add(Sandbox.create())
+            ...
+
+    The previous handlers are restored on exit. Main thread only (Python delivers signals there).
+    """
+
+    def on_term(signum: int, _frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    guard = SignalGuard(sandboxes)
+    previous_term = signal.signal(signal.SIGTERM, on_term)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield guard
+    except (KeyboardInterrupt, SystemExit):
+        for sandbox in guard.sandboxes:
+            with contextlib.suppress(CubicleError):
+                sandbox.destroy()
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGINT, previous_int)

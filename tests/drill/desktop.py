@@ -1,0 +1,103 @@
+"""A local test desktop for the drill: private Xvfb + openbox (the guest image's config) + agent.
+
+It satisfies :class:`orchestrator.drill.runner.Desktop`, so the drill's own code runs against it
+exactly as against a sandbox. Everything runs as this user with HOME in a temporary folder; the
+owner stops it with :meth:`LocalDesktop.stop` (``with``), which ends the agent, openbox and Xvfb
+by the pids it started.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from guest.client import AgentClient
+from tests.support.agent import RunningAgent, start_agent
+from tests.support.xvfb import Xvfb
+
+__all__ = ["LocalDesktop", "missing_apps"]
+
+REPO = Path(__file__).resolve().parents[2]
+OPENBOX_RC = REPO / "images" / "docker" / "openbox-rc.xml"
+APPS = ("openbox", "mousepad", "chromium", "Xvfb")
+
+
+def missing_apps() -> list[str]:
+    """Programs the local drill desktop needs that are not installed."""
+    return [name for name in APPS if shutil.which(name) is None]
+
+
+class LocalDesktop:
+    """Xvfb at ``screen`` + openbox + the guest agent, under ``root`` (a temporary folder)."""
+
+    def __init__(self, root: Path, screen: tuple[int, int] = (1280, 800)) -> None:
+        self.root = root
+        self.home = root / "home"
+        self.screen = screen
+        self._xvfb: Xvfb | None = None
+        self._openbox: subprocess.Popen[bytes] | None = None
+        self.agent: RunningAgent | None = None
+
+    def start(self) -> Self:
+        try:
+            self.home.mkdir(parents=True, exist_ok=True)
+            runtime = self.root / "runtime"
+            runtime.mkdir(mode=0o700, exist_ok=True)
+            env = {
+                "HOME": str(self.home),
+                "XDG_RUNTIME_DIR": str(runtime),
+                "NO_AT_BRIDGE": "1",
+                "XDG_CONFIG_HOME": str(self.home / ".config"),
+                "XDG_CACHE_HOME": str(self.home / ".cache"),
+            }
+            self._xvfb = Xvfb(*self.screen).start()
+            with (self.root / "openbox.log").open("wb") as log:
+                self._openbox = subprocess.Popen(
+                    ["openbox", "--config-file", str(OPENBOX_RC)],
+                    env={**os.environ, **env, "DISPLAY": self._xvfb.display},
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                )
+            self.agent = start_agent(self._xvfb.display, self.root / "agent", extra_env=env)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def connect(self, timeout: float = 10.0) -> AgentClient:
+        """A new agent connection with hello done; the caller closes it."""
+        assert self.agent is not None, "LocalDesktop is not started"
+        return self.agent.client()
+
+    def stop(self) -> None:
+        """Stop the agent, openbox and Xvfb this object started (idempotent)."""
+        agent, self.agent = self.agent, None
+        if agent is not None:
+            agent.stop()
+        openbox, self._openbox = self._openbox, None
+        if openbox is not None and openbox.poll() is None:
+            openbox.terminate()
+            try:
+                openbox.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                openbox.kill()
+                openbox.wait(timeout=5)
+        xvfb, self._xvfb = self._xvfb, None
+        if xvfb is not None:
+            xvfb.stop()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

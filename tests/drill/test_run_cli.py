@@ -1,0 +1,133 @@
+"""``cubicle run`` offline: the real command against the scripted model through OPENAI_BASE_URL."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from drivers.scripted_model import ScriptedModel, parse_script
+from orchestrator.trajectory import read_trajectory
+from tests.drill.conftest import PYTHON, REPO
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+def _run_cli(model: ScriptedModel, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "offline-test"}
+    return subprocess.run(
+        [PYTHON, "-m", "orchestrator.cli", "run", *args],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def _script(first_call: dict[str, Any]) -> ScriptedModel:
+    data = {
+        "name": "run-test",
+        "model_view": {"width": 1024, "height": 640},
+        "turns": [{"computer_call": first_call}, {"message": "All done."}],
+    }
+    return ScriptedModel(parse_script(data), raise_on_exit=False)
+
+
+def test_run_prints_the_final_message_and_fails_a_verify_file_that_does_not_hold(
+    docker_image: str, tmp_path: Path, cubicle_containers: Callable[[int], list[str]]
+) -> None:
+    with _script({"actions": [{"type": "move", "x": 512, "y": 320}]}) as model:
+        result = _run_cli(
+            model,
+            "tidy up",
+            "--view",
+            "1024x640",
+            "--out",
+            str(tmp_path / "out"),
+            "--verify-file",
+            "/home/cubicle/absent.txt=hello",
+        )
+        assert model.finished and not model.failures
+    assert result.returncode == 1, result.stderr
+    assert "All done." in result.stdout
+    assert (
+        "FAILED  file /home/cubicle/absent.txt: /home/cubicle/absent.txt does not exist"
+        in result.stdout
+    )
+    assert 'expected: "hello"' in result.stdout
+    events = read_trajectory(tmp_path / "out")
+    moves = [e for e in events if e["kind"] == "action"]
+    assert [(m["model"], m["native"]) for m in moves] == [
+        ({"x": 512, "y": 320}, {"x": 640, "y": 400})
+    ]
+    assert (tmp_path / "out" / "report.html").is_file()
+
+
+def test_run_without_a_terminal_refuses_safety_checks_and_runs_nothing(
+    docker_image: str, tmp_path: Path
+) -> None:
+    call = {
+        "actions": [{"type": "click", "button": "left", "x": 10, "y": 10}],
+        "pending_safety_checks": [
+            {"id": "sc_run", "code": "malicious_instructions", "message": "test"}
+        ],
+    }
+    with _script(call) as model:
+        result = _run_cli(model, "click it", "--out", str(tmp_path / "out"))
+    assert result.returncode == 1, result.stderr
+    assert "approval" in result.stderr
+    events = read_trajectory(tmp_path / "out")
+    assert [e for e in events if e["kind"] == "action"] == []
+    refusal = next(e for e in events if e["kind"] == "approval")
+    assert refusal["allowed"] is False and refusal["by"] == "non-interactive"
+
+
+def test_run_with_a_policy_file_approves_by_rule(docker_image: str, tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(
+        'version = 1\ndefault = "allow"\n\n[[check]]\ndecision = "allow"\n'
+        'codes = ["malicious_instructions"]\n',
+        encoding="utf-8",
+    )
+    call = {
+        "actions": [{"type": "click", "button": "left", "x": 10, "y": 10}],
+        "pending_safety_checks": [
+            {"id": "sc_run", "code": "malicious_instructions", "message": "test"}
+        ],
+    }
+    with _script(call) as model:
+        result = _run_cli(
+            model,
+            "click it",
+            "--policy",
+            str(policy),
+            "--view",
+            "1024x640",
+            "--out",
+            str(tmp_path / "out"),
+        )
+    assert result.returncode == 0, result.stderr
+    events = read_trajectory(tmp_path / "out")
+    assert [e["type"] for e in events if e["kind"] == "action"] == ["click"]
+
+
+def test_run_without_a_key_says_how_to_fix_it(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    result = subprocess.run(
+        [PYTHON, "-m", "orchestrator.cli", "run", "x"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "OPENAI_API_KEY is not set" in result.stderr and "cubicle drill" in result.stderr

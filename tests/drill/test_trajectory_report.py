@@ -1,0 +1,180 @@
+"""The trajectory recorder writes events and screenshots; report.html renders in Chromium."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import cast
+
+import pytest
+from PIL import Image
+
+from orchestrator.trajectory import (
+    TRAJECTORY_FILE,
+    TrajectoryRecorder,
+    read_trajectory,
+    write_report,
+)
+
+
+def _png(color: tuple[int, int, int], size: tuple[int, int] = (320, 200)) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", size, color).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _record_sample(folder: Path) -> None:
+    with TrajectoryRecorder(folder) as recorder:
+        recorder.event(
+            "run",
+            task="demo <task> & more",
+            loop="toolset",
+            model="m",
+            screen=[640, 400],
+            model_view=[320, 200],
+            meta={},
+        )
+        recorder.screenshot(_png((200, 30, 30)), size=(320, 200))
+        recorder.action(
+            type="click",
+            model={"x": 10, "y": 20, "button": "left"},
+            native={"x": 20, "y": 40},
+            duration_ms=1.5,
+        )
+        recorder.action(
+            type="type", model={}, native=None, text="Grêmio <b> & 日本", duration_ms=2.0
+        )
+        recorder.event(
+            "approval",
+            subject="safety_check",
+            allowed=True,
+            by="approve-all",
+            reason="drill",
+            detail="irreversible_action",
+        )
+        recorder.screenshot(_png((30, 200, 30)), size=(320, 200))
+        recorder.action(
+            type="drag",
+            model={"path": [{"x": 1, "y": 2}, {"x": 100, "y": 150}]},
+            native={"path": [{"x": 2, "y": 4}, {"x": 200, "y": 300}]},
+            duration_ms=3,
+        )
+        recorder.action(
+            type="scroll",
+            model={"x": 50, "y": 60, "scroll_x": 0, "scroll_y": 300},
+            native={"x": 100, "y": 120},
+        )
+        recorder.action(type="keypress", model={}, native=None, keys=["CTRL", "S"])
+        recorder.event("check", name="note", ok=False, expected="a\n", got="b\n", detail="differs")
+        recorder.event("end", ok=False, final_message="done", wall_s=1.0)
+    write_report(folder)
+
+
+def test_recorder_writes_jsonl_and_screenshots(tmp_path: Path) -> None:
+    _record_sample(tmp_path)
+    events = read_trajectory(tmp_path)
+    kinds = [e["kind"] for e in events]
+    assert kinds.count("screenshot") == 2 and kinds.count("action") == 5
+    shots = [e for e in events if e["kind"] == "screenshot"]
+    assert [s["file"] for s in shots] == ["shots/0000.png", "shots/0001.png"]
+    assert all((tmp_path / s["file"]).is_file() for s in shots)
+    actions = [e for e in events if e["kind"] == "action"]
+    assert [a["after_shot"] for a in actions] == [0, 0, 1, 1, 1]
+    times = [e["t"] for e in events]
+    assert times == sorted(times)
+    # every line is one JSON object
+    lines = (tmp_path / TRAJECTORY_FILE).read_text(encoding="utf-8").splitlines()
+    assert all(isinstance(json.loads(line), dict) for line in lines)
+
+
+def test_report_html_is_self_contained_and_escapes_text(tmp_path: Path) -> None:
+    _record_sample(tmp_path)
+    html = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "demo &lt;task&gt; &amp; more" in html
+    assert "<b> &" not in html  # typed text is escaped, never markup
+    external = re.findall(r'(?:src|href)="(?:https?:)?//', html)
+    assert external == [], "the report must not load anything from the network"
+    assert "<script" not in html
+    assert html.count('class="step"') == 2
+    assert 'src="shots/0000.png"' in html and 'src="shots/0001.png"' in html
+    for mark in ("mark-click", "mark-drag", "mark-scroll"):
+        assert mark in html
+    assert "expected" in html and "FAILED" in html
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.fail(
+        "chromium is not installed (apt-get install chromium; scripts/host-packages/drill.txt)"
+    )
+
+
+def render_in_chromium(report: Path, profile: Path) -> str:
+    """The DOM of ``report`` after headless Chromium loaded it (images included)."""
+    result = subprocess.run(
+        [
+            _chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            f"--user-data-dir={profile}",
+            "--no-first-run",
+            "--allow-file-access-from-files",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            report.resolve().as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+def screenshot_in_chromium(report: Path, profile: Path, target: Path) -> Image.Image:
+    result = subprocess.run(
+        [
+            _chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            f"--user-data-dir={profile}",
+            "--no-first-run",
+            "--hide-scrollbars",
+            "--window-size=1000,1400",
+            f"--screenshot={target}",
+            report.resolve().as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0 and target.is_file(), result.stderr[-2000:]
+    return Image.open(target).convert("RGB")
+
+
+def test_report_renders_in_headless_chromium_with_steps_and_images(tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    _record_sample(folder)
+    dom = render_in_chromium(folder / "report.html", tmp_path / "profile")
+    assert len(re.findall(r'<section class="step"', dom)) == 2
+    assert dom.count("<img") == 2
+    shot = screenshot_in_chromium(
+        folder / "report.html", tmp_path / "profile", tmp_path / "shot.png"
+    )
+    colors: set[tuple[int, int, int]] = {
+        cast(tuple[int, int, int], color) for _, color in shot.getcolors(maxcolors=1 << 20) or []
+    }
+    # the red and green screenshots were drawn (images loaded from their relative paths)
+    assert any(r > 150 and g < 80 and b < 80 for r, g, b in colors)
+    assert any(g > 150 and r < 80 and b < 80 for r, g, b in colors)

@@ -1,0 +1,184 @@
+"""Approval policies: the terminal prompt over a real pipe, the non-interactive default,
+approve-all, policy files with ``ask``, the decision log, and the async wrappers."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TextIO
+
+import anyio
+import pytest
+from openai.types.responses import computer_action as modern
+from openai.types.responses.response_computer_tool_call import (
+    PendingSafetyCheck,
+    ResponseComputerToolCall,
+)
+
+from drivers.approvals import ApproveAll, AsyncApprovals, FilePolicy, NonInteractive, TerminalPrompt
+from drivers.decisions import DecisionLog
+from drivers.policy_file import parse_policy
+from drivers.viewport import ViewGeometry, Viewport
+
+
+@dataclass
+class View:
+    """Stands where a driver stands for policies: it has the current geometry."""
+
+    geometry: ViewGeometry
+
+
+VIEW = View(Viewport.fit(1280, 800).geometry(1920, 1080))  # 1280x720, scale 1.5
+CLICK = modern.Click(type="click", button="left", x=640, y=360)
+CALL = ResponseComputerToolCall(
+    id="cu_1",
+    call_id="call_1",
+    type="computer_call",
+    status="completed",
+    actions=[CLICK],
+    pending_safety_checks=[
+        PendingSafetyCheck(
+            id="sc_1", code="malicious_instructions", message="Page asks to wire money"
+        )
+    ],
+)
+
+
+@pytest.fixture
+def pipe() -> Iterator[tuple[TextIO, TextIO]]:
+    """A real OS pipe: (reader the prompt reads, writer the test answers into)."""
+    read_fd, write_fd = os.pipe()
+    with open(read_fd, encoding="utf-8") as reader, open(write_fd, "w", encoding="utf-8") as writer:
+        yield reader, writer
+
+
+def test_prompt_shows_check_code_and_message_and_yes_approves(pipe: tuple[TextIO, TextIO]) -> None:
+    reader, writer = pipe
+    shown = io.StringIO()
+    prompt = TerminalPrompt(reader, shown, geometry=VIEW)
+    writer.write("yes\n")
+    writer.flush()
+    assert prompt.approve_safety_checks(CALL) is True
+    assert "[malicious_instructions] Page asks to wire money" in shown.getvalue()
+    assert "call_1" in shown.getvalue()
+    decision = prompt.log[0]
+    assert (decision.subject, decision.approved, decision.decided_by) == (
+        "safety_checks",
+        True,
+        "terminal",
+    )
+    assert decision.check_codes == ("malicious_instructions",)
+
+
+def test_prompt_shows_model_and_screen_coordinates(pipe: tuple[TextIO, TextIO]) -> None:
+    reader, writer = pipe
+    shown = io.StringIO()
+    prompt = TerminalPrompt(reader, shown, geometry=VIEW)
+    writer.write("y\n")
+    writer.flush()
+    assert prompt.before_action(CLICK) is True
+    assert "click left at model (640, 360) = screen (960, 540)" in shown.getvalue()
+    assert prompt.log[0].native_points == ((960, 540),)
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        ("\n", "empty answer; default is deny"),
+        ("n\n", "answered 'n'"),
+        ("sure\n", "answered 'sure'"),
+    ],
+    ids=["empty", "no", "other"],
+)
+def test_prompt_default_is_deny(pipe: tuple[TextIO, TextIO], answer: str, reason: str) -> None:
+    reader, writer = pipe
+    prompt = TerminalPrompt(reader, io.StringIO(), geometry=VIEW)
+    writer.write(answer)
+    writer.flush()
+    assert prompt.before_action(CLICK) is False
+    assert prompt.log[0].reason.startswith(reason)
+
+
+def test_prompt_denies_at_end_of_input(pipe: tuple[TextIO, TextIO]) -> None:
+    reader, writer = pipe
+    writer.close()
+    prompt = TerminalPrompt(reader, io.StringIO())
+    assert prompt.approve_safety_checks(CALL) is False
+    assert "end of input" in prompt.log[0].reason
+
+
+def test_prompt_marks_points_outside_the_screenshot(pipe: tuple[TextIO, TextIO]) -> None:
+    reader, writer = pipe
+    shown = io.StringIO()
+    writer.write("y\n")
+    writer.flush()
+    TerminalPrompt(reader, shown, geometry=VIEW).before_action(
+        modern.Click(type="click", button="left", x=1280, y=0)
+    )
+    assert "OUTSIDE the screenshot" in shown.getvalue()
+
+
+def test_non_interactive_denies_and_says_why(caplog: pytest.LogCaptureFixture) -> None:
+    policy = NonInteractive()
+    with caplog.at_level(logging.WARNING, logger="cubicle.approvals"):
+        assert policy.approve_safety_checks(CALL) is False
+        assert policy.before_action(CLICK) is False
+    assert [d.reason for d in policy.log] == ["no approver is configured (non-interactive run)"] * 2
+    assert "denied safety checks [malicious_instructions] of call_1" in caplog.text
+
+
+def test_approve_all_logs_every_approval(caplog: pytest.LogCaptureFixture) -> None:
+    log = DecisionLog()
+    policy = ApproveAll(log=log, geometry=VIEW)
+    with caplog.at_level(logging.WARNING, logger="cubicle.approvals"):
+        assert policy.approve_safety_checks(CALL) is True
+        assert policy.before_action(modern.Type(type="type", text="secret")) is True
+    assert [d.approved for d in log] == [True, True]
+    assert "approve-all: approved type 6 char(s)" in caplog.text
+    assert "secret" not in caplog.text  # logs are content-free
+    assert log[1].summary == "type 6 char(s)"
+
+
+POLICY = parse_policy(
+    '[[rule]]\ndecision = "ask"\nactions = ["click"]\n'
+    '[[rule]]\ndecision = "allow"\nactions = ["screenshot"]\n',
+    "p.toml",
+)
+
+
+def test_policy_ask_goes_to_the_prompt(pipe: tuple[TextIO, TextIO]) -> None:
+    reader, writer = pipe
+    prompt = TerminalPrompt(reader, io.StringIO())
+    policy = FilePolicy(POLICY, ask=prompt, geometry=VIEW)
+    writer.write("y\n")
+    writer.flush()
+    assert policy.before_action(CLICK) is True
+    assert policy.before_action(modern.Screenshot(type="screenshot")) is True
+    assert policy.before_action(modern.Type(type="type", text="x")) is False
+    decided = [d.decided_by for d in policy.log]
+    assert decided == [
+        "policy p.toml rule 1 (line 1) -> terminal",
+        "policy p.toml rule 2 (line 4)",
+        "policy p.toml default",
+    ]
+
+
+def test_policy_ask_without_anyone_to_ask_denies() -> None:
+    policy = FilePolicy(POLICY)
+    assert policy.before_action(CLICK) is False
+    assert policy.log[0].reason == "the policy says ask, and no one is there to ask"
+    assert policy.approve_safety_checks(CALL) is False  # safety_checks default is ask
+
+
+def test_async_wrappers_decide_the_same() -> None:
+    async def main() -> tuple[bool, bool]:
+        approvals = AsyncApprovals(ApproveAll(geometry=VIEW))
+        return (
+            await approvals.approve_safety_checks(CALL),
+            await approvals.before_action(CLICK),
+        )
+
+    assert anyio.run(main) == (True, True)

@@ -1,0 +1,145 @@
+"""Policy files: valid ones load and decide; invalid ones fail naming the line and reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from drivers.decisions import ActionFacts, SafetyCheck
+from drivers.errors import PolicyFileError
+from drivers.policy_file import load_policy, parse_policy
+
+VALID = """\
+version = 1
+default = "deny"
+safety_checks = "ask"
+
+[[rule]]
+decision = "deny"
+actions = ["type"]
+text = "(?i)password"
+note = "no passwords"
+
+[[rule]]
+decision = "deny"
+keys = ["ctrl+alt+Delete", ["super", "l"]]
+
+[[rule]]
+decision = "allow"
+actions = ["click", "double_click", "move", "drag", "scroll"]
+region = {x = 0, y = 0, width = 1280, height = 720}
+
+[[rule]]
+decision = "allow"
+actions = ["type", "keypress", "screenshot", "wait"]
+
+[[check]]
+decision = "allow"
+codes = ["malicious_instructions"]
+"""
+
+
+def test_valid_file_loads_and_first_match_wins(tmp_path: Path) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_text(VALID)
+    policy = load_policy(path)
+    assert len(policy.rules) == 4
+    assert policy.rules[0].line == 5
+    verdict, who = policy.decide_action(ActionFacts("type", text="my Password is"))
+    assert (verdict, who) == ("deny", f"policy {path} rule 1 (line 5): no passwords")
+    assert policy.decide_action(ActionFacts("type", text="hello"))[0] == "allow"
+
+
+def test_chords_match_case_insensitively_with_aliases() -> None:
+    policy = parse_policy(VALID)
+    assert (
+        policy.decide_action(ActionFacts("keypress", keys=("CTRL", "ALT", "DELETE")))[0] == "deny"
+    )
+    assert policy.decide_action(ActionFacts("keypress", keys=("Super_L", "L")))[0] == "deny"
+    assert policy.decide_action(ActionFacts("keypress", keys=("ctrl", "l")))[0] == "allow"
+
+
+def test_regions_are_screen_pixels_and_need_every_point_inside() -> None:
+    policy = parse_policy(VALID)
+    inside = ActionFacts("drag", ((1, 1), (2, 2)), ((10, 10), (1279, 719)))
+    crossing = ActionFacts("drag", ((1, 1), (2, 2)), ((10, 10), (1280, 10)))
+    unmappable = ActionFacts("click", ((5000, 1),), None)
+    assert policy.decide_action(inside)[0] == "allow"
+    assert policy.decide_action(crossing) == ("deny", "policy <policy> default")
+    assert policy.decide_action(unmappable)[0] == "deny"
+
+
+def test_safety_check_rules_and_default() -> None:
+    policy = parse_policy(VALID)
+    known = (SafetyCheck("sc_1", "malicious_instructions", "m"),)
+    other = (SafetyCheck("sc_2", "sensitive_domain", "m"),)
+    assert policy.decide_checks(known)[0] == "allow"
+    assert policy.decide_checks(other) == ("ask", "policy <policy> safety_checks default")
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "reason"),
+    [
+        ('default = "maybe"\n', 1, "default must be one of allow, deny, ask, got 'maybe'"),
+        (
+            'default = "deny"\n[[rule]]\ndecision = "allow"\nactoins = ["click"]\n',
+            4,
+            "rule 1: unknown key 'actoins'",
+        ),
+        (
+            '[[rule]]\ndecision = "allow"\n\n[[rule]]\nactions = ["click"]\n',
+            4,
+            "rule 2: missing 'decision'",
+        ),
+        ('[[rule]]\ndecision = "allow"\nactions = ["clik"]\n', 3, "unknown action type 'clik'"),
+        (
+            '[[rule]]\ndecision = "deny"\n\ntext = "(unclosed"\n',
+            4,
+            "text is not a valid regular expression",
+        ),
+        ('[[rule]]\ndecision = "deny"\nkeys = ["ctrl+hyper9"]\n', 3, "unknown key 'hyper9'"),
+        (
+            '[[rule]]\ndecision = "deny"\nregion = {x = 0, y = 0, width = 0, height = 5}\n',
+            3,
+            "region must be {x, y, width, height} integers",
+        ),
+        (
+            '[[check]]\ndecision = "allow"\ncodes = "malicious_instructions"\n',
+            3,
+            "check 1: codes must be a non-empty list of strings",
+        ),
+        ('default = "deny"\nverbose = true\n', 2, "unknown top-level key 'verbose'"),
+        ('default = "deny"\n[[rule]\ndecision = "allow"\n', 2, "not valid TOML"),
+        ("version = 2\n", 1, "version must be 1"),
+    ],
+    ids=[
+        "bad-default",
+        "misspelt-key",
+        "missing-decision",
+        "unknown-action",
+        "bad-regex",
+        "unknown-key-name",
+        "empty-region",
+        "codes-not-list",
+        "unknown-top-key",
+        "toml-syntax",
+        "version",
+    ],
+)
+def test_invalid_files_name_the_line_and_reason(
+    tmp_path: Path, text: str, line: int, reason: str
+) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(PolicyFileError) as caught:
+        load_policy(path)
+    assert caught.value.line == line
+    assert reason in str(caught.value)
+    assert f"{path}:{line}" in str(caught.value)
+
+
+def test_missing_file_names_the_path(tmp_path: Path) -> None:
+    with pytest.raises(PolicyFileError, match="cannot read it") as caught:
+        load_policy(tmp_path / "absent.toml")
+    assert caught.value.line is None

@@ -1,0 +1,147 @@
+"""Pure parts of the VM backend: domain XML, labels in <metadata>, restore retargeting, the
+accelerator probe, warm-slot validity and input refusals (no libvirt needed)."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import ConfigError, ImageMissing
+from orchestrator.labels import SANDBOX
+from orchestrator.network import NetworkPolicy
+from orchestrator.provider import SandboxSpec
+from orchestrator.providers.vm import VmProvider
+from orchestrator.providers.vm_domain import (
+    AGENT_PORT,
+    Accelerator,
+    DomainPlan,
+    domain_xml,
+    labels_from_xml,
+    probe_accelerator,
+    retarget_saved_xml,
+)
+from orchestrator.providers.vm_image import VmImage, image_ref, load_image
+from orchestrator.providers.vm_warm import WarmKey, slots_for
+
+
+def _plan(tmp_path: Path, **changes: object) -> DomainPlan:
+    values: dict[str, object] = {
+        "name": "cubicle-vm-0123456789",
+        "kernel": tmp_path / "vmlinux",
+        "initrd": tmp_path / "initrd.img",
+        "overlay": tmp_path / "overlay.qcow2",
+        "agent_socket": tmp_path / "agent.sock",
+        "console_log": tmp_path / "console.log",
+        "memory_mb": 1024,
+        "vcpus": 2,
+        "screen": (1024, 768),
+        "accelerator": Accelerator("tcg", "test"),
+        "labels": {SANDBOX: "vm-0123456789"},
+        "arch": "x86_64",
+    }
+    values.update(changes)
+    return DomainPlan(**values)  # type: ignore[arg-type]
+
+
+def test_domain_xml_has_no_nic_by_default_and_carries_the_labels(tmp_path: Path) -> None:
+    xml = domain_xml(_plan(tmp_path))
+    root = ET.fromstring(xml)
+    assert root.get("type") == "qemu"
+    assert root.find("devices/interface") is None
+    channel = root.find("devices/channel")
+    assert channel is not None
+    assert channel.find("target").get("name") == AGENT_PORT  # type: ignore[union-attr]
+    assert "cubicle.screen=1024x768" in root.findtext("os/cmdline", "")
+    assert labels_from_xml(xml) == {SANDBOX: "vm-0123456789"}
+
+
+def test_open_network_adds_a_user_mode_nic_and_kvm_uses_the_host_cpu(tmp_path: Path) -> None:
+    root = ET.fromstring(
+        domain_xml(_plan(tmp_path, user_network=True, accelerator=Accelerator("kvm", "test")))
+    )
+    assert root.get("type") == "kvm"
+    assert root.find("devices/interface").get("type") == "user"  # type: ignore[union-attr]
+    assert root.find("cpu").get("mode") == "host-passthrough"  # type: ignore[union-attr]
+    assert "cubicle.net=" in root.findtext("os/cmdline", "")
+
+
+def test_hvf_plan_targets_aarch64_virt(tmp_path: Path) -> None:
+    root = ET.fromstring(
+        domain_xml(_plan(tmp_path, arch="aarch64", accelerator=Accelerator("hvf", "test")))
+    )
+    assert root.get("type") == "hvf"
+    os_type = root.find("os/type")
+    assert os_type is not None and (os_type.get("arch"), os_type.get("machine")) == (
+        "aarch64",
+        "virt",
+    )
+    assert "console=ttyAMA0" in root.findtext("os/cmdline", "")
+
+
+def test_retarget_changes_only_host_paths_and_labels(tmp_path: Path) -> None:
+    saved = domain_xml(_plan(tmp_path))
+    new = tmp_path / "new"
+    xml = retarget_saved_xml(
+        saved,
+        overlay=new / "o.qcow2",
+        agent_socket=new / "a.sock",
+        console_log=new / "c.log",
+        labels={SANDBOX: "vm-abcdefabcd"},
+    )
+    root = ET.fromstring(xml)
+    assert root.findtext("name") == "cubicle-vm-0123456789"
+    assert root.find("devices/disk/source").get("file") == str(new / "o.qcow2")  # type: ignore[union-attr]
+    assert root.find("devices/channel/source").get("path") == str(new / "a.sock")  # type: ignore[union-attr]
+    assert labels_from_xml(xml) == {SANDBOX: "vm-abcdefabcd"}
+
+
+def test_accelerator_override_and_probe_reason() -> None:
+    assert probe_accelerator({"CUBICLE_VM_ACCEL": "tcg"}).kind == "tcg"
+    probed = probe_accelerator({})
+    assert probed.kind in ("kvm", "tcg", "hvf") and probed.reason
+    if not Path("/sys/module/kvm_intel").exists() and not Path("/sys/module/kvm_amd").exists():
+        assert probed.kind == "tcg"
+
+
+def test_warm_slot_is_stale_for_another_build(tmp_path: Path) -> None:
+    image = VmImage(
+        "abcd" * 4, tmp_path, tmp_path / "b", tmp_path / "k", tmp_path / "i", {"built_at": 1.0}
+    )
+    slot = slots_for(tmp_path, image, WarmKey((1280, 800), 2048, 2, 1024, "tcg"), 2)[0]
+    slot.directory.mkdir(parents=True)
+    slot.golden.write_bytes(b"")
+    slot.state.write_bytes(b"")
+    slot.commit(image, WarmKey((1280, 800), 2048, 2, 1024, "tcg"), "uuid")
+    assert slot.valid_for(image)
+    rebuilt = VmImage(
+        image.ref, tmp_path, tmp_path / "b", tmp_path / "k", tmp_path / "i", {"built_at": 2.0}
+    )
+    assert not slot.valid_for(rebuilt)
+    assert json.loads(slot.meta_path.read_text())["image_ref"] == image.ref
+
+
+def test_image_ref_is_stable_and_missing_image_names_the_fix(tmp_path: Path) -> None:
+    assert image_ref() == image_ref()
+    with pytest.raises(ImageMissing) as caught:
+        load_image("0" * 16, tmp_path)
+    assert caught.value.hint and "image build --backend vm" in caught.value.hint
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        (SandboxSpec(network=NetworkPolicy.parse("allow:example.com")), "allow:example.com"),
+        (SandboxSpec(screen=(10, 800)), "screen 10x800"),
+        (SandboxSpec(memory_mb=64), "memory_mb=64"),
+    ],
+)
+def test_bad_specs_are_refused_before_anything_is_created(
+    tmp_path: Path, spec: SandboxSpec, words: str
+) -> None:
+    provider = VmProvider(home=tmp_path, uri="test:///default")
+    with pytest.raises(ConfigError, match=words):
+        provider.create(spec)
+    assert not (tmp_path / "run").exists()
