@@ -9,7 +9,12 @@ Typing any Unicode text on any layout: a character whose keysym the current keyb
 lacks (at the plain or Shift level) is bound to a *spare* keycode (one with no keysyms at
 start-up), as xdotool does. Bindings are kept in a small LRU instead of being reverted after each
 character, because a client resolves a key event with the mapping current when *it* reads the
-event; reverting immediately would race it. :meth:`XInput.close` restores the spare keycodes.
+event; reverting immediately would race it. Every keysym a request needs is bound before its
+first key is sent, followed by a short pause when anything was bound, because Xlib/XKB clients
+(Tk, for one) take a new mapping lazily. Text needing more spares than exist is typed in chunks
+with a grace period between them (see :data:`_EVICT_GRACE_S`; it is time-based, so a client
+stalled for longer than that could still misread a re-bound key). :meth:`XInput.close` restores
+the spare keycodes.
 """
 
 from __future__ import annotations
@@ -35,9 +40,10 @@ log = logging.getLogger("guest.xinput")
 T = TypeVar("T")
 
 _SHIFT_KEYSYM: Final = int(XK.string_to_keysym("Shift_L"))
-_EVICT_GRACE_S: Final = 0.05
-"""Before re-binding a spare keycode already used in the same request, give clients this long to
-read the events that used the old binding (they resolve keycodes when they read them)."""
+_EVICT_GRACE_S: Final = 0.1
+"""Before re-binding spare keycodes already typed with in the same request (text with more
+distinct unmapped characters than there are spares), give clients this long to read the events
+that used the old bindings (they resolve keycodes when they read them, not when they are sent)."""
 _BIND_SETTLE_S: Final = 0.03
 """After binding spare keycodes and before typing with them, give clients this long to take the
 new mapping (Xlib/XKB clients such as Tk refresh their keymap lazily and can otherwise resolve
@@ -220,7 +226,10 @@ class XInput:
             if caps is not None:  # Caps Lock would invert letter case: off while typing
                 self._tap(caps, "Caps_Lock")
             try:
-                for chunk in self._chunks([char_keysym(char) for char in text]):
+                for number, chunk in enumerate(self._chunks([char_keysym(c) for c in text])):
+                    if number:  # the next chunk re-binds keycodes the previous one typed with
+                        self._display.sync()
+                        time.sleep(_EVICT_GRACE_S)
                     used = set()
                     self._bind_all(chunk, used)
                     for index, keysym in enumerate(chunk):
@@ -411,7 +420,7 @@ class XInput:
 
     def _chunks(self, keysyms: list[int]) -> Iterator[list[int]]:
         """Split ``keysyms`` so no piece needs more spare keycodes than there are."""
-        start, needed = 0, set()
+        start, needed = 0, set[int]()
         for index, keysym in enumerate(keysyms):
             if self._needs_spare(keysym) and keysym not in needed:
                 if len(needed) == len(self._spares):

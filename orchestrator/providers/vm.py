@@ -378,8 +378,10 @@ class VmProvider(Provider):
         if not any(slot.valid_for(image) for slot in slots):
             try:
                 self._make_golden(slots[0], spec, image)
-            except (ProviderError, SandboxStartError):
-                return None  # another process is making it, or it failed: cold boot this one
+            except (ProviderError, SandboxStartError) as exc:
+                # another process is making it, or it failed: cold boot this one
+                log.warning("no warm state for %s (%s); cold boot", sandbox_id, exc)
+                return None
         libvirt = libvirt_module()
         for slot in slots:
             if not slot.valid_for(image):
@@ -404,7 +406,8 @@ class VmProvider(Provider):
                 self.conn.restoreFlags(str(slot.state), xml, libvirt.VIR_DOMAIN_SAVE_RUNNING)
             except libvirt.libvirtError as exc:
                 log.info("restoring %s from %s failed: %s", sandbox_id, slot.name, exc)
-                if not self._slot_live(slot):
+                busy = exc.get_error_code() == libvirt.VIR_ERR_OPERATION_INVALID
+                if not busy and not self._slot_live(slot):
                     # not "in use" but unusable (e.g. QEMU/libvirt upgraded since the save):
                     # drop the slot and cold-boot; the next warm_up/create makes it again
                     slot.reset()
@@ -413,6 +416,9 @@ class VmProvider(Provider):
             with map_libvirt_errors(f"look up the restored domain {slot.name}"):
                 dom = self.conn.lookupByName(slot.name)
             return self._info(dom, labels)
+        log.info(
+            "every warm slot of %s is busy; cold boot of %s", slots[0].directory.parent, sandbox_id
+        )
         shutil.rmtree(self._run_dir(sandbox_id), ignore_errors=True)  # the cold boot starts afresh
         return None
 
@@ -579,7 +585,21 @@ class VmProvider(Provider):
                     raise ProviderError(
                         f"libvirt could not destroy VM sandbox {sandbox_id}: {exc}"
                     ) from exc
+            self._wait_gone(dom)
         shutil.rmtree(run, ignore_errors=True)
+
+    def _wait_gone(self, dom: Any, timeout: float = 10.0) -> None:
+        """Return once libvirt no longer knows the domain (a warm slot's name is then free)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                self.conn.lookupByUUIDString(dom.UUIDString())
+            except Exception as exc:
+                if is_no_domain(exc):
+                    return
+                raise
+            time.sleep(0.05)
+        log.warning("libvirt still lists domain %s %.0f s after destroy", dom.name(), timeout)
 
     def _info(self, dom: Any, labels: dict[str, str]) -> SandboxInfo:
         try:
