@@ -40,14 +40,22 @@ def _on_signal(signum: int, _frame: FrameType | None) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m guest", description=__doc__.split("\n")[0])
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--listen", metavar="unix:PATH|virtio:DEVICE",
-                       help="unix socket path or virtio-serial port to serve on")
+    where.add_argument(
+        "--listen",
+        metavar="unix:PATH|virtio:DEVICE",
+        help="unix socket path or virtio-serial port to serve on",
+    )
     where.add_argument("--stdio", action="store_true", help="serve on stdin/stdout")
     parser.add_argument("--display", help="X display (default: $DISPLAY)")
-    parser.add_argument("--socket-mode", type=lambda v: int(v, 8), default=None,
-                        help="permission bits of the unix socket file, octal (default: umask)")
-    parser.add_argument("--log-level", default="INFO",
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument(
+        "--socket-mode",
+        type=lambda v: int(v, 8),
+        default=None,
+        help="permission bits of the unix socket file, octal (default: umask)",
+    )
+    parser.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
     args = parser.parse_args(argv)
     if args.listen and not args.listen.startswith(("unix:", "virtio:")):
         parser.error(f"--listen must be unix:PATH or virtio:DEVICE, got {args.listen!r}")
@@ -56,8 +64,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level=args.log_level,
-                        format="%(asctime)s cubicle-agent[%(process)d] %(levelname)s %(message)s")
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=args.log_level,
+        format="%(asctime)s cubicle-agent[%(process)d] %(levelname)s %(message)s",
+    )
     display_name = args.display or os.environ.get("DISPLAY")
     if not display_name:
         log.error("no X display: set DISPLAY or pass --display")
@@ -74,10 +85,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.stdio:
             transport.serve_stdio(agent)
         elif args.listen.startswith("unix:"):
-            listener = transport.UnixListener(agent, args.listen[len("unix:"):], args.socket_mode)
+            listener = transport.UnixListener(agent, args.listen[len("unix:") :], args.socket_mode)
             listener.serve_forever()
         else:
-            transport.serve_virtio(agent, args.listen[len("virtio:"):])
+            transport.serve_virtio(agent, args.listen[len("virtio:") :])
     except _Stop as stop:
         log.info("stopping on %s", stop)
     except GuestError as exc:

@@ -189,8 +189,13 @@ class AgentClient:
         return AgentTimeout(f"{self._name} did not answer {op} in time ({stage}; deadline passed)")
 
 
-def connect_unix(path: str | os.PathLike[str], *, timeout: float = 10.0, name: str | None = None,
-                 request_timeout: float = DEFAULT_TIMEOUT_S) -> AgentClient:
+def connect_unix(
+    path: str | os.PathLike[str],
+    *,
+    timeout: float = 10.0,
+    name: str | None = None,
+    request_timeout: float = DEFAULT_TIMEOUT_S,
+) -> AgentClient:
     """Connect to an agent's unix socket, retrying until it exists and accepts or ``timeout``.
 
     Does not send ``hello``; call :meth:`AgentClient.hello`.

@@ -38,9 +38,28 @@ __all__ = [
     "resolve_key",
 ]
 
-for _group in ("miscellany", "latin1", "latin2", "latin3", "latin4", "greek", "xf86", "xkb",
-               "katakana", "arabic", "cyrillic", "hebrew", "thai", "korean", "technical",
-               "special", "publishing", "apl", "currency", "latin9"):
+for _group in (
+    "miscellany",
+    "latin1",
+    "latin2",
+    "latin3",
+    "latin4",
+    "greek",
+    "xf86",
+    "xkb",
+    "katakana",
+    "arabic",
+    "cyrillic",
+    "hebrew",
+    "thai",
+    "korean",
+    "technical",
+    "special",
+    "publishing",
+    "apl",
+    "currency",
+    "latin9",
+):
     with contextlib.suppress(ImportError, KeyError):  # a group python-xlib does not ship
         XK.load_keysym_group(_group)
 
@@ -86,16 +105,50 @@ def _table() -> dict[str, str]:
     # modifiers
     add("Shift_L", "shift", "shiftleft", "lshift", "shift_left")
     add("Shift_R", "shiftright", "rshift", "shift_right")
-    add("Control_L", "ctrl", "control", "ctrlleft", "controlleft", "lctrl", "ctrl_l",
-        "control_left", "ctrl_left")
+    add(
+        "Control_L",
+        "ctrl",
+        "control",
+        "ctrlleft",
+        "controlleft",
+        "lctrl",
+        "ctrl_l",
+        "control_left",
+        "ctrl_left",
+    )
     add("Control_R", "ctrlright", "controlright", "rctrl", "ctrl_r", "control_right", "ctrl_right")
     add("Alt_L", "alt", "altleft", "lalt", "option", "optionleft", "alt_left", "opt")
     add("Alt_R", "altright", "ralt", "optionright", "alt_right")
     add("ISO_Level3_Shift", "altgr", "altgraph")
-    add("Super_L", "super", "cmd", "command", "meta", "win", "windows", "os", "winleft",
-        "metaleft", "superleft", "cmdleft", "commandleft", "lwin", "super_left", "meta_l")
-    add("Super_R", "winright", "metaright", "superright", "cmdright", "commandright", "rwin",
-        "super_right", "meta_r")
+    add(
+        "Super_L",
+        "super",
+        "cmd",
+        "command",
+        "meta",
+        "win",
+        "windows",
+        "os",
+        "winleft",
+        "metaleft",
+        "superleft",
+        "cmdleft",
+        "commandleft",
+        "lwin",
+        "super_left",
+        "meta_l",
+    )
+    add(
+        "Super_R",
+        "winright",
+        "metaright",
+        "superright",
+        "cmdright",
+        "commandright",
+        "rwin",
+        "super_right",
+        "meta_r",
+    )
     add("Menu", "menu", "apps", "contextmenu", "application")
     add("Caps_Lock", "capslock", "caps", "caps_lock")
     add("Num_Lock", "numlock", "num_lock")
@@ -155,11 +208,40 @@ def _table() -> dict[str, str]:
     add("XF86AudioMedia", "launchmediaselect")
     add("XF86Sleep", "sleep")
     # named punctuation (X keysym names; single characters work too)
-    for name in ("minus", "plus", "equal", "comma", "period", "slash", "backslash", "semicolon",
-                 "apostrophe", "grave", "bracketleft", "bracketright", "braceleft", "braceright",
-                 "less", "greater", "question", "exclam", "at", "numbersign", "dollar", "percent",
-                 "asciicircum", "ampersand", "asterisk", "parenleft", "parenright", "underscore",
-                 "colon", "quotedbl", "bar", "asciitilde"):
+    for name in (
+        "minus",
+        "plus",
+        "equal",
+        "comma",
+        "period",
+        "slash",
+        "backslash",
+        "semicolon",
+        "apostrophe",
+        "grave",
+        "bracketleft",
+        "bracketright",
+        "braceleft",
+        "braceright",
+        "less",
+        "greater",
+        "question",
+        "exclam",
+        "at",
+        "numbersign",
+        "dollar",
+        "percent",
+        "asciicircum",
+        "ampersand",
+        "asterisk",
+        "parenleft",
+        "parenright",
+        "underscore",
+        "colon",
+        "quotedbl",
+        "bar",
+        "asciitilde",
+    ):
         add(name)
     return table
 
@@ -172,9 +254,23 @@ if _UNKNOWN_CANONICAL:  # a typo in the table; fail at import, not at the first 
     raise AssertionError(f"key table names unknown keysyms: {_UNKNOWN_CANONICAL}")
 
 MODIFIER_KEYSYMS: Final = frozenset(
-    {"Shift_L", "Shift_R", "Control_L", "Control_R", "Alt_L", "Alt_R", "Super_L", "Super_R",
-     "ISO_Level3_Shift", "Meta_L", "Meta_R", "Hyper_L", "Hyper_R"}
+    {
+        "Shift_L",
+        "Shift_R",
+        "Control_L",
+        "Control_R",
+        "Alt_L",
+        "Alt_R",
+        "Super_L",
+        "Super_R",
+        "ISO_Level3_Shift",
+        "Meta_L",
+        "Meta_R",
+        "Hyper_L",
+        "Hyper_R",
+    }
 )
+
 
 def _reverse_names() -> dict[int, str]:
     preferred = set(KEY_NAMES.values())
@@ -242,8 +338,11 @@ def resolve_key(name: str) -> ChordKey:
     :raises GuestError: ``unknown_key`` naming the key.
     """
     if not isinstance(name, str) or name == "":
-        raise GuestError("unknown_key", f"key name must be a non-empty string, got {name!r}",
-                         details={"key": name})
+        raise GuestError(
+            "unknown_key",
+            f"key name must be a non-empty string, got {name!r}",
+            details={"key": name},
+        )
     canonical = KEY_NAMES.get(name.lower())
     if canonical is not None:
         return ChordKey(name, keysym_number(canonical), canonical)
@@ -271,8 +370,9 @@ def resolve_chord(names: Sequence[str]) -> list[ChordKey]:
         unknown key.
     """
     if len(names) == 0:
-        raise GuestError("bad_args", "keypress needs at least one key; got an empty chord",
-                         details={"keys": []})
+        raise GuestError(
+            "bad_args", "keypress needs at least one key; got an empty chord", details={"keys": []}
+        )
     keys = [resolve_key(name) for name in names]
     if any(key.is_modifier for key in keys):
         keys = [

@@ -49,8 +49,14 @@ class Shot:
     native: dict[str, int]
 
     def result(self) -> dict[str, Any]:
-        return {"native": self.native, "region": self.region, "width": self.width,
-                "height": self.height, "format": self.format, "bytes": len(self.data)}
+        return {
+            "native": self.native,
+            "region": self.region,
+            "width": self.width,
+            "height": self.height,
+            "format": self.format,
+            "bytes": len(self.data),
+        }
 
 
 class Screen:
@@ -87,8 +93,11 @@ class Screen:
             return {"x": 0, "y": 0, "width": self.width, "height": self.height}
         x, y, w, h = region["x"], region["y"], region["width"], region["height"]
         if w <= 0 or h <= 0:
-            raise GuestError("bad_args", f"region {w}x{h} is empty; width and height must be > 0",
-                             details={"region": dict(region)})
+            raise GuestError(
+                "bad_args",
+                f"region {w}x{h} is empty; width and height must be > 0",
+                details={"region": dict(region)},
+            )
         if x < 0 or y < 0 or x + w > self.width or y + h > self.height:
             raise GuestError(
                 "out_of_bounds",
@@ -98,8 +107,12 @@ class Screen:
         return {"x": x, "y": y, "width": w, "height": h}
 
     def _grab(self, area: Mapping[str, int]) -> Any:
-        monitor = {"left": area["x"], "top": area["y"], "width": area["width"],
-                   "height": area["height"]}
+        monitor = {
+            "left": area["x"],
+            "top": area["y"],
+            "width": area["width"],
+            "height": area["height"],
+        }
         try:
             with self._lock:
                 return self._mss.grab(monitor)
@@ -131,19 +144,29 @@ class Screen:
         if format not in ("png", "jpeg"):
             raise GuestError("bad_args", f'format must be "png" or "jpeg", got {format!r}')
         if quality is not None and (format != "jpeg" or not 1 <= quality <= 95):
-            raise GuestError("bad_args", f"quality applies to jpeg only and must be 1..95, got "
-                             f"{quality} for {format}", details={"quality": quality})
+            raise GuestError(
+                "bad_args",
+                f"quality applies to jpeg only and must be 1..95, got {quality} for {format}",
+                details={"quality": quality},
+            )
         for name, limit in (("max_width", max_width), ("max_height", max_height)):
             if limit is not None and limit < 1:
-                raise GuestError("bad_args", f"{name} must be >= 1, got {limit}",
-                                 details={name: limit})
+                raise GuestError(
+                    "bad_args", f"{name} must be >= 1, got {limit}", details={name: limit}
+                )
         area = self.region(region)
         target = fit_size(area["width"], area["height"], max_width, max_height)
         if format == "png" and target == (area["width"], area["height"]):
             # the hot path: BGRX straight from the grab into the banded PNG writer
             data = encode_png(self._grab(area).raw, area["width"], area["height"], bgrx=True)
-            return Shot(data, format, area["width"], area["height"], area,
-                        {"width": self.width, "height": self.height})
+            return Shot(
+                data,
+                format,
+                area["width"],
+                area["height"],
+                area,
+                {"width": self.width, "height": self.height},
+            )
         image = self.grab_image(area)
         if target != image.size:
             image = image.resize(target, Image.Resampling.LANCZOS, reducing_gap=3.0)
@@ -153,15 +176,26 @@ class Screen:
             buffer = io.BytesIO()
             image.save(buffer, "JPEG", quality=quality or DEFAULT_JPEG_QUALITY)
             data = buffer.getvalue()
-        return Shot(data, format, image.width, image.height, area,
-                    {"width": self.width, "height": self.height})
+        return Shot(
+            data,
+            format,
+            image.width,
+            image.height,
+            area,
+            {"width": self.width, "height": self.height},
+        )
 
     def frame_hash(self, region: Mapping[str, int] | None = None) -> int:
         """A cheap hash of the region's raw pixels (CRC32 of the grab)."""
         return zlib.crc32(self._grab(self.region(region)).raw)
 
-    def settle(self, *, quiet_ms: int | None = None, timeout_ms: int | None = None,
-               region: Mapping[str, int] | None = None) -> dict[str, Any]:
+    def settle(
+        self,
+        *,
+        quiet_ms: int | None = None,
+        timeout_ms: int | None = None,
+        region: Mapping[str, int] | None = None,
+    ) -> dict[str, Any]:
         """Return once the region has not changed for ``quiet_ms``, or after ``timeout_ms``.
 
         :return: ``settled`` (False if the timeout came first) and ``waited_ms``.
@@ -169,9 +203,12 @@ class Screen:
         quiet = DEFAULT_QUIET_MS if quiet_ms is None else quiet_ms
         timeout = DEFAULT_SETTLE_TIMEOUT_MS if timeout_ms is None else timeout_ms
         if quiet < 0 or not 0 <= timeout <= MAX_SETTLE_TIMEOUT_MS:
-            raise GuestError("bad_args", f"settle needs quiet_ms >= 0 and 0 <= timeout_ms <= "
-                             f"{MAX_SETTLE_TIMEOUT_MS}, got quiet_ms={quiet} timeout_ms={timeout}",
-                             details={"limit": MAX_SETTLE_TIMEOUT_MS})
+            raise GuestError(
+                "bad_args",
+                f"settle needs quiet_ms >= 0 and 0 <= timeout_ms <= "
+                f"{MAX_SETTLE_TIMEOUT_MS}, got quiet_ms={quiet} timeout_ms={timeout}",
+                details={"limit": MAX_SETTLE_TIMEOUT_MS},
+            )
         area = self.region(region)
         start = time.monotonic()
         last_hash = self.frame_hash(area)
@@ -188,8 +225,9 @@ class Screen:
                 last_hash, last_change = current, time.monotonic()
 
 
-def fit_size(width: int, height: int, max_width: int | None, max_height: int | None
-             ) -> tuple[int, int]:
+def fit_size(
+    width: int, height: int, max_width: int | None, max_height: int | None
+) -> tuple[int, int]:
     """The largest size within (max_width, max_height) with the aspect of width x height.
 
     Never upscales; each side is at least 1 pixel.

@@ -105,25 +105,37 @@ class Agent:
         try:
             if not isinstance(request_id, (int, str)) or isinstance(request_id, bool):
                 request_id = None
-                raise GuestError("bad_request", f"'id' must be an integer or a string, got "
-                                 f"{type(message.get('id')).__name__}")
+                raise GuestError(
+                    "bad_request",
+                    f"'id' must be an integer or a string, got {type(message.get('id')).__name__}",
+                )
             extra = sorted(set(message) - {"id", "op", "args"})
             if extra:
-                raise GuestError("bad_request", f"unknown request field(s) {', '.join(extra)}; "
-                                 "a request has id, op, args")
+                raise GuestError(
+                    "bad_request",
+                    f"unknown request field(s) {', '.join(extra)}; a request has id, op, args",
+                )
             args = protocol.validate_args(op, message.get("args", {}), frame.blob)
             result, blob = self._handlers[op_name](args, frame.blob)
         except GuestError as exc:
-            log.info("op=%s id=%r error=%s (%.1f ms)", op_name, request_id, exc.code,
-                     (time.perf_counter() - start) * 1000)
+            log.info(
+                "op=%s id=%r error=%s (%.1f ms)",
+                op_name,
+                request_id,
+                exc.code,
+                (time.perf_counter() - start) * 1000,
+            )
             return protocol.error_reply(request_id, exc.code, exc.reason, exc.details), b""
         except Exception as exc:  # a bug: answer it, log it, keep serving
             log.exception("op=%s id=%r internal error", op_name, request_id)
-            return protocol.error_reply(request_id, "internal",
-                                        f"{op_name} failed inside the agent: "
-                                        f"{type(exc).__name__}: {exc}"), b""
-        log.debug("op=%s id=%r ok (%.1f ms)", op_name, request_id,
-                  (time.perf_counter() - start) * 1000)
+            return protocol.error_reply(
+                request_id,
+                "internal",
+                f"{op_name} failed inside the agent: {type(exc).__name__}: {exc}",
+            ), b""
+        log.debug(
+            "op=%s id=%r ok (%.1f ms)", op_name, request_id, (time.perf_counter() - start) * 1000
+        )
         return protocol.ok_reply(request_id, result), blob
 
     # -- handlers -------------------------------------------------------------------------
@@ -140,10 +152,12 @@ class Agent:
 
     def _hello(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
         if args["protocol"] != protocol.PROTOCOL_VERSION:
-            raise GuestError("version_mismatch",
-                             f"client speaks protocol {args['protocol']}, this agent speaks "
-                             f"{protocol.PROTOCOL_VERSION}",
-                             details={"protocol": protocol.PROTOCOL_VERSION})
+            raise GuestError(
+                "version_mismatch",
+                f"client speaks protocol {args['protocol']}, this agent speaks "
+                f"{protocol.PROTOCOL_VERSION}",
+                details={"protocol": protocol.PROTOCOL_VERSION},
+            )
         log.info("hello from %s", args.get("client") or "a client")
         return self._describe(), b""
 
@@ -172,8 +186,9 @@ class Agent:
         return {}, b""
 
     def _scroll(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
-        clicks = self.input.scroll(args["x"], args["y"], args["scroll_x"], args["scroll_y"],
-                                   args.get("keys") or ())
+        clicks = self.input.scroll(
+            args["x"], args["y"], args["scroll_x"], args["scroll_y"], args.get("keys") or ()
+        )
         return dict(clicks), b""
 
     def _keypress(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
@@ -188,8 +203,11 @@ class Agent:
         ms = args.get("ms")
         ms = protocol.DEFAULT_WAIT_MS if ms is None else ms
         if not 0 <= ms <= protocol.MAX_WAIT_MS:
-            raise GuestError("bad_args", f"wait ms must be 0..{protocol.MAX_WAIT_MS}, got {ms}",
-                             details={"ms": ms, "limit": protocol.MAX_WAIT_MS})
+            raise GuestError(
+                "bad_args",
+                f"wait ms must be 0..{protocol.MAX_WAIT_MS}, got {ms}",
+                details={"ms": ms, "limit": protocol.MAX_WAIT_MS},
+            )
         start = time.monotonic()
         time.sleep(ms / 1000)
         return {"waited_ms": round((time.monotonic() - start) * 1000)}, b""
@@ -205,24 +223,33 @@ class Agent:
         return shot.result(), shot.data
 
     def _settle(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
-        return self.screen.settle(quiet_ms=args.get("quiet_ms"), timeout_ms=args.get("timeout_ms"),
-                                  region=args.get("region")), b""
+        return self.screen.settle(
+            quiet_ms=args.get("quiet_ms"),
+            timeout_ms=args.get("timeout_ms"),
+            region=args.get("region"),
+        ), b""
 
     def _windows(self, _args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
         return {"windows": self.input.with_display(list_windows)}, b""
 
     def _exec(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
         log.info("exec %s", os.path.basename(args["argv"][0]))
-        return system.run(args["argv"], cwd=args.get("cwd"), env=args.get("env"),
-                          timeout_ms=args.get("timeout_ms"), stdin=args.get("stdin")), b""
+        return system.run(
+            args["argv"],
+            cwd=args.get("cwd"),
+            env=args.get("env"),
+            timeout_ms=args.get("timeout_ms"),
+            stdin=args.get("stdin"),
+        ), b""
 
     def _read_file(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
         data = system.read_file(args["path"], args.get("max_bytes"))
         return {"size": len(data)}, data
 
     def _write_file(self, args: dict[str, Any], blob: bytes) -> tuple[dict[str, Any], bytes]:
-        size = system.write_file(args["path"], blob, mode=args.get("mode"),
-                                 mkdirs=bool(args.get("mkdirs")))
+        size = system.write_file(
+            args["path"], blob, mode=args.get("mode"), mkdirs=bool(args.get("mkdirs"))
+        )
         return {"size": size}, b""
 
     def _release_all(self, _args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:

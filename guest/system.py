@@ -49,8 +49,14 @@ class _BoundedReader(threading.Thread):
                 self.data += chunk[: max(0, room)]
 
 
-def run(argv: list[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None,
-        timeout_ms: int | None = None, stdin: str | None = None) -> dict[str, Any]:
+def run(
+    argv: list[str],
+    *,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout_ms: int | None = None,
+    stdin: str | None = None,
+) -> dict[str, Any]:
     """Run ``argv`` (no shell) and return its exit code and output.
 
     :param env: merged over the agent's environment.
@@ -61,36 +67,49 @@ def run(argv: list[str], *, cwd: str | None = None, env: Mapping[str, str] | Non
     """
     timeout = DEFAULT_EXEC_TIMEOUT_MS if timeout_ms is None else timeout_ms
     if not 0 < timeout <= MAX_EXEC_TIMEOUT_MS:
-        raise GuestError("bad_args", f"timeout_ms must be 1..{MAX_EXEC_TIMEOUT_MS}, got {timeout}",
-                         details={"timeout_ms": timeout, "limit": MAX_EXEC_TIMEOUT_MS})
+        raise GuestError(
+            "bad_args",
+            f"timeout_ms must be 1..{MAX_EXEC_TIMEOUT_MS}, got {timeout}",
+            details={"timeout_ms": timeout, "limit": MAX_EXEC_TIMEOUT_MS},
+        )
     if cwd is not None and not os.path.isdir(cwd):
-        raise GuestError("not_found", f"exec cwd {cwd!r} is not a directory",
-                         details={"cwd": cwd})
+        raise GuestError("not_found", f"exec cwd {cwd!r} is not a directory", details={"cwd": cwd})
     merged = {**os.environ, **(env or {})}
     start = time.monotonic()
     try:
         process = subprocess.Popen(
-            argv, cwd=cwd, env=merged, start_new_session=True,
+            argv,
+            cwd=cwd,
+            env=merged,
+            start_new_session=True,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
     except FileNotFoundError as exc:
-        raise GuestError("not_found", f"exec: program {argv[0]!r} not found ({exc.strerror})",
-                         details={"program": argv[0]}) from exc
+        raise GuestError(
+            "not_found",
+            f"exec: program {argv[0]!r} not found ({exc.strerror})",
+            details={"program": argv[0]},
+        ) from exc
     except OSError as exc:
-        raise GuestError("io_error", f"exec: cannot start {argv[0]!r}: {exc}",
-                         details={"program": argv[0]}) from exc
+        raise GuestError(
+            "io_error", f"exec: cannot start {argv[0]!r}: {exc}", details={"program": argv[0]}
+        ) from exc
     assert process.stdout is not None and process.stderr is not None
     stdout = cast(io.BufferedReader, process.stdout)  # Popen's pipes are buffered readers
     stderr = cast(io.BufferedReader, process.stderr)
-    readers = [_BoundedReader(stdout, protocol.MAX_EXEC_OUTPUT_BYTES),
-               _BoundedReader(stderr, protocol.MAX_EXEC_OUTPUT_BYTES)]
+    readers = [
+        _BoundedReader(stdout, protocol.MAX_EXEC_OUTPUT_BYTES),
+        _BoundedReader(stderr, protocol.MAX_EXEC_OUTPUT_BYTES),
+    ]
     for reader in readers:
         reader.start()
     if stdin is not None:
         assert process.stdin is not None
-        threading.Thread(target=_feed, args=(process.stdin, stdin.encode("utf-8")),
-                         daemon=True).start()
+        threading.Thread(
+            target=_feed, args=(process.stdin, stdin.encode("utf-8")), daemon=True
+        ).start()
     timed_out = False
     try:
         process.wait(timeout=timeout / 1000)
@@ -129,24 +148,35 @@ def read_file(path: str, max_bytes: int | None = None) -> bytes:
     """
     limit = protocol.MAX_FILE_BYTES if max_bytes is None else max_bytes
     if not 0 <= limit <= protocol.MAX_FILE_BYTES:
-        raise GuestError("bad_args", f"max_bytes must be 0..{protocol.MAX_FILE_BYTES}, got {limit}",
-                         details={"max_bytes": limit, "limit": protocol.MAX_FILE_BYTES})
+        raise GuestError(
+            "bad_args",
+            f"max_bytes must be 0..{protocol.MAX_FILE_BYTES}, got {limit}",
+            details={"max_bytes": limit, "limit": protocol.MAX_FILE_BYTES},
+        )
     try:
         with open(path, "rb") as stream:
             size = os.fstat(stream.fileno()).st_size
             if size > limit:
-                raise GuestError("too_large", f"file {path!r} is {size} bytes, over the limit of "
-                                 f"{limit} bytes", details={"size": size, "limit": limit})
+                raise GuestError(
+                    "too_large",
+                    f"file {path!r} is {size} bytes, over the limit of {limit} bytes",
+                    details={"size": size, "limit": limit},
+                )
             data = stream.read(limit + 1)
     except FileNotFoundError as exc:
-        raise GuestError("not_found", f"file {path!r} does not exist",
-                         details={"path": path}) from exc
+        raise GuestError(
+            "not_found", f"file {path!r} does not exist", details={"path": path}
+        ) from exc
     except OSError as exc:
-        raise GuestError("io_error", f"cannot read {path!r}: {exc}",
-                         details={"path": path}) from exc
+        raise GuestError(
+            "io_error", f"cannot read {path!r}: {exc}", details={"path": path}
+        ) from exc
     if len(data) > limit:  # it grew while we read it
-        raise GuestError("too_large", f"file {path!r} is over the limit of {limit} bytes",
-                         details={"limit": limit})
+        raise GuestError(
+            "too_large",
+            f"file {path!r} is over the limit of {limit} bytes",
+            details={"limit": limit},
+        )
     return data
 
 
@@ -160,9 +190,12 @@ def write_file(path: str, data: bytes, *, mode: int | None = None, mkdirs: bool 
         ``io_error``, ``bad_args`` for a bad mode.
     """
     if len(data) > protocol.MAX_FILE_BYTES:
-        raise GuestError("too_large", f"write_file payload is {len(data)} bytes, over the limit "
-                         f"of {protocol.MAX_FILE_BYTES} bytes",
-                         details={"size": len(data), "limit": protocol.MAX_FILE_BYTES})
+        raise GuestError(
+            "too_large",
+            f"write_file payload is {len(data)} bytes, over the limit "
+            f"of {protocol.MAX_FILE_BYTES} bytes",
+            details={"size": len(data), "limit": protocol.MAX_FILE_BYTES},
+        )
     bits = 0o644 if mode is None else mode
     if not 0 <= bits <= 0o7777:
         raise GuestError("bad_args", f"mode must be 0..0o7777, got {bits:#o}")
@@ -172,8 +205,12 @@ def write_file(path: str, data: bytes, *, mode: int | None = None, mkdirs: bool 
         if mkdirs:
             parent.mkdir(parents=True, exist_ok=True)
         elif not parent.is_dir():
-            raise GuestError("not_found", f"directory {str(parent)!r} of {path!r} does not exist "
-                             "(pass mkdirs=true to create it)", details={"path": path})
+            raise GuestError(
+                "not_found",
+                f"directory {str(parent)!r} of {path!r} does not exist "
+                "(pass mkdirs=true to create it)",
+                details={"path": path},
+            )
         fd, temp = tempfile.mkstemp(dir=parent, prefix=f".{target.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as stream:
@@ -188,6 +225,7 @@ def write_file(path: str, data: bytes, *, mode: int | None = None, mkdirs: bool 
     except GuestError:
         raise
     except OSError as exc:
-        raise GuestError("io_error", f"cannot write {path!r}: {exc}",
-                         details={"path": path}) from exc
+        raise GuestError(
+            "io_error", f"cannot write {path!r}: {exc}", details={"path": path}
+        ) from exc
     return len(data)

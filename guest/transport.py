@@ -80,8 +80,9 @@ class UnixListener:
                 raise
             with self._lock:
                 self._connections.add(conn)
-            threading.Thread(target=self._serve_connection, args=(conn,), daemon=True,
-                             name="agent-connection").start()
+            threading.Thread(
+                target=self._serve_connection, args=(conn,), daemon=True, name="agent-connection"
+            ).start()
 
     def _serve_connection(self, conn: socket.socket) -> None:
         decoder = FrameDecoder()
@@ -231,8 +232,11 @@ def _write_all(fd: int, data: bytes) -> None:
             raise
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            log.warning("reply of %d bytes dropped: host did not read for %.0f s",
-                        len(data), VIRTIO_WRITE_TIMEOUT_S)
+            log.warning(
+                "reply of %d bytes dropped: host did not read for %.0f s",
+                len(data),
+                VIRTIO_WRITE_TIMEOUT_S,
+            )
             return
         select.select([], [fd], [], min(remaining, 1.0))
 
@@ -251,4 +255,4 @@ def serve_stdio(agent: Agent) -> None:
         for item in decoder.feed_items(data):
             reply = memoryview(agent.handle_item(item))
             while reply:
-                reply = reply[os.write(1, reply):]
+                reply = reply[os.write(1, reply) :]

@@ -47,8 +47,11 @@ def list_windows(display: Display) -> list[dict[str, Any]]:
     if clients is not None:
         candidates = [display.create_resource_object("window", int(wid)) for wid in clients]
     else:
-        candidates = [child for child in root.query_tree().children
-                      if child.get_attributes().map_state == X.IsViewable]
+        candidates = [
+            child
+            for child in root.query_tree().children
+            if child.get_attributes().map_state == X.IsViewable
+        ]
     focus = display.get_input_focus().focus
     focus_id = getattr(focus, "id", None)
     active = _property(display, root, "_NET_ACTIVE_WINDOW", Xatom.WINDOW)

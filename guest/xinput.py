@@ -92,8 +92,13 @@ class XInput:
         self._spares: list[int] = self._find_spare_keycodes()
         self._bound: OrderedDict[int, int] = OrderedDict()  # keysym -> spare keycode, LRU order
         self.keysyms_remapped = 0
-        log.info("XTEST input on %s: %dx%d, %d spare keycodes", self.display_name,
-                 self.width, self.height, len(self._spares))
+        log.info(
+            "XTEST input on %s: %dx%d, %d spare keycodes",
+            self.display_name,
+            self.width,
+            self.height,
+            len(self._spares),
+        )
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -144,8 +149,11 @@ class XInput:
     def drag(self, path: Sequence[tuple[int, int]], keys: Sequence[str] = ()) -> None:
         """Press the left button at ``path[0]``, move through each point, release at the last."""
         if len(path) < 2:
-            raise GuestError("bad_args", f"drag needs a path of at least 2 points, got {len(path)}",
-                             details={"points": len(path)})
+            raise GuestError(
+                "bad_args",
+                f"drag needs a path of at least 2 points, got {len(path)}",
+                details={"points": len(path)},
+            )
         for x, y in path:
             self._check_point(x, y)
         chord = resolve_chord(keys) if keys else []
@@ -160,8 +168,9 @@ class XInput:
                 self._release_button(1)
             self._display.sync()
 
-    def scroll(self, x: int, y: int, scroll_x: int, scroll_y: int,
-               keys: Sequence[str] = ()) -> dict[str, int]:
+    def scroll(
+        self, x: int, y: int, scroll_x: int, scroll_y: int, keys: Sequence[str] = ()
+    ) -> dict[str, int]:
         """Scroll by pixels at (x, y): positive ``scroll_y`` is down, positive ``scroll_x`` right.
 
         Pixels become wheel clicks (buttons 4/5 vertical, 6/7 horizontal) of
@@ -215,9 +224,11 @@ class XInput:
     def type_text(self, text: str) -> None:
         """Type ``text`` exactly (any Unicode; ``\\n`` is Return, ``\\t`` is Tab)."""
         if len(text) > protocol.MAX_TEXT_CHARS:
-            raise GuestError("too_large", f"text is {len(text)} characters, over the limit of "
-                             f"{protocol.MAX_TEXT_CHARS}",
-                             details={"limit": protocol.MAX_TEXT_CHARS, "length": len(text)})
+            raise GuestError(
+                "too_large",
+                f"text is {len(text)} characters, over the limit of {protocol.MAX_TEXT_CHARS}",
+                details={"limit": protocol.MAX_TEXT_CHARS, "length": len(text)},
+            )
         with self._lock, self._x_errors("type"):
             self._refresh_if_remapped()
             used: set[int] = set()
@@ -286,8 +297,11 @@ class XInput:
     def _button(name: str) -> int:
         number = protocol.BUTTONS.get(name)
         if number is None:
-            raise GuestError("unknown_button", f"unknown button {name!r}; known: "
-                             f"{', '.join(protocol.BUTTONS)}", details={"button": name})
+            raise GuestError(
+                "unknown_button",
+                f"unknown button {name!r}; known: {', '.join(protocol.BUTTONS)}",
+                details={"button": name},
+            )
         return number
 
     # -- internals: X primitives ----------------------------------------------------------
@@ -297,8 +311,9 @@ class XInput:
         try:
             yield
         except (error.ConnectionClosedError, error.XError, OSError) as exc:
-            raise GuestError("x11_error", f"X server {self.display_name} failed {op}: {exc}",
-                             op=op) from exc
+            raise GuestError(
+                "x11_error", f"X server {self.display_name} failed {op}: {exc}", op=op
+            ) from exc
 
     @contextmanager
     def _holding(self, chord: list[ChordKey]) -> Iterator[None]:
@@ -384,8 +399,9 @@ class XInput:
         count = self._max_keycode - self._min_keycode + 1
         mapping: list[Any] = self._display.get_keyboard_mapping(self._min_keycode, count)
         index: dict[int, tuple[int, int]] = {}
-        self._mapping = {self._min_keycode + offset: list(syms) for offset, syms in
-                         enumerate(mapping)}
+        self._mapping = {
+            self._min_keycode + offset: list(syms) for offset, syms in enumerate(mapping)
+        }
         for level in (0, 1):
             for keycode, syms in self._mapping.items():
                 if level < len(syms) and syms[level]:

@@ -333,19 +333,27 @@ def build_image(client: docker.DockerClient, *, progress: Progress, force: bool 
     return ref
 
 
-def prune_stale_images(client: docker.DockerClient, *, keep: str, progress: Progress) -> list[str]:
-    """Remove the guest image tags older builds left behind; return the tags removed.
+def prune_stale_images(
+    client: docker.DockerClient,
+    *,
+    keep: str,
+    progress: Progress,
+    keep_recent: int = 3,
+    repository: str = IMAGE_REPOSITORY,
+) -> list[str]:
+    """Remove guest image tags older builds left behind; return the tags removed.
 
-    Only ``cubicle-guest:<hash>`` tags other than ``keep`` (and ``latest``) are candidates, and a
-    tag a container still uses (running or stopped) is kept: the engine refuses to remove it,
-    and that refusal is expected, not an error.
+    Candidates are ``cubicle-guest:<hash>`` tags other than ``keep`` and ``latest``, older than
+    the ``keep_recent`` newest builds (another checkout may be testing one of those). A tag a
+    container still uses is kept: the engine refuses with 409, which is expected, not an error.
     """
     removed: list[str] = []
     with map_docker_errors("listing guest images"):
-        images = client.images.list(name=IMAGE_REPOSITORY)
-    for image in images:
+        images = client.images.list(name=repository)
+    images.sort(key=lambda image: str(image.attrs.get("Created", "")), reverse=True)
+    for image in images[keep_recent:]:
         for tag in image.tags:
-            if tag in (keep, f"{IMAGE_REPOSITORY}:latest"):
+            if tag in (keep, f"{repository}:latest"):
                 continue
             try:
                 client.images.remove(tag)

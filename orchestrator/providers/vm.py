@@ -84,6 +84,8 @@ ACCEL = "cubicle-vm.accelerator"
 GOLDEN_TTL_S = 900.0
 READY_TIMEOUT_S = 180.0
 MIN_MEMORY_MB = 512
+KEEP_BUILDS = 3
+"""How many of the newest image builds :meth:`VmProvider.build_image` keeps."""
 SCREEN_LIMITS = (64, 8192)
 
 
@@ -239,13 +241,27 @@ class VmProvider(Provider):
         return image.ref
 
     def _prune(self, *, keep: str) -> builtins.list[Path]:
-        """Remove images and warm states of older builds that no domain uses; return them."""
+        """Remove older image builds (and their warm states) beyond the :data:`KEEP_BUILDS`
+        newest, unless a domain uses them; return what was removed.
+
+        Several builds are kept because test runs or users may pin one (``CUBICLE_VM_IMAGE``)
+        while the sources change.
+        """
         in_use = {labels.get(IMAGE) for _dom, labels in self._domains()} | {keep, self.image}
+        images = self.home / "images"
+        built = sorted(
+            (p for p in images.glob("*/manifest.json") if ".tmp" not in p.parent.name),
+            key=lambda p: p.stat().st_mtime,
+            reverse=True,
+        )
+        keep_refs = in_use | {p.parent.name for p in built[:KEEP_BUILDS]}
         removed = []
         for kind in ("images", "warm"):
             root = self.home / kind
             for path in sorted(root.iterdir()) if root.is_dir() else []:
-                if path.is_dir() and path.name not in in_use and ".tmp" not in path.name:
+                if path.is_dir() and path.name not in keep_refs and ".tmp" not in path.name:
+                    if kind == "images" and not (path / "manifest.json").exists():
+                        continue  # a build in progress, or a test's hand-made image
                     shutil.rmtree(path, ignore_errors=True)
                     removed.append(path)
         return removed
@@ -464,6 +480,10 @@ class VmProvider(Provider):
             image=spec.image,
         )
         labels = self._labels(golden_id, golden_spec, image, "golden", ttl_s=GOLDEN_TTL_S)
+        if self._slot_live(slot):
+            raise ProviderError(
+                f"warm slot {slot.name} is running: another process is saving it or uses it"
+            )
         slot.reset()
         slot.directory.mkdir(parents=True)
         for directory in slot.directory.parents:

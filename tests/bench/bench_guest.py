@@ -36,12 +36,25 @@ def _desktop_image(width: int, height: int) -> Image.Image:
     draw = ImageDraw.Draw(image)
     draw.rectangle([0, height - 32, width, height], fill=(40, 40, 48))
     for index in range(8):
-        draw.rectangle([8 + index * 44, height - 28, 44 + index * 44, height - 4],
-                       fill=(90 + index * 15, 90, 140))
-    words = ["cubicle", "agent", "screenshot", "lossless", "round", "trip", "model", "pixel",
-             "window"]
-    for left, top, right, bottom in ((40, 30, width * 3 // 5, height - 80),
-                                     (width * 3 // 5 + 20, 60, width - 30, height // 2)):
+        draw.rectangle(
+            [8 + index * 44, height - 28, 44 + index * 44, height - 4],
+            fill=(90 + index * 15, 90, 140),
+        )
+    words = [
+        "cubicle",
+        "agent",
+        "screenshot",
+        "lossless",
+        "round",
+        "trip",
+        "model",
+        "pixel",
+        "window",
+    ]
+    for left, top, right, bottom in (
+        (40, 30, width * 3 // 5, height - 80),
+        (width * 3 // 5 + 20, 60, width - 30, height // 2),
+    ):
         draw.rectangle([left, top, right, bottom], fill=(250, 250, 250), outline=(120, 120, 120))
         draw.rectangle([left, top, right, top + 24], fill=(225, 228, 235))
         for line, y in enumerate(range(top + 36, bottom - 16, 18)):
@@ -64,8 +77,17 @@ def _show_on_root(display_name: str, image: Image.Image) -> None:
         rows = max(1, 200_000 // (image.width * 4))  # stay under the core request size limit
         for top in range(0, image.height, rows):
             band = min(rows, image.height - top)
-            pixmap.put_image(gc, 0, top, image.width, band, X.ZPixmap, 24, 0,
-                             raw[top * image.width * 4:(top + band) * image.width * 4])
+            pixmap.put_image(
+                gc,
+                0,
+                top,
+                image.width,
+                band,
+                X.ZPixmap,
+                24,
+                0,
+                raw[top * image.width * 4 : (top + band) * image.width * 4],
+            )
         screen.root.change_attributes(background_pixmap=pixmap)
         screen.root.clear_area()
         connection.sync()
@@ -76,25 +98,35 @@ def _show_on_root(display_name: str, image: Image.Image) -> None:
 def _framing_round_trip(result: dict[str, Any], blob: bytes, *, base64_json: bool) -> bytes:
     """Encode and decode one screenshot reply frame, binary blob or base64 inside the JSON."""
     if base64_json:
-        message = {"id": 1, "ok": True,
-                   "result": {**result, "data": base64.b64encode(blob).decode("ascii")}}
+        message = {
+            "id": 1,
+            "ok": True,
+            "result": {**result, "data": base64.b64encode(blob).decode("ascii")},
+        }
         frame = protocol.FrameDecoder().feed(protocol.encode_frame(message))[0]
         return base64.b64decode(frame.message["result"]["data"])
-    frame = protocol.FrameDecoder().feed(protocol.encode_frame({"id": 1, "ok": True,
-                                                                "result": result}, blob))[0]
+    frame = protocol.FrameDecoder().feed(
+        protocol.encode_frame({"id": 1, "ok": True, "result": result}, blob)
+    )[0]
     return frame.blob
 
 
 def _bench_clicks(report: Report, client: AgentClient, xserver: Xvfb) -> None:
-    ours = report.measure("click ours (socket → agent → XTEST, round trip)",
-                          lambda: client.call("click", {"x": 640, "y": 400}), repeat=300)
+    ours = report.measure(
+        "click ours (socket → agent → XTEST, round trip)",
+        lambda: client.call("click", {"x": 640, "y": 400}),
+        repeat=300,
+    )
     report.target(ours, CLICK_TARGET_S)
     if shutil.which("xdotool"):
         env = xserver.env()
         peer = report.measure(
             "click xdotool (spawn per action: mousemove + click)",
-            lambda: subprocess.run(["xdotool", "mousemove", "640", "400", "click", "1"],
-                                   env=env, check=True), repeat=30)
+            lambda: subprocess.run(
+                ["xdotool", "mousemove", "640", "400", "click", "1"], env=env, check=True
+            ),
+            repeat=30,
+        )
         report.ratio(ours, peer)
     else:
         report.line("xdotool not installed: peer skipped")
@@ -106,32 +138,46 @@ def _bench_clicks(report: Report, client: AgentClient, xserver: Xvfb) -> None:
         return
     pyautogui.PAUSE = 0
     pyautogui.FAILSAFE = False
-    peer = report.measure("click pyautogui (in-process Xlib, no socket)",
-                          lambda: pyautogui.click(640, 400), repeat=100)
+    peer = report.measure(
+        "click pyautogui (in-process Xlib, no socket)",
+        lambda: pyautogui.click(640, 400),
+        repeat=100,
+    )
     report.ratio(ours, peer)
 
 
-def _bench_screenshots(report: Report, client: AgentClient, xserver: Xvfb, scratch: Path,
-                       width: int, height: int) -> None:
+def _bench_screenshots(
+    report: Report, client: AgentClient, xserver: Xvfb, scratch: Path, width: int, height: int
+) -> None:
     size = f"{width}x{height}"
-    ours = report.measure(f"screenshot {size} ours PNG lossless (binary frame)",
-                          lambda: client.call("screenshot"), repeat=40)
+    ours = report.measure(
+        f"screenshot {size} ours PNG lossless (binary frame)",
+        lambda: client.call("screenshot"),
+        repeat=40,
+    )
     if (width, height) == (1280, 800):
         report.target(ours, SCREENSHOT_TARGET_S)
     reply = client.call("screenshot")
-    jpeg = report.measure(f"screenshot {size} ours JPEG q80",
-                          lambda: client.call("screenshot", {"format": "jpeg"}), repeat=40)
+    jpeg = report.measure(
+        f"screenshot {size} ours JPEG q80",
+        lambda: client.call("screenshot", {"format": "jpeg"}),
+        repeat=40,
+    )
     jpeg_bytes = len(client.call("screenshot", {"format": "jpeg"}).blob)
     b64 = report.measure(
-        f"screenshot {size} ours PNG, base64-in-JSON variant",
-        lambda: _b64_call(client), repeat=40)
+        f"screenshot {size} ours PNG, base64-in-JSON variant", lambda: _b64_call(client), repeat=40
+    )
     binary_framing = report.measure(
         f"  framing only: binary frame encode+decode ({len(reply.blob) // 1024} KiB)",
-        lambda: _framing_round_trip(reply.result, reply.blob, base64_json=False), repeat=40)
+        lambda: _framing_round_trip(reply.result, reply.blob, base64_json=False),
+        repeat=40,
+    )
     b64_framing = report.measure(
         f"  framing only: base64-in-JSON encode+decode "
         f"({len(base64.b64encode(reply.blob)) // 1024} KiB)",
-        lambda: _framing_round_trip(reply.result, reply.blob, base64_json=True), repeat=40)
+        lambda: _framing_round_trip(reply.result, reply.blob, base64_json=True),
+        repeat=40,
+    )
     report.ratio(binary_framing, b64_framing)
     report.ratio(ours, b64)
     report.line(f"sizes {size}: PNG {len(reply.blob) // 1024} KiB, JPEG {jpeg_bytes // 1024} KiB")
@@ -144,13 +190,17 @@ def _bench_screenshots(report: Report, client: AgentClient, xserver: Xvfb, scrat
     if shutil.which("import"):
         peers.append(("import -window root", ["import", "-window", "root", str(target)]))
     for name, argv in peers:
+
         def peer_path(argv: list[str] = argv) -> None:
-            subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
+            subprocess.run(
+                argv, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
             with Image.open(target) as image:
                 image.load()
-        sample = report.measure(f"screenshot {size} {name} to file + PIL open", peer_path,
-                                repeat=15, warmup=1)
+
+        sample = report.measure(
+            f"screenshot {size} {name} to file + PIL open", peer_path, repeat=15, warmup=1
+        )
         report.ratio(ours, sample)
 
 
@@ -172,8 +222,10 @@ def run(report: Report) -> None:
                 raise Report.Skip(str(exc)) from exc
             try:
                 _show_on_root(xserver.display, _desktop_image(width, height))
-                with start_agent(xserver.display, scratch / f"agent-{width}") as agent, \
-                        agent.client() as client:
+                with (
+                    start_agent(xserver.display, scratch / f"agent-{width}") as agent,
+                    agent.client() as client,
+                ):
                     if (width, height) == (1280, 800):
                         _bench_clicks(report, client, xserver)
                     _bench_screenshots(report, client, xserver, scratch, width, height)

@@ -16,23 +16,46 @@ class Painter:
         self.screen = self.display.screen()
         self.windows: list[Any] = []
 
-    def rect(self, x: int, y: int, width: int, height: int, rgb: int, *, title: str = "",
-             wm_class: tuple[str, str] | None = None, pid: int | None = None) -> Any:
+    def rect(
+        self,
+        x: int,
+        y: int,
+        width: int,
+        height: int,
+        rgb: int,
+        *,
+        title: str = "",
+        wm_class: tuple[str, str] | None = None,
+        pid: int | None = None,
+    ) -> Any:
         """Map an override-redirect window filled with ``rgb`` (0xRRGGBB, TrueColor)."""
         window = self.screen.root.create_window(
-            x, y, width, height, 0, self.screen.root_depth, X.InputOutput, X.CopyFromParent,
-            background_pixel=rgb, override_redirect=True, event_mask=X.ExposureMask,
+            x,
+            y,
+            width,
+            height,
+            0,
+            self.screen.root_depth,
+            X.InputOutput,
+            X.CopyFromParent,
+            background_pixel=rgb,
+            override_redirect=True,
+            event_mask=X.ExposureMask,
         )
         if title:
-            window.change_property(Xatom.WM_NAME, Xatom.STRING, 8,
-                                   title.encode("latin-1", "replace"))
-            window.change_property(self.display.get_atom("_NET_WM_NAME"),
-                                   self.display.get_atom("UTF8_STRING"), 8, title.encode())
+            window.change_property(
+                Xatom.WM_NAME, Xatom.STRING, 8, title.encode("latin-1", "replace")
+            )
+            window.change_property(
+                self.display.get_atom("_NET_WM_NAME"),
+                self.display.get_atom("UTF8_STRING"),
+                8,
+                title.encode(),
+            )
         if wm_class:
             window.set_wm_class(*wm_class)
         if pid is not None:
-            window.change_property(self.display.get_atom("_NET_WM_PID"), Xatom.CARDINAL, 32,
-                                   [pid])
+            window.change_property(self.display.get_atom("_NET_WM_PID"), Xatom.CARDINAL, 32, [pid])
         window.map()
         window.clear_area()
         self.display.sync()
@@ -53,6 +76,10 @@ class Painter:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()

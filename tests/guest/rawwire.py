@@ -23,8 +23,9 @@ class RawConnection:
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
 
-    def request(self, request_id: Any, op: str, args: dict[str, Any] | None = None,
-                blob: bytes = b"") -> None:
+    def request(
+        self, request_id: Any, op: str, args: dict[str, Any] | None = None, blob: bytes = b""
+    ) -> None:
         self.send(protocol.encode_frame({"id": request_id, "op": op, "args": args or {}}, blob))
 
     def read_until(self, predicate: Any, timeout: float = 10.0) -> list[protocol.Frame]:
@@ -33,8 +34,10 @@ class RawConnection:
         while not predicate(self.frames):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise AssertionError(f"no matching reply within {timeout} s; got "
-                                     f"{[f.message for f in self.frames][-5:]}")
+                raise AssertionError(
+                    f"no matching reply within {timeout} s; got "
+                    f"{[f.message for f in self.frames][-5:]}"
+                )
             self.sock.settimeout(remaining)
             data = self.sock.recv(1 << 20)
             if not data:
@@ -43,8 +46,9 @@ class RawConnection:
         return self.frames
 
     def reply_to(self, request_id: Any, timeout: float = 10.0) -> protocol.Frame:
-        frames = self.read_until(lambda fs: any(f.message.get("id") == request_id for f in fs),
-                                 timeout)
+        frames = self.read_until(
+            lambda fs: any(f.message.get("id") == request_id for f in fs), timeout
+        )
         return next(f for f in frames if f.message.get("id") == request_id)
 
     def close(self) -> None:
@@ -53,6 +57,10 @@ class RawConnection:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()

@@ -60,17 +60,19 @@ def test_concurrent_connections_are_all_served(agent: RunningAgent, recorder: Re
         thread.join()
     assert errors == []
     events = recorder.wait_until(
-        lambda evs: sum(e.kind == "ButtonRelease" for e in evs) == 100, what="100 clicks")
+        lambda evs: sum(e.kind == "ButtonRelease" for e in evs) == 100, what="100 clicks"
+    )
     presses = [(e.root_x, e.root_y) for e in events if e.kind == "ButtonPress"]
     # serialized: every press lands where its own request pointed (no interleaved motion)
-    assert sorted(presses) == sorted((10 + c * 40, 100 + r * 100)
-                                     for r in range(4) for c in range(25))
+    assert sorted(presses) == sorted(
+        (10 + c * 40, 100 + r * 100) for r in range(4) for c in range(25)
+    )
 
 
-def test_release_all_releases_keys_held_by_anyone(client: AgentClient, recorder: Recorder,
-                                                  xserver: Xvfb) -> None:
-    subprocess.run(["xdotool", "keydown", "shift", "mousedown", "1"], env=xserver.env(),
-                   check=True)
+def test_release_all_releases_keys_held_by_anyone(
+    client: AgentClient, recorder: Recorder, xserver: Xvfb
+) -> None:
+    subprocess.run(["xdotool", "keydown", "shift", "mousedown", "1"], env=xserver.env(), check=True)
     recorder.wait_for(lambda e: e.kind == "ButtonPress")
     released = client.call("release_all").result["released"]
     assert len(released) == 2
@@ -90,8 +92,7 @@ def test_sigterm_stops_cleanly_and_removes_the_socket(xserver: Xvfb, tmp_path: P
         assert "stopping on SIGTERM" in running.log_text()
 
 
-def test_stale_socket_is_replaced_and_a_live_one_is_refused(xserver: Xvfb,
-                                                             tmp_path: Path) -> None:
+def test_stale_socket_is_replaced_and_a_live_one_is_refused(xserver: Xvfb, tmp_path: Path) -> None:
     stale = tmp_path / "agent.sock"
     leftover = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     leftover.bind(str(stale))
@@ -99,8 +100,13 @@ def test_stale_socket_is_replaced_and_a_live_one_is_refused(xserver: Xvfb,
     with start_agent(xserver.display, tmp_path) as running:
         second = subprocess.run(
             [sys.executable, "-m", "guest", "--listen", f"unix:{running.socket_path}"],
-            env={**xserver.env(), "PYTHONPATH": str(REPO_ROOT)}, cwd=REPO_ROOT,
-            capture_output=True, text=True, timeout=30, check=False)
+            env={**xserver.env(), "PYTHONPATH": str(REPO_ROOT)},
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
         assert second.returncode == 1
         assert "already listening" in second.stderr
         with running.client() as own:
@@ -109,14 +115,21 @@ def test_stale_socket_is_replaced_and_a_live_one_is_refused(xserver: Xvfb,
 
 def test_missing_display_is_a_clear_error(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "DISPLAY"}
-    result = subprocess.run([sys.executable, "-m", "guest", "--listen",
-                             f"unix:{tmp_path}/a.sock"], env={**env, "PYTHONPATH": str(REPO_ROOT)},
-                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=30, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "guest", "--listen", f"unix:{tmp_path}/a.sock"],
+        env={**env, "PYTHONPATH": str(REPO_ROOT)},
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert result.returncode == 2 and "DISPLAY" in result.stderr
 
 
-def _read_frames(fd: int, decoder: protocol.FrameDecoder, count: int,
-                 timeout: float = 10.0) -> list[protocol.Frame]:
+def _read_frames(
+    fd: int, decoder: protocol.FrameDecoder, count: int, timeout: float = 10.0
+) -> list[protocol.Frame]:
     frames: list[protocol.Frame] = []
     deadline = time.monotonic() + timeout
     while len(frames) < count:
@@ -137,15 +150,23 @@ def test_virtio_transport_over_a_character_device(xserver: Xvfb, tmp_path: Path)
     log = open(tmp_path / "agent.log", "wb")  # noqa: SIM115 - closed in finally
     process = subprocess.Popen(
         [sys.executable, "-m", "guest", "--listen", f"virtio:{device}"],
-        env={**xserver.env(), "PYTHONPATH": str(REPO_ROOT)}, cwd=REPO_ROOT,
-        stdout=subprocess.DEVNULL, stderr=log)
+        env={**xserver.env(), "PYTHONPATH": str(REPO_ROOT)},
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
     try:
         os.set_blocking(host, False)
         decoder = protocol.FrameDecoder()
         # garbage first (a host joining mid-stream), then two requests
-        os.write(host, b"\x00junk" + protocol.encode_frame(protocol.request(1, "hello", {
-            "protocol": protocol.PROTOCOL_VERSION})) + protocol.encode_frame(
-            protocol.request(2, "screenshot", {"max_width": 32})))
+        os.write(
+            host,
+            b"\x00junk"
+            + protocol.encode_frame(
+                protocol.request(1, "hello", {"protocol": protocol.PROTOCOL_VERSION})
+            )
+            + protocol.encode_frame(protocol.request(2, "screenshot", {"max_width": 32})),
+        )
         frames = _read_frames(host, decoder, 3, timeout=20)
         assert frames[0].message["error"]["code"] == "bad_frame"
         assert frames[1].message["result"]["screen"] == {"width": 1280, "height": 800}
@@ -167,10 +188,17 @@ def test_virtio_port_is_found_by_name_or_named_in_the_error() -> None:
 
 def test_stdio_transport(xserver: Xvfb) -> None:
     request = protocol.encode_frame(protocol.request(7, "info")) + protocol.encode_frame(
-        protocol.request(8, "keypress", {"keys": ["nope"]}))
-    result = subprocess.run([sys.executable, "-m", "guest", "--stdio"], input=request,
-                            env={**xserver.env(), "PYTHONPATH": str(REPO_ROOT)}, cwd=REPO_ROOT,
-                            capture_output=True, timeout=30, check=True)
+        protocol.request(8, "keypress", {"keys": ["nope"]})
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "guest", "--stdio"],
+        input=request,
+        env={**xserver.env(), "PYTHONPATH": str(REPO_ROOT)},
+        cwd=REPO_ROOT,
+        capture_output=True,
+        timeout=30,
+        check=True,
+    )
     frames = protocol.FrameDecoder().feed(result.stdout)
     assert [f.message["id"] for f in frames] == [7, 8]
     assert frames[0].message["result"]["screen"] == {"width": 1280, "height": 800}

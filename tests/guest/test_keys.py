@@ -17,24 +17,32 @@ pytestmark = pytest.mark.x11
 LOCKS = {"Caps_Lock", "Num_Lock", "Scroll_Lock"}
 
 
-def _press_and_wait(client: AgentClient, recorder: Recorder, keys: list[str],
-                    releases: int) -> list[RecordedEvent]:
+def _press_and_wait(
+    client: AgentClient, recorder: Recorder, keys: list[str], releases: int
+) -> list[RecordedEvent]:
     client.call("keypress", {"keys": keys})
-    return recorder.wait_until(lambda evs: sum(e.kind == "KeyRelease" for e in evs) >= releases,
-                               what=f"{releases} key releases for {keys}")
+    return recorder.wait_until(
+        lambda evs: sum(e.kind == "KeyRelease" for e in evs) >= releases,
+        what=f"{releases} key releases for {keys}",
+    )
 
 
 @pytest.mark.parametrize(("name", "canonical"), sorted(KEY_NAMES.items()))
-def test_every_key_table_entry_delivers_its_keysym(client: AgentClient, recorder: Recorder,
-                                                   name: str, canonical: str) -> None:
+def test_every_key_table_entry_delivers_its_keysym(
+    client: AgentClient, recorder: Recorder, name: str, canonical: str
+) -> None:
     expected = keysym_number(canonical)
     client.call("keypress", {"keys": [name]})
     if canonical in LOCKS:  # toggle it back off so later tests see a clean state
         client.call("keypress", {"keys": [name]})
-    press = recorder.wait_for(lambda e: e.kind == "KeyPress" and e.keysym == expected,
-                              what=f"KeyPress {canonical} for {name!r}")
-    recorder.wait_for(lambda e: e.kind == "KeyRelease" and e.keycode == press.keycode,
-                      what=f"KeyRelease {canonical}")
+    press = recorder.wait_for(
+        lambda e: e.kind == "KeyPress" and e.keysym == expected,
+        what=f"KeyPress {canonical} for {name!r}",
+    )
+    recorder.wait_for(
+        lambda e: e.kind == "KeyRelease" and e.keycode == press.keycode,
+        what=f"KeyRelease {canonical}",
+    )
     others = [e.keysym_name for e in recorder.key_events() if e.keycode != press.keycode]
     assert set(others) <= {"Shift_L"}, f"unexpected extra keys {others}"
     if others:  # a shifted keysym: Shift held exactly around it
@@ -49,13 +57,26 @@ def test_function_keys_f1_to_f24(client: AgentClient, recorder: Recorder, name: 
     assert press.keysym == expected
 
 
-@pytest.mark.parametrize("char", [*(string.ascii_letters + string.digits + string.punctuation),
-                                  "é", "ß", "Ä", "€", "日", "ж", "✓"])
-def test_single_character_keys_are_exact(client: AgentClient, recorder: Recorder,
-                                         char: str) -> None:
+@pytest.mark.parametrize(
+    "char",
+    [
+        *(string.ascii_letters + string.digits + string.punctuation),
+        "é",
+        "ß",
+        "Ä",
+        "€",
+        "日",
+        "ж",
+        "✓",
+    ],
+)
+def test_single_character_keys_are_exact(
+    client: AgentClient, recorder: Recorder, char: str
+) -> None:
     client.call("keypress", {"keys": [char]})
-    events = recorder.wait_until(lambda evs: any(e.kind == "KeyRelease" and e.char == char
-                                                 for e in evs), what=repr(char))
+    events = recorder.wait_until(
+        lambda evs: any(e.kind == "KeyRelease" and e.char == char for e in evs), what=repr(char)
+    )
     assert "".join(e.char or "" for e in events if e.kind == "KeyPress") == char
     assert recorder.text() == char
 
@@ -66,19 +87,23 @@ def test_single_character_keys_are_exact(client: AgentClient, recorder: Recorder
         (["ctrl", "L"], [("Control_L", 0), ("l", X.ControlMask)]),
         (["CTRL", "c"], [("Control_L", 0), ("c", X.ControlMask)]),
         (["shift", "a"], [("Shift_L", 0), ("A", X.ShiftMask)]),
-        (["ctrl", "shift", "T"], [("Control_L", 0), ("Shift_L", X.ControlMask),
-                                  ("T", X.ControlMask | X.ShiftMask)]),
+        (
+            ["ctrl", "shift", "T"],
+            [("Control_L", 0), ("Shift_L", X.ControlMask), ("T", X.ControlMask | X.ShiftMask)],
+        ),
         (["CMD", "space"], [("Super_L", 0), ("space", X.Mod4Mask)]),
         (["Meta", "ArrowUp"], [("Super_L", 0), ("Up", X.Mod4Mask)]),
         (["alt", "F4"], [("Alt_L", 0), ("F4", X.Mod1Mask)]),
-        (["ctrl", "alt", "Delete"], [("Control_L", 0), ("Alt_L", X.ControlMask),
-                                     ("Delete", X.ControlMask | X.Mod1Mask)]),
+        (
+            ["ctrl", "alt", "Delete"],
+            [("Control_L", 0), ("Alt_L", X.ControlMask), ("Delete", X.ControlMask | X.Mod1Mask)],
+        ),
         (["win", "pgdn"], [("Super_L", 0), ("Page_Down", X.Mod4Mask)]),
     ],
 )
 def test_chords_press_in_order_release_in_reverse(
-        client: AgentClient, recorder: Recorder, keys: list[str],
-        expected: list[tuple[str, int]]) -> None:
+    client: AgentClient, recorder: Recorder, keys: list[str], expected: list[tuple[str, int]]
+) -> None:
     events = _press_and_wait(client, recorder, keys, len(expected))
     relevant = X.ShiftMask | X.ControlMask | X.Mod1Mask | X.Mod4Mask
     presses = [(e.keysym_name, e.state & relevant) for e in events if e.kind == "KeyPress"]
@@ -93,13 +118,19 @@ def test_chords_press_in_order_release_in_reverse(
 def test_lone_shifted_character_gets_shift(client: AgentClient, recorder: Recorder) -> None:
     events = _press_and_wait(client, recorder, ["A"], 2)
     assert [(e.kind, e.keysym_name) for e in events if e.kind.startswith("Key")] == [
-        ("KeyPress", "Shift_L"), ("KeyPress", "A"), ("KeyRelease", "A"), ("KeyRelease", "Shift_L")]
+        ("KeyPress", "Shift_L"),
+        ("KeyPress", "A"),
+        ("KeyRelease", "A"),
+        ("KeyRelease", "Shift_L"),
+    ]
 
 
-@pytest.mark.parametrize("keys", [["ctrl", "bogus"], ["Return", "ctrl", "NotAKey"], ["enterr"],
-                                  ["", "a"], ["ctrl+c"]])
+@pytest.mark.parametrize(
+    "keys", [["ctrl", "bogus"], ["Return", "ctrl", "NotAKey"], ["enterr"], ["", "a"], ["ctrl+c"]]
+)
 def test_unknown_key_is_an_error_naming_it_and_nothing_is_pressed(
-        client: AgentClient, recorder: Recorder, keys: list[str]) -> None:
+    client: AgentClient, recorder: Recorder, keys: list[str]
+) -> None:
     with pytest.raises(GuestError) as caught:
         client.call("keypress", {"keys": keys})
     assert caught.value.code == "unknown_key"

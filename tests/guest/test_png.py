@@ -14,8 +14,9 @@ from guest.png import encode_png
 @pytest.mark.parametrize(("width", "height"), [(1, 1), (3, 200), (257, 129), (640, 1000)])
 def test_png_round_trips_exactly(width: int, height: int) -> None:
     rng = random.Random(width * 7919 + height)
-    pixels = bytes(rng.getrandbits(8) if rng.random() < 0.3 else 17
-                   for _ in range(width * height * 3))
+    pixels = bytes(
+        rng.getrandbits(8) if rng.random() < 0.3 else 17 for _ in range(width * height * 3)
+    )
     image = Image.open(io.BytesIO(encode_png(pixels, width, height)))
     image.load()  # verifies CRCs and the zlib stream, including its Adler-32
     assert (image.format, image.mode, image.size) == ("PNG", "RGB", (width, height))

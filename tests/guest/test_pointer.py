@@ -21,12 +21,14 @@ def _buttons(rec: Recorder, kind: str | None = None) -> list[RecordedEvent]:
 @pytest.mark.parametrize("name", sorted(BUTTONS))
 def test_click_delivers_button_at_pixel(client: AgentClient, recorder: Recorder, name: str) -> None:
     client.call("click", {"x": 960, "y": 540, "button": name})
-    events = recorder.wait_until(lambda evs: any(e.kind == "ButtonRelease" for e in evs),
-                                 what=f"{name} release")
+    events = recorder.wait_until(
+        lambda evs: any(e.kind == "ButtonRelease" for e in evs), what=f"{name} release"
+    )
     presses = [e for e in events if e.kind == "ButtonPress"]
     releases = [e for e in events if e.kind == "ButtonRelease"]
     assert [(e.button, e.root_x, e.root_y, e.x, e.y) for e in presses] == [
-        (BUTTONS[name], 960, 540, 960, 540)]
+        (BUTTONS[name], 960, 540, 960, 540)
+    ]
     assert [(e.button, e.root_x, e.root_y) for e in releases] == [(BUTTONS[name], 960, 540)]
 
 
@@ -36,24 +38,35 @@ def test_click_defaults_to_left(client: AgentClient, recorder: Recorder) -> None
     assert (press.button, press.root_x, press.root_y) == (1, 0, 799)
 
 
-def test_click_with_keys_holds_modifiers_and_releases_them(client: AgentClient,
-                                                           recorder: Recorder) -> None:
+def test_click_with_keys_holds_modifiers_and_releases_them(
+    client: AgentClient, recorder: Recorder
+) -> None:
     client.call("click", {"x": 100, "y": 200, "keys": ["ctrl", "shift"]})
-    recorder.wait_until(lambda evs: sum(e.kind == "KeyRelease" for e in evs) == 2,
-                        what="modifier releases")
+    recorder.wait_until(
+        lambda evs: sum(e.kind == "KeyRelease" for e in evs) == 2, what="modifier releases"
+    )
     press = next(e for e in recorder.events if e.kind == "ButtonPress")
     assert press.state & X.ControlMask and press.state & X.ShiftMask
-    kinds = [(e.kind, e.keysym_name or e.button) for e in recorder.events
-             if e.kind != "MotionNotify"]
-    assert kinds == [("KeyPress", "Control_L"), ("KeyPress", "Shift_L"), ("ButtonPress", 1),
-                     ("ButtonRelease", 1), ("KeyRelease", "Shift_L"), ("KeyRelease", "Control_L")]
+    kinds = [
+        (e.kind, e.keysym_name or e.button) for e in recorder.events if e.kind != "MotionNotify"
+    ]
+    assert kinds == [
+        ("KeyPress", "Control_L"),
+        ("KeyPress", "Shift_L"),
+        ("ButtonPress", 1),
+        ("ButtonRelease", 1),
+        ("KeyRelease", "Shift_L"),
+        ("KeyRelease", "Control_L"),
+    ]
 
 
-def test_double_click_sends_two_left_clicks_at_pixel(client: AgentClient,
-                                                     recorder: Recorder) -> None:
+def test_double_click_sends_two_left_clicks_at_pixel(
+    client: AgentClient, recorder: Recorder
+) -> None:
     client.call("double_click", {"x": 321, "y": 123})
-    events = recorder.wait_until(lambda evs: len(_buttons_of(evs, "ButtonRelease")) == 2,
-                                 what="two releases")
+    events = recorder.wait_until(
+        lambda evs: len(_buttons_of(evs, "ButtonRelease")) == 2, what="two releases"
+    )
     clicks = [(e.kind, e.button, e.root_x, e.root_y) for e in events if e.button is not None]
     assert clicks == [("ButtonPress", 1, 321, 123), ("ButtonRelease", 1, 321, 123)] * 2
 
@@ -71,22 +84,26 @@ def test_move_delivers_motion_to_pixel(client: AgentClient, recorder: Recorder) 
 
 
 def test_drag_presses_at_first_moves_through_path_releases_at_last(
-        client: AgentClient, recorder: Recorder) -> None:
+    client: AgentClient, recorder: Recorder
+) -> None:
     path = [{"x": 10, "y": 10}, {"x": 200, "y": 50}, {"x": 400, "y": 300}, {"x": 600, "y": 310}]
     client.call("drag", {"path": path})
-    events = recorder.wait_until(lambda evs: any(e.kind == "ButtonRelease" for e in evs),
-                                 what="release")
+    events = recorder.wait_until(
+        lambda evs: any(e.kind == "ButtonRelease" for e in evs), what="release"
+    )
     press = next(e for e in events if e.kind == "ButtonPress")
     release = next(e for e in events if e.kind == "ButtonRelease")
     assert (press.button, press.root_x, press.root_y) == (1, 10, 10)
     assert (release.button, release.root_x, release.root_y) == (1, 600, 310)
-    held = [(e.root_x, e.root_y) for e in events
-            if e.kind == "MotionNotify" and e.state & X.Button1Mask]
+    held = [
+        (e.root_x, e.root_y) for e in events if e.kind == "MotionNotify" and e.state & X.Button1Mask
+    ]
     assert held == [(200, 50), (400, 300), (600, 310)]
 
 
 def test_scroll_converts_pixels_to_wheel_clicks_and_carries_remainder(
-        client: AgentClient, recorder: Recorder) -> None:
+    client: AgentClient, recorder: Recorder
+) -> None:
     first = client.call("scroll", {"x": 50, "y": 60, "scroll_x": 0, "scroll_y": 250}).result
     second = client.call("scroll", {"x": 50, "y": 60, "scroll_x": 0, "scroll_y": 50}).result
     third = client.call("scroll", {"x": 50, "y": 60, "scroll_x": -130, "scroll_y": -99}).result
@@ -94,8 +111,9 @@ def test_scroll_converts_pixels_to_wheel_clicks_and_carries_remainder(
     assert SCROLL_PIXELS_PER_CLICK == 100
     assert (first["clicks_y"], second["clicks_y"], third["clicks_y"]) == (2, 1, 0)
     assert (third["clicks_x"], fourth["clicks_x"]) == (-1, 2)  # -130 → -1 (carry -30); 270 → 2
-    events = recorder.wait_until(lambda evs: len(_buttons_of(evs, "ButtonRelease")) == 6,
-                                 what="6 wheel clicks")
+    events = recorder.wait_until(
+        lambda evs: len(_buttons_of(evs, "ButtonRelease")) == 6, what="6 wheel clicks"
+    )
     presses = [e.button for e in events if e.kind == "ButtonPress"]
     assert presses == [5, 5, 5, 6, 7, 7]
     assert all((e.root_x, e.root_y) == (50, 60) for e in _buttons(recorder))
@@ -119,8 +137,8 @@ def test_scroll_converts_pixels_to_wheel_clicks_and_carries_remainder(
     ],
 )
 def test_bad_pointer_input_is_rejected_before_anything_happens(
-        client: AgentClient, recorder: Recorder, op: str, args: dict[str, object], code: str,
-        named: str) -> None:
+    client: AgentClient, recorder: Recorder, op: str, args: dict[str, object], code: str, named: str
+) -> None:
     sock = client._sock  # send raw so host-side validation cannot hide the agent's answer
     sock.sendall(protocol.encode_frame(protocol.request("raw", op, args)))
     decoder = protocol.FrameDecoder()

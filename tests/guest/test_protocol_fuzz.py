@@ -17,18 +17,37 @@ from tests.support.agent import RunningAgent
 
 pytestmark = pytest.mark.x11
 
-FUZZ = settings(max_examples=60, deadline=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 # ops that are safe to call with arbitrary arguments (no sleeping, no files, no programs)
-SAFE_OPS = ["hello", "info", "click", "double_click", "move", "drag", "scroll", "keypress",
-            "type", "screenshot", "windows", "release_all"]
+SAFE_OPS = [
+    "hello",
+    "info",
+    "click",
+    "double_click",
+    "move",
+    "drag",
+    "scroll",
+    "keypress",
+    "type",
+    "screenshot",
+    "windows",
+    "release_all",
+]
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.floats(allow_nan=False)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**40), 2**40)
+    | st.floats(allow_nan=False)
     | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=12,
 )
 
@@ -52,22 +71,26 @@ def _assert_well_formed(message: dict[str, Any]) -> None:
 
 @FUZZ
 @given(junk=st.binary(min_size=1, max_size=2048).filter(lambda b: protocol.MAGIC not in b))
-def test_random_bytes_get_bad_frame_replies_then_hello_works(agent: RunningAgent,
-                                                             junk: bytes) -> None:
+def test_random_bytes_get_bad_frame_replies_then_hello_works(
+    agent: RunningAgent, junk: bytes
+) -> None:
     with RawConnection(agent.socket_path) as conn:
         conn.send(junk)
         _hello_works(conn, "after-junk")
         errors = [f.message for f in conn.frames if f.message.get("id") != "after-junk"]
         assert errors, "junk got no error reply"
-        assert all(m["ok"] is False and m["error"]["code"] == "bad_frame" and m["id"] is None
-                   for m in errors), errors
+        assert all(
+            m["ok"] is False and m["error"]["code"] == "bad_frame" and m["id"] is None
+            for m in errors
+        ), errors
     assert agent.alive()
 
 
 @FUZZ
 @given(body=st.binary(max_size=512), blob=st.binary(max_size=64))
-def test_random_frame_bodies_get_one_reply_each(agent: RunningAgent, body: bytes,
-                                                blob: bytes) -> None:
+def test_random_frame_bodies_get_one_reply_each(
+    agent: RunningAgent, body: bytes, blob: bytes
+) -> None:
     with RawConnection(agent.socket_path) as conn:
         conn.send(protocol.FRAME_HEADER.pack(protocol.MAGIC, len(body), len(blob)) + body + blob)
         _hello_works(conn, "after-frame")
@@ -79,14 +102,37 @@ def test_random_frame_bodies_get_one_reply_each(agent: RunningAgent, body: bytes
 
 
 @FUZZ
-@given(request_id=json_values, op=st.sampled_from(SAFE_OPS) | st.text(max_size=12),
-       args=st.dictionaries(st.sampled_from(["x", "y", "keys", "text", "button", "path",
-                                             "scroll_x", "scroll_y", "protocol", "format",
-                                             "region", "max_width", "quality", "bogus"]),
-                            json_values, max_size=5) | json_values,
-       extra=st.booleans())
-def test_random_requests_get_well_formed_replies(agent: RunningAgent, request_id: Any, op: str,
-                                                 args: Any, extra: bool) -> None:
+@given(
+    request_id=json_values,
+    op=st.sampled_from(SAFE_OPS) | st.text(max_size=12),
+    args=st.dictionaries(
+        st.sampled_from(
+            [
+                "x",
+                "y",
+                "keys",
+                "text",
+                "button",
+                "path",
+                "scroll_x",
+                "scroll_y",
+                "protocol",
+                "format",
+                "region",
+                "max_width",
+                "quality",
+                "bogus",
+            ]
+        ),
+        json_values,
+        max_size=5,
+    )
+    | json_values,
+    extra=st.booleans(),
+)
+def test_random_requests_get_well_formed_replies(
+    agent: RunningAgent, request_id: Any, op: str, args: Any, extra: bool
+) -> None:
     message: dict[str, Any] = {"id": request_id, "op": op, "args": args}
     if extra:
         message["surprise"] = 1
@@ -113,8 +159,9 @@ def test_random_requests_get_well_formed_replies(agent: RunningAgent, request_id
         (b"GET / HTTP/1.1\r\n\r\n", "no magic"),
     ],
 )
-def test_malformed_frames_are_named_and_the_stream_recovers(agent: RunningAgent, data: bytes,
-                                                            expected: str) -> None:
+def test_malformed_frames_are_named_and_the_stream_recovers(
+    agent: RunningAgent, data: bytes, expected: str
+) -> None:
     with RawConnection(agent.socket_path) as conn:
         conn.send(data)
         _hello_works(conn, "next")
@@ -136,13 +183,17 @@ def test_malformed_frames_are_named_and_the_stream_recovers(agent: RunningAgent,
         ({"id": 8, "op": "wait", "args": {"ms": protocol.MAX_WAIT_MS + 1}}, "bad_args", "60000"),
         ({"id": 9, "op": "wait", "args": {"ms": -1}}, "bad_args", "-1"),
         ({"id": 10, "op": "screenshot", "args": {"format": "gif"}}, "bad_args", "'format'"),
-        ({"id": 11, "op": "screenshot", "args": {"quality": 0, "format": "jpeg"}}, "bad_args",
-         "quality"),
+        (
+            {"id": 11, "op": "screenshot", "args": {"quality": 0, "format": "jpeg"}},
+            "bad_args",
+            "quality",
+        ),
         ({"id": 12, "op": "info", "args": {}, "extra": 1}, "bad_request", "extra"),
     ],
 )
-def test_bad_requests_get_named_errors(agent: RunningAgent, message: dict[str, Any], code: str,
-                                       named: str) -> None:
+def test_bad_requests_get_named_errors(
+    agent: RunningAgent, message: dict[str, Any], code: str, named: str
+) -> None:
     with RawConnection(agent.socket_path) as conn:
         conn.send(protocol.encode_frame(message))
         reply = conn.read_until(lambda fs: len(fs) >= 1)[0].message
@@ -169,8 +220,11 @@ def test_truncated_frame_then_disconnect_leaves_agent_serving(agent: RunningAgen
 
 def test_pipelined_requests_are_answered_in_order(agent: RunningAgent) -> None:
     with RawConnection(agent.socket_path) as conn:
-        conn.send(b"".join(protocol.encode_frame(protocol.request(i, "info")) for i in range(20))
-                  + b"garbage" + protocol.encode_frame(protocol.request("last", "info")))
+        conn.send(
+            b"".join(protocol.encode_frame(protocol.request(i, "info")) for i in range(20))
+            + b"garbage"
+            + protocol.encode_frame(protocol.request("last", "info"))
+        )
         frames = conn.read_until(lambda fs: any(f.message.get("id") == "last" for f in fs))
         ids = [f.message["id"] for f in frames]
         assert ids == [*range(20), None, "last"]

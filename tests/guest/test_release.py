@@ -48,22 +48,33 @@ def _nothing_held(display_name: str) -> bool:
 
 
 def test_drag_failing_midway_releases_button_and_held_keys(
-        failing: _FailingMotion, recorder: Recorder, xserver: Xvfb) -> None:
+    failing: _FailingMotion, recorder: Recorder, xserver: Xvfb
+) -> None:
     with pytest.raises(GuestError, match="injected failure"):
         failing.drag([(10, 10), (100, 100), (200, 200)], keys=["ctrl", "shift"])
     events = recorder.wait_until(
-        lambda evs: any(e.kind == "ButtonRelease" for e in evs)
-        and sum(e.kind == "KeyRelease" for e in evs) == 2, what="releases after failure")
+        lambda evs: (
+            any(e.kind == "ButtonRelease" for e in evs)
+            and sum(e.kind == "KeyRelease" for e in evs) == 2
+        ),
+        what="releases after failure",
+    )
     kinds = [(e.kind, e.keysym_name or e.button) for e in events if e.kind != "MotionNotify"]
-    assert kinds == [("KeyPress", "Control_L"), ("KeyPress", "Shift_L"), ("ButtonPress", 1),
-                     ("ButtonRelease", 1), ("KeyRelease", "Shift_L"),
-                     ("KeyRelease", "Control_L")]
+    assert kinds == [
+        ("KeyPress", "Control_L"),
+        ("KeyPress", "Shift_L"),
+        ("ButtonPress", 1),
+        ("ButtonRelease", 1),
+        ("KeyRelease", "Shift_L"),
+        ("KeyRelease", "Control_L"),
+    ]
     assert _nothing_held(xserver.display)
     assert failing.release_all() == []  # nothing of ours left to release
 
 
 def test_click_failing_before_the_press_still_releases_held_keys(
-        failing: _FailingMotion, recorder: Recorder, xserver: Xvfb) -> None:
+    failing: _FailingMotion, recorder: Recorder, xserver: Xvfb
+) -> None:
     failing.allowed = 0
     with pytest.raises(GuestError, match="injected failure"):
         failing.click(50, 50, keys=["alt"])

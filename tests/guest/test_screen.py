@@ -39,10 +39,14 @@ def test_png_screenshot_is_lossless_at_native_size(client: AgentClient, painted:
     result, image = _image(client)
     assert image.format == "PNG" and image.mode == "RGB"
     assert image.size == (1280, 800)
-    assert result == {"native": {"width": 1280, "height": 800},
-                      "region": {"x": 0, "y": 0, "width": 1280, "height": 800},
-                      "width": 1280, "height": 800, "format": "png",
-                      "bytes": result["bytes"]}
+    assert result == {
+        "native": {"width": 1280, "height": 800},
+        "region": {"x": 0, "y": 0, "width": 1280, "height": 800},
+        "width": 1280,
+        "height": 800,
+        "format": "png",
+        "bytes": result["bytes"],
+    }
     assert image.getpixel((100, 50)) == (255, 0, 0)
     assert image.getpixel((299, 149)) == (255, 0, 0)
     assert image.getpixel((300, 150)) == (0, 0, 0)
@@ -88,8 +92,9 @@ def test_jpeg_screenshot(client: AgentClient, painted: Painter) -> None:
         ({"quality": 50}, "bad_args", "jpeg only"),
     ],
 )
-def test_bad_screenshot_arguments(client: AgentClient, args: dict[str, object], code: str,
-                                  named: str) -> None:
+def test_bad_screenshot_arguments(
+    client: AgentClient, args: dict[str, object], code: str, named: str
+) -> None:
     with pytest.raises(GuestError) as caught:
         client.call("screenshot", args)
     assert caught.value.code == code
@@ -102,8 +107,9 @@ def test_settle_returns_when_screen_is_quiet(client: AgentClient, painted: Paint
     assert result["waited_ms"] >= 200
 
 
-def test_settle_reports_a_screen_that_keeps_changing(client: AgentClient,
-                                                     painted: Painter, xserver: Xvfb) -> None:
+def test_settle_reports_a_screen_that_keeps_changing(
+    client: AgentClient, painted: Painter, xserver: Xvfb
+) -> None:
     stop = threading.Event()
 
     def flicker() -> None:
@@ -118,8 +124,14 @@ def test_settle_reports_a_screen_that_keeps_changing(client: AgentClient,
     thread.start()
     try:
         changing = client.call("settle", {"quiet_ms": 400, "timeout_ms": 800}).result
-        elsewhere = client.call("settle", {"quiet_ms": 100, "timeout_ms": 3000, "region": {
-            "x": 0, "y": 0, "width": 300, "height": 300}}).result
+        elsewhere = client.call(
+            "settle",
+            {
+                "quiet_ms": 100,
+                "timeout_ms": 3000,
+                "region": {"x": 0, "y": 0, "width": 300, "height": 300},
+            },
+        ).result
     finally:
         stop.set()
         thread.join()

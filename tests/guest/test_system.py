@@ -19,29 +19,42 @@ pytestmark = pytest.mark.x11
 
 
 def test_exec_runs_argv_without_a_shell(client: AgentClient, tmp_path: Path) -> None:
-    result = client.call("exec", {"argv": ["echo", "$HOME", "a b", ";", "ls"],
-                                  "cwd": str(tmp_path)}).result
+    result = client.call(
+        "exec", {"argv": ["echo", "$HOME", "a b", ";", "ls"], "cwd": str(tmp_path)}
+    ).result
     assert result["exit_code"] == 0 and result["timed_out"] is False
     assert result["stdout"] == "$HOME a b ; ls\n"
     assert result["stderr"] == ""
 
 
 def test_exec_env_is_merged_and_stdin_is_fed(client: AgentClient, tmp_path: Path) -> None:
-    script = "import os,sys; print(os.environ['CUBICLE_X'], os.environ['PATH'] != '', " \
-             "os.getcwd(), sys.stdin.read()); sys.exit(3)"
-    result = client.call("exec", {"argv": [sys.executable, "-c", script], "cwd": str(tmp_path),
-                                  "env": {"CUBICLE_X": "ü"}, "stdin": "fed ✓"}).result
+    script = (
+        "import os,sys; print(os.environ['CUBICLE_X'], os.environ['PATH'] != '', "
+        "os.getcwd(), sys.stdin.read()); sys.exit(3)"
+    )
+    result = client.call(
+        "exec",
+        {
+            "argv": [sys.executable, "-c", script],
+            "cwd": str(tmp_path),
+            "env": {"CUBICLE_X": "ü"},
+            "stdin": "fed ✓",
+        },
+    ).result
     assert result["stdout"] == f"ü True {tmp_path} fed ✓\n"
     assert result["exit_code"] == 3
 
 
 def test_exec_timeout_kills_the_process_group(client: AgentClient, tmp_path: Path) -> None:
     pidfile = tmp_path / "child.pid"
-    script = ("import subprocess,sys,time; p=subprocess.Popen([sys.executable,'-c',"
-              "'import time; time.sleep(60)']); open(sys.argv[1],'w').write(str(p.pid)); "
-              "time.sleep(60)")
-    result = client.call("exec", {"argv": [sys.executable, "-c", script, str(pidfile)],
-                                  "timeout_ms": 1500}).result
+    script = (
+        "import subprocess,sys,time; p=subprocess.Popen([sys.executable,'-c',"
+        "'import time; time.sleep(60)']); open(sys.argv[1],'w').write(str(p.pid)); "
+        "time.sleep(60)"
+    )
+    result = client.call(
+        "exec", {"argv": [sys.executable, "-c", script, str(pidfile)], "timeout_ms": 1500}
+    ).result
     assert result["timed_out"] is True and result["exit_code"] is None
     child = int(pidfile.read_text())
     with pytest.raises(ProcessLookupError):  # the grandchild died with the group
@@ -52,9 +65,16 @@ def test_exec_timeout_kills_the_process_group(client: AgentClient, tmp_path: Pat
 
 def test_exec_output_is_cut_at_the_limit_and_says_so(client: AgentClient) -> None:
     size = protocol.MAX_EXEC_OUTPUT_BYTES + 1000
-    result = client.call("exec", {"argv": [sys.executable, "-c",
-                                           f"import sys; sys.stdout.write('x'*{size}); "
-                                           "sys.stderr.write('e')"]}).result
+    result = client.call(
+        "exec",
+        {
+            "argv": [
+                sys.executable,
+                "-c",
+                f"import sys; sys.stdout.write('x'*{size}); sys.stderr.write('e')",
+            ]
+        },
+    ).result
     assert result["stdout_truncated"] is True and result["stderr_truncated"] is False
     assert len(result["stdout"]) == protocol.MAX_EXEC_OUTPUT_BYTES
     assert result["stderr"] == "e"
@@ -70,8 +90,9 @@ def test_exec_output_is_cut_at_the_limit_and_says_so(client: AgentClient) -> Non
         ({"argv": "echo hi"}, "bad_args", "'argv'"),
     ],
 )
-def test_exec_bad_input(agent: RunningAgent, args: dict[str, object], code: str,
-                        named: str) -> None:
+def test_exec_bad_input(
+    agent: RunningAgent, args: dict[str, object], code: str, named: str
+) -> None:
     with RawConnection(agent.socket_path) as conn:
         conn.request(1, "exec", args)
         error = conn.reply_to(1).message["error"]
@@ -81,8 +102,9 @@ def test_exec_bad_input(agent: RunningAgent, args: dict[str, object], code: str,
 def test_write_then_read_file_round_trip(client: AgentClient, tmp_path: Path) -> None:
     target = tmp_path / "deep" / "er" / "file.bin"
     data = bytes(range(256)) * 1000
-    written = client.call("write_file", {"path": str(target), "mkdirs": True, "mode": 0o600},
-                          blob=data).result
+    written = client.call(
+        "write_file", {"path": str(target), "mkdirs": True, "mode": 0o600}, blob=data
+    ).result
     assert written == {"size": len(data)}
     assert target.read_bytes() == data
     assert target.stat().st_mode & 0o777 == 0o600

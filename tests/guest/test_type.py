@@ -25,12 +25,12 @@ TEXTS = [
     "<",
     "-",
     "-rf --force",
-    "<div class=\"x\">a & b</div>",
+    '<div class="x">a & b</div>',
     "Grêmio",
     "日本",
     "line one\nline two\n",
     "col\tcol\tcol",
-    "MiXeD CaSe ABC xyz !@#$%^&*()_+{}|:\"<>?~",
+    'MiXeD CaSe ABC xyz !@#$%^&*()_+{}|:"<>?~',
     "`1234567890-=[]\\;',./",
     "Ça coûte 5 € — naïve façade, Straße, Ærø",
     "Привет, мир; \u03b3\u03b5\u03b9\u03ac \u03c3\u03bf\u03c5; שלום",  # Greek, escaped for ruff
@@ -40,11 +40,12 @@ TEXTS = [
 
 
 @pytest.mark.parametrize("text", [*TEXTS, "🙂 non-BMP 𝄞"])
-def test_type_delivers_exact_characters(client: AgentClient, recorder: Recorder,
-                                        text: str) -> None:
+def test_type_delivers_exact_characters(client: AgentClient, recorder: Recorder, text: str) -> None:
     client.call("type", {"text": text})
-    recorder.wait_until(lambda evs: sum(e.kind == "KeyRelease" and e.char is not None
-                                        for e in evs) >= len(text), what=f"{len(text)} chars")
+    recorder.wait_until(
+        lambda evs: sum(e.kind == "KeyRelease" and e.char is not None for e in evs) >= len(text),
+        what=f"{len(text)} chars",
+    )
     assert recorder.text() == text
 
 
@@ -54,8 +55,13 @@ class TkText:
     def __init__(self, display: str) -> None:
         env = {**os.environ, "DISPLAY": display, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
         self.process = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("tk_text.py"))], env=env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, encoding="utf-8")
+            [sys.executable, str(Path(__file__).with_name("tk_text.py"))],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+        )
         assert self.process.stdout is not None
         line = self.process.stdout.readline()
         if line.strip() != "ready":
@@ -108,7 +114,8 @@ def test_type_into_real_tk_text_widget(client: AgentClient, tk_text: TkText, tex
 
 
 def test_type_many_distinct_unmapped_characters_in_one_request(
-        client: AgentClient, tk_text: TkText) -> None:
+    client: AgentClient, tk_text: TkText
+) -> None:
     # more distinct non-layout characters than there are spare keycodes: forces re-binding
     text = "".join(chr(c) for c in range(0x4E00, 0x4E00 + 40))
     assert tk_text.command("clear") == "ok"
@@ -117,8 +124,9 @@ def test_type_many_distinct_unmapped_characters_in_one_request(
     assert tk_text.content(text) == text
 
 
-def test_oversized_text_is_refused_and_nothing_typed(client: AgentClient,
-                                                     recorder: Recorder) -> None:
+def test_oversized_text_is_refused_and_nothing_typed(
+    client: AgentClient, recorder: Recorder
+) -> None:
     with pytest.raises(GuestError) as caught:
         client.call("type", {"text": "a" * (MAX_TEXT_CHARS + 1)})
     assert caught.value.code == "too_large"

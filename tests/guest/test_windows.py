@@ -14,14 +14,29 @@ pytestmark = pytest.mark.x11
 
 def test_windows_lists_mapped_top_levels(client: AgentClient, xserver: Xvfb) -> None:
     with Painter(xserver.display) as painter:
-        window = painter.rect(40, 30, 300, 200, 0x123456, title="Grêmio — 日本",
-                              wm_class=("editor", "Editor"), pid=4242)
+        window = painter.rect(
+            40,
+            30,
+            300,
+            200,
+            0x123456,
+            title="Grêmio — 日本",
+            wm_class=("editor", "Editor"),
+            pid=4242,
+        )
         listed = client.call("windows").result["windows"]
         entry = next(w for w in listed if w["id"] == window.id)
-        assert entry == {"id": window.id, "title": "Grêmio — 日本",
-                         "wm_class": ["editor", "Editor"],
-                         "x": 40, "y": 30, "width": 300, "height": 200, "pid": 4242,
-                         "focused": False}
+        assert entry == {
+            "id": window.id,
+            "title": "Grêmio — 日本",
+            "wm_class": ["editor", "Editor"],
+            "x": 40,
+            "y": 30,
+            "width": 300,
+            "height": 200,
+            "pid": 4242,
+            "focused": False,
+        }
     after = client.call("windows").result["windows"]
     assert all(w["id"] != window.id for w in after)
 

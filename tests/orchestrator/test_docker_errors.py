@@ -28,9 +28,10 @@ def test_every_docker_exception_is_mapped() -> None:
 
 
 def test_mapping_keeps_the_engine_words() -> None:
-    with pytest.raises(
-        ImageMissing, match="image missing while pulling x: no such image"
-    ) as caught, map_docker_errors("pulling x"):
+    with (
+        pytest.raises(ImageMissing, match="image missing while pulling x: no such image") as caught,
+        map_docker_errors("pulling x"),
+    ):
         raise docker.errors.ImageNotFound("no such image")
     assert caught.value.hint == "build it with: cubicle image build"
     assert isinstance(caught.value.__cause__, docker.errors.ImageNotFound)

@@ -38,8 +38,13 @@ class RunningAgent:
     :param log_path: file receiving the agent's stderr.
     """
 
-    def __init__(self, display: str, socket_path: Path, log_path: Path,
-                 extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        display: str,
+        socket_path: Path,
+        log_path: Path,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         self.display = display
         self.socket_path = socket_path
         self.log_path = log_path
@@ -55,13 +60,22 @@ class RunningAgent:
 
     def start(self, timeout: float = 20.0) -> Self:
         env = {**os.environ, "DISPLAY": self.display, **self._extra_env}
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT),
-                                                          env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         with open(self.log_path, "ab") as log:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "guest", "--listen", f"unix:{self.socket_path}",
-                 "--log-level", "DEBUG"],
-                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                [
+                    sys.executable,
+                    "-m",
+                    "guest",
+                    "--listen",
+                    f"unix:{self.socket_path}",
+                    "--log-level",
+                    "DEBUG",
+                ],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
                 cwd=REPO_ROOT,
             )
         try:
@@ -113,13 +127,22 @@ class RunningAgent:
     def __enter__(self) -> Self:
         return self if self._process is not None else self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()
 
 
-def start_agent(display: str, socket_dir: Path, *, timeout: float = 20.0,
-                extra_env: dict[str, str] | None = None) -> RunningAgent:
+def start_agent(
+    display: str,
+    socket_dir: Path,
+    *,
+    timeout: float = 20.0,
+    extra_env: dict[str, str] | None = None,
+) -> RunningAgent:
     """Spawn the agent on ``display`` listening in ``socket_dir`` and wait for its hello.
 
     Use as a context manager (``with start_agent(...) as agent``) so the process is stopped.
@@ -128,7 +151,9 @@ def start_agent(display: str, socket_dir: Path, *, timeout: float = 20.0,
     socket_path = socket_dir / "agent.sock"
     if len(os.fsencode(socket_path)) > MAX_UNIX_PATH:
         size = len(os.fsencode(socket_path))
-        raise ValueError(f"socket path {socket_path} is {size} bytes, over the unix socket "
-                         f"limit of {MAX_UNIX_PATH}; use a shorter socket_dir")
+        raise ValueError(
+            f"socket path {socket_path} is {size} bytes, over the unix socket "
+            f"limit of {MAX_UNIX_PATH}; use a shorter socket_dir"
+        )
     agent = RunningAgent(display, socket_path, socket_dir / "agent.log", extra_env)
     return agent.start(timeout=timeout)

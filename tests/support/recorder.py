@@ -33,12 +33,22 @@ from guest.keys import keysym_name
 __all__ = ["RecordedEvent", "Recorder", "keysym_char"]
 
 _MODIFIER_NAMES = (
-    (X.ShiftMask, "shift"), (X.LockMask, "lock"), (X.ControlMask, "control"),
-    (X.Mod1Mask, "mod1"), (X.Mod2Mask, "mod2"), (X.Mod3Mask, "mod3"), (X.Mod4Mask, "mod4"),
+    (X.ShiftMask, "shift"),
+    (X.LockMask, "lock"),
+    (X.ControlMask, "control"),
+    (X.Mod1Mask, "mod1"),
+    (X.Mod2Mask, "mod2"),
+    (X.Mod3Mask, "mod3"),
+    (X.Mod4Mask, "mod4"),
     (X.Mod5Mask, "mod5"),
 )
-_KIND = {X.ButtonPress: "ButtonPress", X.ButtonRelease: "ButtonRelease",
-         X.KeyPress: "KeyPress", X.KeyRelease: "KeyRelease", X.MotionNotify: "MotionNotify"}
+_KIND = {
+    X.ButtonPress: "ButtonPress",
+    X.ButtonRelease: "ButtonRelease",
+    X.KeyPress: "KeyPress",
+    X.KeyRelease: "KeyRelease",
+    X.MotionNotify: "MotionNotify",
+}
 
 
 def keysym_char(keysym: int) -> str | None:
@@ -85,8 +95,14 @@ class Recorder:
     :param motion: also record MotionNotify (on by default).
     """
 
-    def __init__(self, display_name: str, geometry: tuple[int, int, int, int] | None = None,
-                 *, motion: bool = True, title: str = "cubicle-recorder") -> None:
+    def __init__(
+        self,
+        display_name: str,
+        geometry: tuple[int, int, int, int] | None = None,
+        *,
+        motion: bool = True,
+        title: str = "cubicle-recorder",
+    ) -> None:
         self._display_name = display_name
         self._geometry = geometry
         self._motion = motion
@@ -104,15 +120,34 @@ class Recorder:
     def start(self, timeout: float = 10.0) -> Self:
         self._display = display.Display(self._display_name)
         screen = self._display.screen()
-        x, y, width, height = self._geometry or (0, 0, screen.width_in_pixels,
-                                                 screen.height_in_pixels)
-        mask = (X.ButtonPressMask | X.ButtonReleaseMask | X.KeyPressMask | X.KeyReleaseMask
-                | X.StructureNotifyMask | X.ExposureMask)
+        x, y, width, height = self._geometry or (
+            0,
+            0,
+            screen.width_in_pixels,
+            screen.height_in_pixels,
+        )
+        mask = (
+            X.ButtonPressMask
+            | X.ButtonReleaseMask
+            | X.KeyPressMask
+            | X.KeyReleaseMask
+            | X.StructureNotifyMask
+            | X.ExposureMask
+        )
         if self._motion:
             mask |= X.PointerMotionMask
         window = screen.root.create_window(
-            x, y, width, height, 0, screen.root_depth, X.InputOutput, X.CopyFromParent,
-            background_pixel=screen.white_pixel, event_mask=mask, override_redirect=True,
+            x,
+            y,
+            width,
+            height,
+            0,
+            screen.root_depth,
+            X.InputOutput,
+            X.CopyFromParent,
+            background_pixel=screen.white_pixel,
+            event_mask=mask,
+            override_redirect=True,
         )
         window.set_wm_name(self._title)
         window.map()
@@ -123,8 +158,9 @@ class Recorder:
         while not mapped:  # wait for MapNotify before accepting input
             if time.monotonic() > deadline:
                 self.stop()
-                raise TimeoutError(f"recorder window not mapped on {self._display_name} "
-                                   f"within {timeout} s")
+                raise TimeoutError(
+                    f"recorder window not mapped on {self._display_name} within {timeout} s"
+                )
             while self._display.pending_events():
                 if self._display.next_event().type == X.MapNotify:
                     mapped = True
@@ -159,8 +195,12 @@ class Recorder:
     def __enter__(self) -> Self:
         return self.start() if self._display is None else self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()
 
     # -- reading --------------------------------------------------------------------------
@@ -188,16 +228,27 @@ class Recorder:
                 self._condition.notify_all()
 
     def _record(self, kind: str, event: Any) -> RecordedEvent:
-        recorded = RecordedEvent(kind, int(event.event_x), int(event.event_y),
-                                 int(event.root_x), int(event.root_y), int(event.state),
-                                 int(event.time))
+        recorded = RecordedEvent(
+            kind,
+            int(event.event_x),
+            int(event.event_y),
+            int(event.root_x),
+            int(event.root_y),
+            int(event.state),
+            int(event.time),
+        )
         if kind in ("ButtonPress", "ButtonRelease"):
             return dataclasses.replace(recorded, button=int(event.detail))
         if kind in ("KeyPress", "KeyRelease"):
             keycode = int(event.detail)
             keysym = self.lookup_keysym(keycode, int(event.state))
-            return dataclasses.replace(recorded, keycode=keycode, keysym=keysym,
-                                       keysym_name=keysym_name(keysym), char=keysym_char(keysym))
+            return dataclasses.replace(
+                recorded,
+                keycode=keycode,
+                keysym=keysym,
+                keysym_name=keysym_name(keysym),
+                char=keysym_char(keysym),
+            )
         return recorded
 
     def lookup_keysym(self, keycode: int, state: int) -> int:
@@ -223,8 +274,12 @@ class Recorder:
         with self._condition:
             self._events.clear()
 
-    def wait_until(self, condition: Callable[[list[RecordedEvent]], bool],
-                   timeout: float = 5.0, what: str = "condition") -> list[RecordedEvent]:
+    def wait_until(
+        self,
+        condition: Callable[[list[RecordedEvent]], bool],
+        timeout: float = 5.0,
+        what: str = "condition",
+    ) -> list[RecordedEvent]:
         """Wait until ``condition(events)`` holds; return the events.
 
         :raises AssertionError: on timeout, listing what was recorded.
@@ -237,13 +292,15 @@ class Recorder:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     summary = ", ".join(_describe(e) for e in self._events[-30:])
-                    raise AssertionError(f"{what} not seen within {timeout} s; last events: "
-                                         f"[{summary}]")
+                    raise AssertionError(
+                        f"{what} not seen within {timeout} s; last events: [{summary}]"
+                    )
                 self._condition.wait(remaining)
             return list(self._events)
 
-    def wait_for(self, predicate: Callable[[RecordedEvent], bool], timeout: float = 5.0,
-                 what: str = "event") -> RecordedEvent:
+    def wait_for(
+        self, predicate: Callable[[RecordedEvent], bool], timeout: float = 5.0, what: str = "event"
+    ) -> RecordedEvent:
         """Wait for the first recorded event matching ``predicate`` and return it."""
         events = self.wait_until(lambda evs: any(predicate(e) for e in evs), timeout, what)
         return next(e for e in events if predicate(e))
@@ -254,8 +311,9 @@ class Recorder:
     def text(self) -> str:
         """What a text widget would insert: characters of KeyPresses without Control/Alt/Super."""
         blocked = X.ControlMask | X.Mod1Mask | X.Mod4Mask
-        return "".join(e.char for e in self.key_events()
-                       if e.char is not None and not e.state & blocked)
+        return "".join(
+            e.char for e in self.key_events() if e.char is not None and not e.state & blocked
+        )
 
 
 def _describe(event: RecordedEvent) -> str:
