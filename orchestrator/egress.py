@@ -1,7 +1,9 @@
 """The allowlist egress proxy of ``allow:`` sandboxes, and its origin check.
 
-Runs OUTSIDE the guest, in its own container attached to the sandbox's internal network and to
-a normal bridge (``orchestrator.providers.docker_network``); the guest's only way out is this
+Runs OUTSIDE the guest: on Docker in its own container attached to the sandbox's internal network
+and to a normal bridge (``orchestrator.providers.docker_network``); on the VM backend as a host
+process bound to the sandbox's isolated bridge (``orchestrator.providers.vm_network``, which
+passes ``--label SANDBOX_ID`` so gc can find the process). The guest's only way out is this
 proxy (``HTTP_PROXY``/``HTTPS_PROXY``). It is a single standard-library file on purpose: the image
 build copies it to ``/opt/cubicle/egress.py`` and the proxy container runs
 ``python3 /opt/cubicle/egress.py --listen 0.0.0.0:3128 --allow HOST[:PORT] ...``.
@@ -17,8 +19,8 @@ that both agree):
 - the port must equal the origin's port, or be 80/443 when the origin names none;
 - anything else (origin-form requests, other schemes, unparsable heads) is refused.
 
-Every decision is one JSON line on stdout (``docker logs`` of the proxy container; read back
-with ``cubicle logs ID``)::
+Every decision is one JSON line on stdout (``docker logs`` of the proxy container, or the VM
+sandbox's ``egress.log``; read back with ``cubicle logs ID``)::
 
     {"ts": 1700000000.0, "decision": "allow"|"refuse", "method": "CONNECT", "host": "...",
      "port": 443, "reason": "...", "client": "10.0.0.2"}
@@ -305,7 +307,7 @@ class Proxy:
         await writer.drain()
 
 
-async def serve(host: str, port: int, origins: Sequence[AllowedOrigin]) -> None:
+async def serve(host: str, port: int, origins: Sequence[AllowedOrigin], label: str = "") -> None:
     proxy = Proxy(origins)
     server = await asyncio.start_server(proxy.handle, host, port, limit=MAX_HEAD_BYTES)
     allowed = ", ".join(f"{o.host}:{o.port or '80/443'}" for o in origins)
@@ -316,6 +318,7 @@ async def serve(host: str, port: int, origins: Sequence[AllowedOrigin]) -> None:
                 "event": "listening",
                 "listen": f"{host}:{port}",
                 "allow": allowed,
+                **({"label": label} if label else {}),
             }
         ),
         flush=True,
@@ -328,11 +331,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="cubicle allowlist egress proxy")
     parser.add_argument("--listen", default="0.0.0.0:3128", help="HOST:PORT to listen on")
     parser.add_argument("--allow", action="append", default=[], help="allowed HOST[:PORT]")
+    parser.add_argument(
+        "--label",
+        default="",
+        help="the sandbox id, echoed in the 'listening' line (and on the command line, where "
+        "the VM backend's gc finds the proxy process of a sandbox)",
+    )
     args = parser.parse_args(argv)
     host, _, port = args.listen.rpartition(":")
     origins = [parse_allowed(item) for item in args.allow]
     try:
-        asyncio.run(serve(host, int(port), origins))
+        asyncio.run(serve(host, int(port), origins, args.label))
     except KeyboardInterrupt:
         return 0
     return 0

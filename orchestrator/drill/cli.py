@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.drill.console import default_out, destroy_quietly, progress
-from orchestrator.drill.runner import DrillResult, run_drill
+from orchestrator.drill.runner import DrillResult, guest_time_scale, run_drill
 from orchestrator.drill.session import LoopKind
 from orchestrator.drill.signals import cancel_on_signals
 from orchestrator.run_task import register_run
@@ -87,6 +87,7 @@ def cmd_drill(args: argparse.Namespace) -> int:
                     port=FIRST_PORT + index,
                     cancel_requested=cancel,
                     keep_apps=args.keep,
+                    time_scale=guest_time_scale(sandbox.info),
                 )
                 results.append(result)
                 print(result.summary(), flush=True)

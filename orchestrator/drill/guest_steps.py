@@ -99,8 +99,15 @@ class GuestSteps:
         *,
         recorder: TrajectoryRecorder | None = None,
         cancelled: Callable[[], bool] = lambda: False,
+        time_scale: float = 1.0,
     ) -> None:
+        if not time_scale >= 1.0:
+            raise ValueError(f"time_scale must be >= 1.0, got {time_scale!r}")
         self.client = client
+        self.time_scale = time_scale
+        """Multiplies every scripted step's ``timeout_ms`` and ``quiet_ms``: a slow guest (a VM
+        under TCG emulation) draws a dialog's contents long after its window maps, so it needs
+        longer quiet periods as well as longer deadlines."""
         self.paths = paths
         self.recorder = recorder
         self.cancelled = cancelled
@@ -199,24 +206,28 @@ class GuestSteps:
                 raise GuestStepError("wait_window", f"'focused' must be a boolean, got {focused!r}")
             self.wait_window(
                 title,
-                timeout_ms=_int(step, "timeout_ms", DEFAULT_WINDOW_TIMEOUT_MS),
+                timeout_ms=self._scaled(_int(step, "timeout_ms", DEFAULT_WINDOW_TIMEOUT_MS)),
                 focused=focused,
             )
             detail = title
         elif op == "settle":
-            quiet, timeout = _int(step, "quiet_ms", 300), _int(step, "timeout_ms", 5000)
+            quiet = self._scaled(_int(step, "quiet_ms", 300))
+            timeout = self._scaled(_int(step, "timeout_ms", 5000))
             result = self._call(
                 "settle", {"quiet_ms": quiet, "timeout_ms": timeout}, timeout_s=timeout / 1000 + 10
             )
             detail = "settled" if result.get("settled") else f"still changing after {timeout} ms"
         elif op == "check_page_layout":
-            self.check_page_layout(timeout_ms=_int(step, "timeout_ms", 10_000))
+            self.check_page_layout(timeout_ms=self._scaled(_int(step, "timeout_ms", 10_000)))
             detail = "viewport at the screen origin"
         else:
             raise GuestStepError(
                 op, "unknown step; known: launch, wait_window, settle, check_page_layout"
             )
         self._timed(op, detail, started)
+
+    def _scaled(self, milliseconds: int) -> int:
+        return round(milliseconds * self.time_scale)
 
     def wait_window(self, title: str, *, timeout_ms: int, focused: bool = False) -> dict[str, Any]:
         """Poll until a top-level window's title contains ``title`` (and it has the focus, when

@@ -30,10 +30,18 @@ from orchestrator.drill.guest_steps import GuestSteps, guest_home
 from orchestrator.drill.session import LoopKind, LoopThread, RecordedSession, error_chain
 from orchestrator.drill.task import TASK_PROMPT, DrillPaths, load_script
 from orchestrator.drill.verify import Check, verify_drill
+from orchestrator.provider import SandboxInfo
 from orchestrator.trajectory.recorder import TrajectoryRecorder
 from orchestrator.trajectory.report import write_report
 
-__all__ = ["DEFAULT_MODEL_VIEW", "Desktop", "DrillResult", "run_drill"]
+__all__ = [
+    "DEFAULT_MODEL_VIEW",
+    "SLOW_GUEST_TIME_SCALE",
+    "Desktop",
+    "DrillResult",
+    "guest_time_scale",
+    "run_drill",
+]
 
 DEFAULT_MODEL_VIEW = (1024, 640)
 """What the scripted model sees of the 1280x800 screen (scale 0.8), so scaling is exercised."""
@@ -96,6 +104,16 @@ class DrillResult:
         return "\n".join(lines)
 
 
+SLOW_GUEST_TIME_SCALE = 4.0
+"""How much longer the scripted waits are on a guest under software emulation (TCG)."""
+
+
+def guest_time_scale(info: SandboxInfo) -> float:
+    """The wait scale for a sandbox: 4x for a VM emulated by TCG (measured: its dialogs draw
+    their contents seconds after mapping, and chromium takes 24-41 s to show a page), else 1."""
+    return SLOW_GUEST_TIME_SCALE if info.detail.get("accelerator") == "tcg" else 1.0
+
+
 def run_drill(
     desktop: Desktop,
     *,
@@ -108,6 +126,7 @@ def run_drill(
     safety_policy: ApprovalPolicy | None = None,
     cancel_requested: Callable[[], bool] = lambda: False,
     keep_apps: bool = False,
+    time_scale: float = 1.0,
 ) -> DrillResult:
     """Run the drill once with the ``loop`` flavour of the SDK.
 
@@ -120,6 +139,8 @@ def run_drill(
         every decision is recorded). Actions without a safety check run without approval.
     :param cancel_requested: polled; when true the loop and the guest waits stop cooperatively.
     :param keep_apps: leave the launched editor, browser and server running.
+    :param time_scale: multiplies the script's waits (timeouts and quiet periods) for slow
+        guests; see :func:`guest_time_scale`.
     """
     started = time.monotonic()
     result = DrillResult(loop=loop, out=out)
@@ -140,7 +161,9 @@ def run_drill(
             client.close()
             raise
         paths = DrillPaths(workdir=workdir, port=port)
-        steps = GuestSteps(client, paths, recorder=recorder, cancelled=cancel_requested)
+        steps = GuestSteps(
+            client, paths, recorder=recorder, cancelled=cancel_requested, time_scale=time_scale
+        )
         session = RecordedSession(recorder, safety_policy=safety_policy or ApproveAll())
         recorder.event(
             "run",

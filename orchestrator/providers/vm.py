@@ -7,14 +7,17 @@ warm slot's golden overlay), ``agent.sock`` (the channel; one connection at a ti
 ``console.log`` (the guest's serial console: init, X, agent) and ``labels.json`` (the owner and
 expiry, so ``gc`` can remove the directory even when the domain never started). The domain
 carries the same labels in its ``<metadata>``. :meth:`VmProvider.destroy` removes the domain and
-the directory; nothing else is created.
+the directory (and an ``allow:`` sandbox's network pieces, below); nothing else is created.
 
-Warm starts: see :mod:`orchestrator.providers.vm_warm` (saved golden states, one live restore per
+Warm starts: see :mod:`orchestrator.providers.vm_warm_start` (restore and save) and
+:mod:`orchestrator.providers.vm_warm` (saved golden states, one live restore per
 slot, cold boot when every slot is busy or the network policy needs a NIC).
 
 Network: ``none`` (default) → no NIC at all, the guest has only ``lo``. ``open`` → QEMU user-mode
-networking. ``allow:`` is refused with :class:`ConfigError` for now (the design is a user-mode
-NIC with ``restrict=on`` and a ``guestfwd`` to the host's egress proxy; not built yet).
+networking. ``allow:HOST[:PORT],...`` → a NIC on a per-sandbox isolated libvirt network whose
+only reachable peer is a host egress proxy that forwards exactly those origins and logs every
+decision (:mod:`orchestrator.providers.vm_network`; :meth:`VmProvider.egress_log`). ``allow:``
+sandboxes always cold-boot (the saved warm states have no NIC).
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ import math
 import os
 import secrets
 import shutil
-import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -55,22 +57,21 @@ from orchestrator.provider import (
     SandboxInfo,
     SandboxSpec,
 )
-from orchestrator.providers import vm_image
+from orchestrator.providers import vm_image, vm_network
 from orchestrator.providers.vm_domain import (
     DomainPlan,
     domain_xml,
     labels_from_xml,
     probe_accelerator,
-    retarget_saved_xml,
 )
 from orchestrator.providers.vm_libvirt import (
     DEFAULT_URI,
     is_no_domain,
-    libvirt_module,
     map_libvirt_errors,
     open_connection,
 )
-from orchestrator.providers.vm_warm import WarmKey, WarmSlot, slots_for
+from orchestrator.providers.vm_warm import WarmKey
+from orchestrator.providers.vm_warm_start import WarmStarter
 
 __all__ = ["VmProvider"]
 
@@ -81,36 +82,11 @@ START = "cubicle-vm.start"
 """Extra label: ``cold``, ``warm:N`` (restored from slot N) or ``golden`` (being saved)."""
 IMAGE = "cubicle-vm.image"
 ACCEL = "cubicle-vm.accelerator"
-GOLDEN_TTL_S = 900.0
 READY_TIMEOUT_S = 180.0
 MIN_MEMORY_MB = 512
 KEEP_BUILDS = 3
 """How many of the newest image builds :meth:`VmProvider.build_image` keeps."""
 SCREEN_LIMITS = (64, 8192)
-
-
-def _qemu_img_overlay(backing: Path, overlay: Path) -> None:
-    done = subprocess.run(
-        [
-            "qemu-img",
-            "create",
-            "-q",
-            "-f",
-            "qcow2",
-            "-F",
-            "qcow2",
-            "-b",
-            str(backing),
-            str(overlay),
-        ],
-        capture_output=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise ProviderError(
-            f"qemu-img could not create the overlay {overlay} on {backing}: "
-            f"{done.stderr.decode('utf-8', 'replace').strip()}"
-        )
 
 
 def _not_black(png: bytes) -> bool:
@@ -142,6 +118,7 @@ class VmProvider(Provider):
         self.image: str | None = os.environ.get("CUBICLE_VM_IMAGE") or None
         """Image ref used when a spec names none; ``None``: the build of the current sources."""
         self._conn: Any = None
+        self.warm = WarmStarter(self)
 
     # -- engine --------------------------------------------------------------------------
 
@@ -281,12 +258,6 @@ class VmProvider(Provider):
             )
         if spec.cpus <= 0:
             raise ConfigError(f"cpus={spec.cpus}: must be positive")
-        if spec.network.mode == "allow":
-            raise ConfigError(
-                f"network policy {spec.network} is not supported by the VM backend yet "
-                "(only 'none' and 'open')",
-                hint="use the Docker backend for allow-listed egress, or --network none",
-            )
 
     def warm_key(self, spec: SandboxSpec) -> WarmKey:
         """The guest shape a saved state must match for ``spec`` (see :mod:`vm_warm`)."""
@@ -326,6 +297,7 @@ class VmProvider(Provider):
         spec: SandboxSpec,
         image: vm_image.VmImage,
         labels: dict[str, str],
+        network: vm_network.VmNetwork | None = None,
     ) -> DomainPlan:
         key = self.warm_key(spec)
         return DomainPlan(
@@ -341,6 +313,8 @@ class VmProvider(Provider):
             accelerator=self.accelerator,
             labels=labels,
             user_network=spec.network.mode == "open",
+            network=network.name if network is not None else None,
+            extra_cmdline=network.cmdline() if network is not None else (),
             pids_limit=spec.pids_limit,
         )
 
@@ -360,7 +334,7 @@ class VmProvider(Provider):
         try:
             info = None
             if self.warm_slots > 0 and spec.network.mode == "none":
-                info = self._create_warm(sandbox_id, spec, image)
+                info = self.warm.create(sandbox_id, spec, image)
             if info is None:
                 info = self._create_cold(sandbox_id, spec, image)
         except BaseException:
@@ -374,145 +348,32 @@ class VmProvider(Provider):
         labels = self._labels(sandbox_id, spec, image, "cold")
         run = self._new_run_dir(sandbox_id, labels)
         overlay = run / "overlay.qcow2"
-        _qemu_img_overlay(image.base, overlay)
+        vm_image.create_overlay(image.base, overlay)
+        network = None
+        if spec.network.mode == "allow":
+            network = vm_network.setup(self.conn, sandbox_id, spec.network, run)
         plan = self._plan(
-            f"cubicle-{sandbox_id}", run=run, overlay=overlay, spec=spec, image=image, labels=labels
+            f"cubicle-{sandbox_id}",
+            run=run,
+            overlay=overlay,
+            spec=spec,
+            image=image,
+            labels=labels,
+            network=network,
         )
         with map_libvirt_errors(f"start the domain of sandbox {sandbox_id}"):
             dom = self.conn.createXML(domain_xml(plan), 0)
         return self._info(dom, labels)
 
-    def _create_warm(
-        self, sandbox_id: str, spec: SandboxSpec, image: vm_image.VmImage
-    ) -> SandboxInfo | None:
-        """Restore from the first free valid slot; make slot 0 first if no slot exists yet.
-
-        Returns None (→ cold boot) when every valid slot is in use; a slot whose state libvirt
-        cannot restore (and whose domain is not running) is removed.
-        """
-        slots = slots_for(self.home, image, self.warm_key(spec), self.warm_slots)
-        if not any(slot.valid_for(image) for slot in slots):
-            try:
-                self._make_golden(slots[0], spec, image)
-            except (ProviderError, SandboxStartError) as exc:
-                # another process is making it, or it failed: cold boot this one
-                log.warning("no warm state for %s (%s); cold boot", sandbox_id, exc)
-                return None
-        libvirt = libvirt_module()
-        for slot in slots:
-            if not slot.valid_for(image):
-                continue
-            labels = self._labels(sandbox_id, spec, image, "warm")
-            labels[START] = f"warm:{slot.index}"
-            run = self._run_dir(sandbox_id)
-            if not run.exists():
-                self._new_run_dir(sandbox_id, labels)
-            overlay = run / "overlay.qcow2"
-            overlay.unlink(missing_ok=True)
-            _qemu_img_overlay(slot.golden, overlay)
-            try:
-                saved = self.conn.saveImageGetXMLDesc(str(slot.state), 0)
-                xml = retarget_saved_xml(
-                    saved,
-                    overlay=overlay,
-                    agent_socket=run / "agent.sock",
-                    console_log=run / "console.log",
-                    labels=labels,
-                )
-                self.conn.restoreFlags(str(slot.state), xml, libvirt.VIR_DOMAIN_SAVE_RUNNING)
-            except libvirt.libvirtError as exc:
-                log.info("restoring %s from %s failed: %s", sandbox_id, slot.name, exc)
-                busy = exc.get_error_code() == libvirt.VIR_ERR_OPERATION_INVALID
-                if not busy and not self._slot_live(slot):
-                    # not "in use" but unusable (e.g. QEMU/libvirt upgraded since the save):
-                    # drop the slot and cold-boot; the next warm_up/create makes it again
-                    slot.reset()
-                continue
-            (run / "labels.json").write_text(json.dumps(labels, indent=2) + "\n")
-            with map_libvirt_errors(f"look up the restored domain {slot.name}"):
-                dom = self.conn.lookupByName(slot.name)
-            return self._info(dom, labels)
-        log.info(
-            "every warm slot of %s is busy; cold boot of %s", slots[0].directory.parent, sandbox_id
-        )
-        shutil.rmtree(self._run_dir(sandbox_id), ignore_errors=True)  # the cold boot starts afresh
-        return None
-
-    def _slot_live(self, slot: WarmSlot) -> bool:
-        """Whether the slot's domain (its one live restore) is running now."""
-        try:
-            self.conn.lookupByName(slot.name)
-        except Exception as exc:
-            if is_no_domain(exc):
-                return False
-            raise
-        return True
-
     def warm_up(
         self, spec: SandboxSpec, *, slots: int | None = None, progress: Progress | None = None
     ) -> int:
-        """Make sure ``slots`` (default: all) golden states exist for ``spec``'s shape.
+        """Make sure ``slots`` (default: all) golden states exist for ``spec``'s shape
+        (:meth:`WarmStarter.warm_up`).
 
         :return: how many valid golden states this shape now has.
         """
-        self._validate(spec)
-        image = vm_image.load_image(spec.image or self.image, self.home)
-        say = progress or (lambda _line: None)
-        wanted = slots_for(self.home, image, self.warm_key(spec), self.warm_slots)[
-            : slots or self.warm_slots
-        ]
-        for slot in wanted:
-            if not slot.valid_for(image):
-                started = time.monotonic()
-                say(f"warm state: booting and saving golden guest {slot.name}")
-                self._make_golden(slot, spec, image)
-                say(f"warm state: {slot.name} saved in {time.monotonic() - started:.0f} s")
-        return sum(slot.valid_for(image) for slot in wanted)
-
-    def _make_golden(self, slot: WarmSlot, spec: SandboxSpec, image: vm_image.VmImage) -> None:
-        """Cold-boot the slot's domain, wait for a painted desktop, save it (which stops it)."""
-        golden_id = ID_PREFIX + "golden" + secrets.token_hex(3)
-        golden_spec = SandboxSpec(
-            screen=spec.screen,
-            memory_mb=spec.memory_mb,
-            cpus=spec.cpus,
-            pids_limit=spec.pids_limit,
-            image=spec.image,
-        )
-        labels = self._labels(golden_id, golden_spec, image, "golden", ttl_s=GOLDEN_TTL_S)
-        if self._slot_live(slot):
-            raise ProviderError(
-                f"warm slot {slot.name} is running: another process is saving it or uses it"
-            )
-        slot.reset()
-        slot.directory.mkdir(parents=True)
-        for directory in slot.directory.parents:
-            if directory == self.home.parent:
-                break
-            directory.chmod(0o755)
-        run = self._new_run_dir(golden_id, labels)
-        try:
-            _qemu_img_overlay(image.base, slot.golden)
-            plan = self._plan(
-                slot.name,
-                run=run,
-                overlay=slot.golden,
-                spec=golden_spec,
-                image=image,
-                labels=labels,
-            )
-            with map_libvirt_errors(f"start the golden domain {slot.name}"):
-                dom = self.conn.createXML(domain_xml(plan), 0)
-            self.wait_ready(golden_id, timeout=READY_TIMEOUT_S, painted=True)
-            uuid = dom.UUIDString()
-            with map_libvirt_errors(f"save the golden domain {slot.name}"):
-                dom.save(str(slot.state))
-            slot.commit(image, self.warm_key(spec), uuid)
-        except BaseException:
-            self.destroy(golden_id)
-            slot.reset()
-            raise
-        shutil.rmtree(run, ignore_errors=True)
+        return self.warm.warm_up(spec, slots=slots, progress=progress)
 
     def wait_ready(
         self, sandbox_id: str, *, timeout: float = READY_TIMEOUT_S, painted: bool = False
@@ -594,7 +455,21 @@ class VmProvider(Provider):
             return f"(no console log for {sandbox_id}: {exc.strerror})"
         return "\n".join(lines[-tail:])
 
+    def egress_log(self, sandbox_id: str, *, tail: int | str = "all") -> str:
+        """The egress proxy's decision log (JSON lines) of an ``allow:`` sandbox; ``""`` for
+        other sandboxes. ``tail``: how many last lines, or ``"all"``."""
+        path = self._run_dir(sandbox_id) / "egress.log"
+        try:
+            text = path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+        if tail == "all":
+            return text
+        return "\n".join(text.splitlines()[-int(tail) :]) + "\n"
+
     def destroy(self, sandbox_id: str) -> None:
+        """Remove the domain, the network pieces of ``allow:`` (proxy process, firewall rules,
+        libvirt network) and the run directory (idempotent)."""
         run = self._run_dir(sandbox_id)
         dom = self._domain(sandbox_id)
         if dom is not None:
@@ -606,6 +481,7 @@ class VmProvider(Provider):
                         f"libvirt could not destroy VM sandbox {sandbox_id}: {exc}"
                     ) from exc
             self._wait_gone(dom)
+        vm_network.teardown(self.conn, sandbox_id, run)
         shutil.rmtree(run, ignore_errors=True)
 
     def _wait_gone(self, dom: Any, timeout: float = 10.0) -> None:
@@ -661,7 +537,9 @@ class VmProvider(Provider):
 
     def gc(self) -> builtins.list[str]:
         """Destroy sandboxes (and half-made golden guests) whose owner is gone or whose expiry
-        passed; remove per-sandbox directories that no domain uses and whose owner is gone."""
+        passed; remove per-sandbox directories that no domain uses and whose owner is gone, and
+        the ``allow:`` network pieces (network, firewall rules, proxy) of every sandbox id that
+        has neither a live domain nor a live run directory."""
         now = time.time()
         removed: builtins.list[str] = []
         live: set[str] = set()
@@ -688,4 +566,9 @@ class VmProvider(Provider):
             if orphan:
                 shutil.rmtree(run, ignore_errors=True)
                 removed.append(run.name)
+            else:
+                live.add(run.name)  # being created: its network may precede its domain
+        for sandbox_id in sorted(vm_network.collect(self.conn, live)):
+            if sandbox_id not in removed:
+                removed.append(sandbox_id)
         return removed

@@ -3,8 +3,9 @@
 One :class:`DomainPlan` describes a sandbox domain: a transient domain that direct-boots the
 image's PVH ``vmlinux`` + tiny initramfs from a per-sandbox qcow2 overlay, with a virtio-serial
 unix channel to the agent, the serial console in a file, no NIC unless the network policy is
-``open``, and the labels of :mod:`orchestrator.labels` (owner pid/start/host, expiry …) as
-``<cubicle:label key=… value=…/>`` elements so ``gc`` finds orphans.
+``open`` (QEMU user networking) or ``allow:`` (a NIC on the sandbox's isolated libvirt network,
+:mod:`orchestrator.providers.vm_network`), and the labels of :mod:`orchestrator.labels` (owner
+pid/start/host, expiry …) as ``<cubicle:label key=… value=…/>`` elements so ``gc`` finds orphans.
 
 Accelerator (:func:`probe_accelerator`): KVM only when the host has real VT-x/AMD-V
 (``kvm_intel``/``kvm_amd`` loaded and ``/dev/kvm`` usable); a PVM ``/dev/kvm`` (``kvm_pvm``, as on
@@ -108,6 +109,10 @@ class DomainPlan:
     accelerator: Accelerator
     labels: Mapping[str, str] = field(default_factory=dict)
     user_network: bool = False
+    network: str | None = None
+    """A libvirt network to attach a virtio NIC to (the isolated network of ``allow:``)."""
+    extra_cmdline: tuple[str, ...] = ()
+    """More kernel command line items (``allow:``'s guest address and proxy)."""
     pids_limit: int = 0
     arch: str = field(default_factory=platform.machine)
 
@@ -125,6 +130,7 @@ class DomainPlan:
             parts.append(f"cubicle.pids={self.pids_limit}")
         if self.user_network:
             parts.append("cubicle.net=" + ",".join(USER_NET))
+        parts.extend(self.extra_cmdline)
         return " ".join(parts)
 
 
@@ -182,6 +188,10 @@ def domain_xml(plan: DomainPlan) -> str:
     _sub(serial, "target", port="0")
     if plan.user_network:
         interface = _sub(devices, "interface", type="user")
+        _sub(interface, "model", type="virtio")
+    if plan.network is not None:
+        interface = _sub(devices, "interface", type="network")
+        _sub(interface, "source", network=plan.network)
         _sub(interface, "model", type="virtio")
     _sub(devices, "memballoon", model="none")
     ET.register_namespace(METADATA_PREFIX, METADATA_NS)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.errors import ImageBuildError, ImageMissing
+from orchestrator.errors import ImageBuildError, ImageMissing, ProviderError
 from orchestrator.provider import Progress
 from orchestrator.providers import vm_boot
 from orchestrator.providers.vm_boot import run_step as _run
@@ -43,6 +43,7 @@ __all__ = [
     "RECIPE_VERSION",
     "VmImage",
     "build",
+    "create_overlay",
     "image_ref",
     "load_image",
     "repo_root",
@@ -373,3 +374,32 @@ def build(*, progress: Progress, force: bool = False, home: Path | None = None) 
             shutil.rmtree(work, ignore_errors=True)
     progress(f"VM image {ref}: built in {time.monotonic() - started:.0f} s ({final})")
     return load_image(ref, home)
+
+
+def create_overlay(backing: Path, overlay: Path) -> None:
+    """A qcow2 overlay at ``overlay`` backed by the qcow2 ``backing`` (base disk or a golden
+    overlay); the caller owns (removes) it.
+
+    :raises ProviderError: with qemu-img's words.
+    """
+    done = subprocess.run(
+        [
+            "qemu-img",
+            "create",
+            "-q",
+            "-f",
+            "qcow2",
+            "-F",
+            "qcow2",
+            "-b",
+            str(backing),
+            str(overlay),
+        ],
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise ProviderError(
+            f"qemu-img could not create the overlay {overlay} on {backing}: "
+            f"{done.stderr.decode('utf-8', 'replace').strip()}"
+        )

@@ -4,14 +4,16 @@ agent."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from orchestrator.drill.errors import GuestStepError
 from orchestrator.drill.guest_steps import GuestSteps
-from orchestrator.drill.runner import run_drill
+from orchestrator.drill.runner import SLOW_GUEST_TIME_SCALE, guest_time_scale, run_drill
 from orchestrator.drill.task import DrillPaths
+from orchestrator.provider import SandboxInfo
 from orchestrator.trajectory import read_trajectory
 from tests.drill.desktop import LocalDesktop
 
@@ -60,3 +62,31 @@ def test_guest_steps_fail_clearly_and_name_what_they_saw(
             steps.run({"op": "settle", "quiet_ms": -1})
         assert "'quiet_ms' must be a non-negative integer, got -1" in str(bad.value)
         assert steps.launched == []
+
+
+def test_a_slow_guest_scales_every_scripted_wait(
+    local_desktop: LocalDesktop, tmp_path: Path
+) -> None:
+    with local_desktop.connect() as client:
+        steps = GuestSteps(client, DrillPaths(str(tmp_path / "work"), 18803), time_scale=4.0)
+        with pytest.raises(GuestStepError) as waited:
+            steps.run({"op": "wait_window", "title": "No Such Window", "timeout_ms": 250})
+        assert "within 1000 ms" in str(waited.value)
+        with pytest.raises(ValueError, match=r"time_scale must be >= 1\.0"):
+            GuestSteps(client, DrillPaths(str(tmp_path / "work"), 18803), time_scale=0.5)
+    assert guest_time_scale(replace(_INFO, detail={"accelerator": "tcg"})) == SLOW_GUEST_TIME_SCALE
+    assert guest_time_scale(replace(_INFO, detail={"accelerator": "kvm"})) == 1.0
+    assert guest_time_scale(_INFO) == 1.0
+
+
+_INFO = SandboxInfo(
+    id="dk-0000000000",
+    provider="docker",
+    state="running",
+    created_at=0.0,
+    expires_at=0.0,
+    owner_pid=1,
+    owner_host="host",
+    network="none",
+    screen=(1280, 800),
+)

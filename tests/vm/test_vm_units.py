@@ -3,6 +3,7 @@ accelerator probe, warm-slot validity and input refusals (no libvirt needed)."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -24,6 +25,7 @@ from orchestrator.providers.vm_domain import (
     retarget_saved_xml,
 )
 from orchestrator.providers.vm_image import VmImage, image_ref, load_image
+from orchestrator.providers.vm_network import VmNetwork, bridge_name, network_name
 from orchestrator.providers.vm_warm import WarmKey, slots_for
 
 
@@ -133,7 +135,6 @@ def test_image_ref_is_stable_and_missing_image_names_the_fix(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     ("spec", "words"),
     [
-        (SandboxSpec(network=NetworkPolicy.parse("allow:example.com")), "allow:example.com"),
         (SandboxSpec(screen=(10, 800)), "screen 10x800"),
         (SandboxSpec(memory_mb=64), "memory_mb=64"),
     ],
@@ -145,3 +146,34 @@ def test_bad_specs_are_refused_before_anything_is_created(
     with pytest.raises(ConfigError, match=words):
         provider.create(spec)
     assert not (tmp_path / "run").exists()
+
+
+def test_allow_network_gives_the_domain_a_nic_and_the_guest_its_address_and_proxy(
+    tmp_path: Path,
+) -> None:
+    sandbox_id = "vm-0123456789"
+    network = VmNetwork(
+        sandbox_id,
+        network_name(sandbox_id),
+        bridge_name(sandbox_id),
+        ipaddress.IPv4Network("10.231.7.0/24"),
+    )
+    root = ET.fromstring(
+        domain_xml(_plan(tmp_path, network=network.name, extra_cmdline=network.cmdline()))
+    )
+    nics = [
+        (nic.get("type"), nic.findtext("model"), nic.find("source"))
+        for nic in root.findall("devices/interface")
+    ]
+    assert len(nics) == 1 and nics[0][0] == "network"
+    source = nics[0][2]
+    assert source is not None and source.get("network") == "cubicle-vm-0123456789"
+    words = (root.findtext("os/cmdline") or "").split()
+    assert "cubicle.net=10.231.7.2/24,,127.0.0.1" in words  # no gateway, a dead resolver
+    assert "cubicle.proxy=http://10.231.7.1:3128" in words
+    assert bridge_name(sandbox_id) == "cbvm-0123456789"  # Linux allows 15 characters
+
+
+def test_allow_policy_passes_validation(tmp_path: Path) -> None:
+    provider = VmProvider(home=tmp_path, uri="test:///default")
+    provider._validate(SandboxSpec(network=NetworkPolicy.parse("allow:example.com")))

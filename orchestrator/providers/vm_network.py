@@ -1,0 +1,428 @@
+"""The ``allow:`` network of a VM sandbox: an isolated libvirt network, host firewall rules and a
+host egress proxy (:mod:`orchestrator.egress`), created per sandbox and removed by name.
+
+Per sandbox ``vm-XXXXXXXXXX``:
+
+- a transient libvirt network ``cubicle-vm-XXXXXXXXXX`` with no ``<forward>`` (isolated), no
+  DHCP and no DNS, on bridge ``cbvm-XXXXXXXXXX`` with the host at ``10.231.N.1/24`` (a free
+  ``/24`` of :data:`SUBNET_POOL`); the guest is ``10.231.N.2`` (set by its init from the kernel
+  command line), with no default route and a resolver that does not answer (``127.0.0.1``);
+- iptables rules (comment ``cubicle-vm-XXXXXXXXXX``) at the top of ``INPUT``/``FORWARD``: from
+  the bridge the host accepts only TCP to the proxy's address and port and rejects the rest
+  (an isolated libvirt network alone still lets the guest reach every host service on the
+  bridge address), nothing is forwarded to or from the bridge; ip6tables drops all IPv6 from
+  the bridge (link-local addresses);
+- the egress proxy: ``python3 -I <run>/egress.py --listen 10.231.N.1:3128 --allow … --label
+  vm-XXXXXXXXXX``, a host process (as ``nobody`` when started by root) in its own session,
+  its decisions in ``<run>/egress.log`` and its pid + start time in ``<run>/egress.json``.
+
+Who cleans up: :func:`teardown` (called by ``VmProvider.destroy``) and :func:`collect` (called by
+``VmProvider.gc`` with the ids still in use) find every piece by the sandbox id alone — the
+network by name, the rules by comment, the proxy by the ``--label`` on its command line — so a
+creator killed half-way leaves nothing that gc cannot find.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import pwd
+import random
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from orchestrator.errors import ProviderError
+from orchestrator.network import NetworkPolicy
+from orchestrator.providers.vm_libvirt import libvirt_module, map_libvirt_errors
+
+__all__ = [
+    "EGRESS_PORT",
+    "SUBNET_POOL",
+    "VmNetwork",
+    "bridge_name",
+    "collect",
+    "leftovers",
+    "network_name",
+    "rule_comment",
+    "setup",
+    "teardown",
+]
+
+EGRESS_PORT: Final = 3128
+SUBNET_POOL: Final = ipaddress.IPv4Network("10.231.0.0/16")
+"""Where the per-sandbox ``/24`` subnets come from (one per ``allow:`` sandbox)."""
+NAME_PREFIX: Final = "cubicle-"
+PROXY_READY_S: Final = 10.0
+PROXY_STOP_S: Final = 5.0
+EGRESS_SOURCE: Final = Path(__file__).resolve().parents[1] / "egress.py"
+LIBVIRT_DNSMASQ_DIR: Final = Path("/var/lib/libvirt/dnsmasq")
+_ID = re.compile(r"vm-[0-9a-z]+")
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+"""Proxies this process started, kept so they are reaped (and not reported by ``Popen.__del__``
+as still running) when :func:`teardown` stops them."""
+
+
+def network_name(sandbox_id: str) -> str:
+    """The libvirt network of ``sandbox_id`` (also the iptables rule comment)."""
+    return NAME_PREFIX + sandbox_id
+
+
+rule_comment = network_name
+
+
+def bridge_name(sandbox_id: str) -> str:
+    """``cbvm-`` + the id's hex part: at most 15 characters (Linux's interface name limit)."""
+    return ("cbvm-" + sandbox_id.removeprefix("vm-"))[:15]
+
+
+@dataclass(frozen=True)
+class VmNetwork:
+    """What the domain and the guest need: the libvirt network and the guest's settings."""
+
+    sandbox_id: str
+    name: str
+    bridge: str
+    subnet: ipaddress.IPv4Network
+
+    @property
+    def host_address(self) -> ipaddress.IPv4Address:
+        return self.subnet.network_address + 1
+
+    @property
+    def guest_address(self) -> ipaddress.IPv4Address:
+        return self.subnet.network_address + 2
+
+    @property
+    def proxy_url(self) -> str:
+        return f"http://{self.host_address}:{EGRESS_PORT}"
+
+    def cmdline(self) -> tuple[str, ...]:
+        """Kernel command line items read by ``images/vm/cubicle-init``: address/prefix, no
+        gateway, a resolver that does not answer, and the proxy URL for HTTP(S)_PROXY."""
+        return (
+            f"cubicle.net={self.guest_address}/{self.subnet.prefixlen},,127.0.0.1",
+            f"cubicle.proxy={self.proxy_url}",
+        )
+
+
+# --------------------------------------------------------------------------- setup
+
+
+def setup(conn: Any, sandbox_id: str, policy: NetworkPolicy, run: Path) -> VmNetwork:
+    """Create the network, the firewall rules and the proxy of an ``allow:`` sandbox.
+
+    ``run`` is the sandbox's run directory (it must exist). On failure the caller tears down
+    (:func:`teardown` finds every piece by ``sandbox_id``).
+
+    :raises ProviderError: naming the piece that could not be made.
+    """
+    if policy.mode != "allow":
+        raise ValueError(f"vm_network.setup is for allow: policies, got {policy}")
+    network = _create_network(conn, sandbox_id)
+    _add_rules(network)
+    _start_proxy(network, policy, run)
+    return network
+
+
+def _used_subnets(conn: Any) -> set[ipaddress.IPv4Network]:
+    used = set()
+    with map_libvirt_errors("list networks"):
+        networks = conn.listAllNetworks(0)
+    for net in networks:
+        with contextlib.suppress(Exception):  # a network that vanished while listing
+            root = ET.fromstring(net.XMLDesc(0))  # noqa: S314 — XML from our own libvirtd
+            for ip in root.findall("ip"):
+                address, prefix = ip.get("address"), ip.get("prefix")
+                netmask = ip.get("netmask")
+                if address and (prefix or netmask):
+                    used.add(ipaddress.ip_network(f"{address}/{prefix or netmask}", strict=False))
+    return {n for n in used if isinstance(n, ipaddress.IPv4Network)}
+
+
+def _create_network(conn: Any, sandbox_id: str, attempts: int = 8) -> VmNetwork:
+    libvirt = libvirt_module()
+    name, bridge = network_name(sandbox_id), bridge_name(sandbox_id)
+    if os.geteuid() == 0:  # libvirt writes <bridge>.macs here; Debian makes it only for 'default'
+        LIBVIRT_DNSMASQ_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
+    used = _used_subnets(conn)
+    free = [s for s in SUBNET_POOL.subnets(new_prefix=24) if s not in used]
+    last = "no free /24 left"
+    for subnet in random.sample(free, min(attempts, len(free))):
+        network = VmNetwork(sandbox_id, name, bridge, subnet)
+        root = ET.Element("network")
+        ET.SubElement(root, "name").text = name
+        ET.SubElement(root, "bridge", name=bridge, stp="off", delay="0")
+        ET.SubElement(root, "dns", enable="no")
+        ET.SubElement(root, "ip", address=str(network.host_address), prefix="24")
+        try:
+            conn.networkCreateXML(ET.tostring(root, encoding="unicode"))
+        except libvirt.libvirtError as exc:
+            # another sandbox (or a host route) took this subnet since we listed: try another
+            last = exc.get_error_message()
+            continue
+        return network
+    raise ProviderError(
+        f"could not create the isolated network {name} of {sandbox_id} in {SUBNET_POOL} "
+        f"after {attempts} subnets: {last}"
+    )
+
+
+def _iptables(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
+    path = shutil.which(tool)
+    if path is None:
+        raise ProviderError(
+            f"{tool} is not installed; allow: VM sandboxes need it (scripts/host-packages/vm.txt)"
+        )
+    return subprocess.run([path, "-w", *args], capture_output=True, text=True, check=False)
+
+
+def _rules(network: VmNetwork) -> list[tuple[str, list[str]]]:
+    """(tool, rule) pairs, in the order they end up at the top of their chains."""
+    tag = ["-m", "comment", "--comment", rule_comment(network.sandbox_id)]
+    bridge = network.bridge
+    proxy = [
+        "-d", str(network.host_address), "-p", "tcp", "--dport", str(EGRESS_PORT),
+    ]  # fmt: skip
+    return [
+        ("iptables", ["INPUT", "-i", bridge, *proxy, *tag, "-j", "ACCEPT"]),
+        ("iptables", ["INPUT", "-i", bridge, *tag, "-j", "REJECT"]),
+        ("iptables", ["FORWARD", "-i", bridge, *tag, "-j", "REJECT"]),
+        ("iptables", ["FORWARD", "-o", bridge, *tag, "-j", "REJECT"]),
+        ("ip6tables", ["INPUT", "-i", bridge, *tag, "-j", "DROP"]),
+        ("ip6tables", ["FORWARD", "-i", bridge, *tag, "-j", "DROP"]),
+        ("ip6tables", ["FORWARD", "-o", bridge, *tag, "-j", "DROP"]),
+    ]
+
+
+def _add_rules(network: VmNetwork) -> None:
+    # inserted bottom-up at position 1, so they end in _rules' order above everything else
+    for tool, (chain, *rule) in reversed(_rules(network)):
+        done = _iptables(tool, "-I", chain, "1", *rule)
+        if done.returncode != 0:
+            raise ProviderError(
+                f"{tool} refused a rule of sandbox {network.sandbox_id} "
+                f"({chain} {' '.join(rule)}): {done.stderr.strip()}"
+            )
+
+
+def _proxy_user() -> dict[str, Any]:
+    """Drop to ``nobody`` when root (the proxy needs no privilege), else run as we are."""
+    if os.geteuid() != 0:
+        return {}
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        return {}
+    return {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
+
+
+def _proxy_python() -> str:
+    """A Python any user can run (the proxy is standard library only)."""
+    system = Path("/usr/bin/python3")
+    return str(system) if os.geteuid() == 0 and system.exists() else sys.executable
+
+
+def _start_proxy(network: VmNetwork, policy: NetworkPolicy, run: Path) -> None:
+    script = run / "egress.py"
+    shutil.copyfile(EGRESS_SOURCE, script)
+    script.chmod(0o644)
+    argv = [
+        _proxy_python(),
+        "-I",
+        str(script),
+        "--listen",
+        f"{network.host_address}:{EGRESS_PORT}",
+        "--label",
+        network.sandbox_id,
+    ]
+    for origin in policy.allow:
+        argv += ["--allow", str(origin)]
+    log_path = run / "egress.log"
+    with log_path.open("ab") as log_file:
+        proxy = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # outlives its creator until destroy/gc, like the domain
+            close_fds=True,
+            **_proxy_user(),
+        )
+    _CHILDREN[proxy.pid] = proxy
+    (run / "egress.json").write_text(
+        json.dumps({"pid": proxy.pid, "start_time": _start_time(proxy.pid)}) + "\n"
+    )
+    deadline = time.monotonic() + PROXY_READY_S
+    while time.monotonic() < deadline:
+        if '"event": "listening"' in log_path.read_text(errors="replace"):
+            return
+        if proxy.poll() is not None:
+            break
+        time.sleep(0.05)
+    tail = log_path.read_text(errors="replace").strip().splitlines()[-10:]
+    raise ProviderError(
+        f"the egress proxy of {network.sandbox_id} did not listen on "
+        f"{network.host_address}:{EGRESS_PORT} within {PROXY_READY_S:.0f} s "
+        f"(exit code {proxy.poll()}): " + " | ".join(tail)
+    )
+
+
+# --------------------------------------------------------------------------- teardown
+
+
+def _start_time(pid: int) -> str | None:
+    """Field 22 of /proc/PID/stat (clock ticks since boot): tells a reused pid apart."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _proxy_processes() -> Iterator[tuple[int, str]]:
+    """(pid, sandbox id) of every running cubicle VM egress proxy (found by its command line)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().decode("utf-8", "replace").split("\0")
+        except OSError:
+            continue
+        if len(argv) < 4 or not any(a.endswith("/egress.py") for a in argv[:3]):
+            continue
+        if "--label" in argv[:-1]:
+            label = argv[argv.index("--label") + 1]
+            if _ID.fullmatch(label):
+                yield int(proc.name), label
+
+
+def _stop(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    child = _CHILDREN.pop(pid, None)
+    if child is not None:  # our own child: wait reaps it
+        try:
+            child.wait(PROXY_STOP_S)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+        return
+    deadline = time.monotonic() + PROXY_STOP_S
+    while time.monotonic() < deadline:
+        if _start_time(pid) is None or _is_zombie(pid):
+            return
+        time.sleep(0.02)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def _stop_proxy(sandbox_id: str, run: Path | None) -> None:
+    record = run / "egress.json" if run is not None else None
+    if record is not None and record.exists():
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            saved = json.loads(record.read_text())
+            pid = int(saved["pid"])
+            if saved.get("start_time") and _start_time(pid) == saved["start_time"]:
+                _stop(pid)
+    for pid, label in _proxy_processes():
+        if label == sandbox_id:
+            _stop(pid)
+
+
+def _tagged_rules() -> Iterator[tuple[str, str, list[str]]]:
+    """(tool, sandbox id, rule spec for ``-D``) of every cubicle VM rule in INPUT/FORWARD."""
+    for tool in ("iptables", "ip6tables"):
+        if shutil.which(tool) is None:
+            continue
+        for chain in ("INPUT", "FORWARD"):
+            listed = _iptables(tool, "-S", chain)
+            for line in listed.stdout.splitlines():
+                words = shlex.split(line)  # parses iptables' own output; nothing is run by a shell
+                if len(words) < 2 or words[0] != "-A" or "--comment" not in words[:-1]:
+                    continue
+                comment = words[words.index("--comment") + 1]
+                if comment.startswith(NAME_PREFIX) and _ID.fullmatch(
+                    comment.removeprefix(NAME_PREFIX)
+                ):
+                    yield tool, comment.removeprefix(NAME_PREFIX), words[1:]
+
+
+def _remove_rules(sandbox_ids: set[str]) -> None:
+    failures = []
+    for tool, sandbox_id, rule in _tagged_rules():
+        if sandbox_id in sandbox_ids:
+            done = _iptables(tool, "-D", *rule)
+            if done.returncode != 0:
+                failures.append(f"{tool} -D {' '.join(rule)}: {done.stderr.strip()}")
+    if failures:
+        raise ProviderError("could not remove firewall rules: " + "; ".join(failures))
+
+
+def _destroy_network(conn: Any, name: str) -> None:
+    libvirt = libvirt_module()
+    try:
+        net = conn.networkLookupByName(name)
+    except libvirt.libvirtError as exc:
+        if exc.get_error_code() == libvirt.VIR_ERR_NO_NETWORK:
+            return
+        raise ProviderError(f"libvirt could not look up network {name}: {exc}") from exc
+    try:
+        if net.isActive():
+            net.destroy()  # transient: destroying removes it
+        if net.isPersistent():
+            net.undefine()
+    except libvirt.libvirtError as exc:
+        if exc.get_error_code() != libvirt.VIR_ERR_NO_NETWORK:
+            raise ProviderError(f"libvirt could not remove network {name}: {exc}") from exc
+
+
+def teardown(conn: Any, sandbox_id: str, run: Path | None) -> None:
+    """Stop the proxy, remove the rules and the network of ``sandbox_id`` (idempotent; a
+    sandbox without an ``allow:`` network costs a network lookup, an iptables listing and a
+    /proc scan)."""
+    _stop_proxy(sandbox_id, run)
+    _remove_rules({sandbox_id})
+    _destroy_network(conn, network_name(sandbox_id))
+
+
+def leftovers(conn: Any) -> dict[str, set[str]]:
+    """Sandbox ids that still have a network, firewall rules or a proxy process, by kind."""
+    with map_libvirt_errors("list networks"):
+        names = [net.name() for net in conn.listAllNetworks(0)]
+    return {
+        "network": {
+            n.removeprefix(NAME_PREFIX)
+            for n in names
+            if n.startswith(NAME_PREFIX) and _ID.fullmatch(n.removeprefix(NAME_PREFIX))
+        },
+        "rule": {sandbox_id for _tool, sandbox_id, _rule in _tagged_rules()},
+        "proxy": {sandbox_id for _pid, sandbox_id in _proxy_processes()},
+    }
+
+
+def collect(conn: Any, keep: set[str]) -> set[str]:
+    """Tear down the network pieces of every sandbox id not in ``keep``; return those ids."""
+    found = set().union(*leftovers(conn).values()) - keep
+    for sandbox_id in sorted(found):
+        teardown(conn, sandbox_id, None)
+    return found

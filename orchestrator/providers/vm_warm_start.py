@@ -1,0 +1,180 @@
+"""Warm-start orchestration of the VM backend: restore a sandbox from a saved golden state,
+and boot + save those states (the slots and their files are :mod:`orchestrator.providers.vm_warm`).
+
+:class:`WarmStarter` works through its :class:`~orchestrator.providers.vm.VmProvider` (libvirt
+connection, labels, run directories, domain plans, readiness, destroy); the provider calls
+:meth:`WarmStarter.create` first for ``none``-network sandboxes and cold-boots when it returns
+None. A warm sandbox's clean-up is the provider's ``destroy``, like any other sandbox's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import shutil
+import time
+from typing import TYPE_CHECKING
+
+from orchestrator.errors import ProviderError, SandboxStartError
+from orchestrator.provider import Progress, SandboxInfo, SandboxSpec
+from orchestrator.providers import vm_image
+from orchestrator.providers.vm_domain import domain_xml, retarget_saved_xml
+from orchestrator.providers.vm_libvirt import is_no_domain, libvirt_module, map_libvirt_errors
+from orchestrator.providers.vm_warm import WarmSlot, slots_for
+
+if TYPE_CHECKING:
+    from orchestrator.providers.vm import VmProvider
+
+__all__ = ["GOLDEN_TTL_S", "WarmStarter"]
+
+log = logging.getLogger(__name__)
+
+GOLDEN_TTL_S = 900.0
+"""Expiry of a golden guest being booted and saved (gc removes one left by a killed process)."""
+GOLDEN_ID_PREFIX = "vm-golden"
+"""Sandbox ids of golden guests (``vm-`` like every VM sandbox id, so gc and destroy know them)."""
+
+
+class WarmStarter:
+    """Restores warm sandboxes and saves golden states for one :class:`VmProvider`."""
+
+    def __init__(self, provider: VmProvider) -> None:
+        self.provider = provider
+
+    def create(
+        self, sandbox_id: str, spec: SandboxSpec, image: vm_image.VmImage
+    ) -> SandboxInfo | None:
+        """Restore from the first free valid slot; make slot 0 first if no slot exists yet.
+
+        Returns None (→ cold boot) when every valid slot is in use; a slot whose state libvirt
+        cannot restore (and whose domain is not running) is removed.
+        """
+        slots = slots_for(
+            self.provider.home, image, self.provider.warm_key(spec), self.provider.warm_slots
+        )
+        if not any(slot.valid_for(image) for slot in slots):
+            try:
+                self.make_golden(slots[0], spec, image)
+            except (ProviderError, SandboxStartError) as exc:
+                # another process is making it, or it failed: cold boot this one
+                log.warning("no warm state for %s (%s); cold boot", sandbox_id, exc)
+                return None
+        libvirt = libvirt_module()
+        for slot in slots:
+            if not slot.valid_for(image):
+                continue
+            labels = self.provider._labels(sandbox_id, spec, image, f"warm:{slot.index}")
+            run = self.provider._run_dir(sandbox_id)
+            if not run.exists():
+                self.provider._new_run_dir(sandbox_id, labels)
+            overlay = run / "overlay.qcow2"
+            overlay.unlink(missing_ok=True)
+            vm_image.create_overlay(slot.golden, overlay)
+            try:
+                saved = self.provider.conn.saveImageGetXMLDesc(str(slot.state), 0)
+                xml = retarget_saved_xml(
+                    saved,
+                    overlay=overlay,
+                    agent_socket=run / "agent.sock",
+                    console_log=run / "console.log",
+                    labels=labels,
+                )
+                self.provider.conn.restoreFlags(
+                    str(slot.state), xml, libvirt.VIR_DOMAIN_SAVE_RUNNING
+                )
+            except libvirt.libvirtError as exc:
+                log.info("restoring %s from %s failed: %s", sandbox_id, slot.name, exc)
+                busy = exc.get_error_code() == libvirt.VIR_ERR_OPERATION_INVALID
+                if not busy and not self.slot_live(slot):
+                    # not "in use" but unusable (e.g. QEMU/libvirt upgraded since the save):
+                    # drop the slot and cold-boot; the next warm_up/create makes it again
+                    slot.reset()
+                continue
+            (run / "labels.json").write_text(json.dumps(labels, indent=2) + "\n")
+            with map_libvirt_errors(f"look up the restored domain {slot.name}"):
+                dom = self.provider.conn.lookupByName(slot.name)
+            return self.provider._info(dom, labels)
+        log.info(
+            "every warm slot of %s is busy; cold boot of %s", slots[0].directory.parent, sandbox_id
+        )
+        shutil.rmtree(
+            self.provider._run_dir(sandbox_id), ignore_errors=True
+        )  # the cold boot starts afresh
+        return None
+
+    def slot_live(self, slot: WarmSlot) -> bool:
+        """Whether the slot's domain (its one live restore) is running now."""
+        try:
+            self.provider.conn.lookupByName(slot.name)
+        except Exception as exc:
+            if is_no_domain(exc):
+                return False
+            raise
+        return True
+
+    def warm_up(
+        self, spec: SandboxSpec, *, slots: int | None = None, progress: Progress | None = None
+    ) -> int:
+        """Make sure ``slots`` (default: all) golden states exist for ``spec``'s shape.
+
+        :return: how many valid golden states this shape now has.
+        """
+        self.provider._validate(spec)
+        image = vm_image.load_image(spec.image or self.provider.image, self.provider.home)
+        say = progress or (lambda _line: None)
+        wanted = slots_for(
+            self.provider.home, image, self.provider.warm_key(spec), self.provider.warm_slots
+        )[: slots or self.provider.warm_slots]
+        for slot in wanted:
+            if not slot.valid_for(image):
+                started = time.monotonic()
+                say(f"warm state: booting and saving golden guest {slot.name}")
+                self.make_golden(slot, spec, image)
+                say(f"warm state: {slot.name} saved in {time.monotonic() - started:.0f} s")
+        return sum(slot.valid_for(image) for slot in wanted)
+
+    def make_golden(self, slot: WarmSlot, spec: SandboxSpec, image: vm_image.VmImage) -> None:
+        """Cold-boot the slot's domain, wait for a painted desktop, save it (which stops it)."""
+        golden_id = GOLDEN_ID_PREFIX + secrets.token_hex(3)
+        golden_spec = SandboxSpec(
+            screen=spec.screen,
+            memory_mb=spec.memory_mb,
+            cpus=spec.cpus,
+            pids_limit=spec.pids_limit,
+            image=spec.image,
+        )
+        labels = self.provider._labels(golden_id, golden_spec, image, "golden", ttl_s=GOLDEN_TTL_S)
+        if self.slot_live(slot):
+            raise ProviderError(
+                f"warm slot {slot.name} is running: another process is saving it or uses it"
+            )
+        slot.reset()
+        slot.directory.mkdir(parents=True)
+        for directory in slot.directory.parents:
+            if directory == self.provider.home.parent:
+                break
+            directory.chmod(0o755)
+        run = self.provider._new_run_dir(golden_id, labels)
+        try:
+            vm_image.create_overlay(image.base, slot.golden)
+            plan = self.provider._plan(
+                slot.name,
+                run=run,
+                overlay=slot.golden,
+                spec=golden_spec,
+                image=image,
+                labels=labels,
+            )
+            with map_libvirt_errors(f"start the golden domain {slot.name}"):
+                dom = self.provider.conn.createXML(domain_xml(plan), 0)
+            self.provider.wait_ready(golden_id, painted=True)
+            uuid = dom.UUIDString()
+            with map_libvirt_errors(f"save the golden domain {slot.name}"):
+                dom.save(str(slot.state))
+            slot.commit(image, self.provider.warm_key(spec), uuid)
+        except BaseException:
+            self.provider.destroy(golden_id)
+            slot.reset()
+            raise
+        shutil.rmtree(run, ignore_errors=True)

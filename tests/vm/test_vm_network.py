@@ -1,0 +1,228 @@
+"""``allow:`` on the VM backend, proven from inside a real guest: the guest reaches only the host
+egress proxy, which forwards exactly the allowed origins and logs every decision; destroy and
+gc (after the creator is SIGKILLed) leave no network, firewall rule or proxy process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from orchestrator.network import NetworkPolicy
+from orchestrator.provider import SandboxSpec
+from orchestrator.providers import vm_network
+from orchestrator.providers.vm import VmProvider
+from tests.orchestrator.support import http_server
+from tests.vm.conftest import REPO, assert_gone, qemu_pids_using
+
+pytestmark = [pytest.mark.vm, pytest.mark.slow]
+
+DIRECT_PROBE = """
+import json, socket, sys
+results = {}
+for target in sys.argv[1:]:
+    host, port = target.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=3).close()
+        results[target] = "connected"
+    except OSError as exc:
+        results[target] = type(exc).__name__ + ": " + str(exc)
+try:
+    socket.getaddrinfo("deb.debian.org", 80)
+    results["dns"] = "resolved"
+except OSError as exc:
+    results["dns"] = type(exc).__name__ + ": " + str(exc)
+print(json.dumps(results))
+"""
+
+PROXY_PROBE = """
+import json, os, sys, urllib.error, urllib.request
+# the proxy the guest's init put in the environment; NO_PROXY (localhost) is not applied here,
+# because the test's allowed origin is the HOST's localhost, reached through the proxy
+proxies = {"http": os.environ["http_proxy"], "https": os.environ["https_proxy"]}
+no_proxy = [os.environ.pop(name, None) for name in ("no_proxy", "NO_PROXY")]
+opener = urllib.request.build_opener(urllib.request.ProxyHandler(proxies))
+results = {"env": proxies, "no_proxy": no_proxy}
+for url in sys.argv[1:]:
+    try:
+        with opener.open(url, timeout=15) as reply:
+            results[url] = [reply.status, reply.read().decode()]
+    except urllib.error.HTTPError as exc:
+        results[url] = [exc.code, ""]
+    except OSError as exc:
+        results[url] = [0, type(exc).__name__ + ": " + str(exc)]
+print(json.dumps(results))
+"""
+
+
+def _run(provider: VmProvider, sandbox_id: str, code: str, *args: str) -> dict[str, Any]:
+    done = provider.exec(sandbox_id, ["python3", "-c", code, *args], timeout=90)
+    assert done.exit_code == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def _network_leftovers(provider: VmProvider, sandbox_id: str) -> list[str]:
+    return [kind for kind, ids in vm_network.leftovers(provider.conn).items() if sandbox_id in ids]
+
+
+def _ipv6_addresses(device: str) -> list[str]:
+    """The host's IPv6 addresses on ``device`` (libvirt disables IPv6 on a bridge whose network
+    has no IPv6 address; the ip6tables DROP rules are a second line)."""
+    done = subprocess.run(
+        ["ip", "-6", "-j", "addr", "show", "dev", device],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [a["local"] for link in json.loads(done.stdout or "[]") for a in link["addr_info"]]
+
+
+def test_allow_forwards_exactly_the_allowed_origins(
+    vm_provider: VmProvider, leak_check: list[str]
+) -> None:
+    with http_server("allowed") as allowed, http_server("other") as other:
+        policy = NetworkPolicy.parse(f"allow:localhost:{allowed.port},allowed.test")
+        info = vm_provider.create(SandboxSpec(network=policy))
+        leak_check.append(info.id)
+        try:
+            assert info.detail["start"] == "cold"  # warm states have no NIC
+            assert sorted(_network_leftovers(vm_provider, info.id)) == [
+                "network",
+                "proxy",
+                "rule",
+            ]
+            vm_provider.wait_ready(info.id, timeout=240)
+            listening = json.loads(vm_provider.egress_log(info.id).splitlines()[0])
+            bridge_host = listening["listen"].rsplit(":", 1)[0]
+            direct = _run(
+                vm_provider,
+                info.id,
+                DIRECT_PROBE,
+                f"{bridge_host}:{vm_network.EGRESS_PORT}",  # control: the proxy is reachable
+                f"{bridge_host}:{allowed.port}",
+                f"{bridge_host}:{other.port}",
+                f"{bridge_host}:22",
+                f"127.0.0.1:{allowed.port}",  # the guest's own loopback, not the host's
+            )
+            urls = {
+                "allowed": f"http://localhost:{allowed.port}/ok",
+                "other port": f"http://localhost:{other.port}/no",
+                "suffix": f"http://localhost.evil.test:{allowed.port}/no",
+                "path": f"http://evil.test/localhost:{allowed.port}/no",
+                "default port": "http://localhost/no",
+                "name suffix": "http://allowed.test.evil.test/no",
+                "name path": "http://evil.test/allowed.test",
+                "allowed name": "http://allowed.test/",
+                "https tunnel to other port": f"https://localhost:{other.port}/no",
+            }
+            seen = _run(vm_provider, info.id, PROXY_PROBE, *urls.values())
+            bridge_v6 = _ipv6_addresses(vm_network.bridge_name(info.id))
+            logs = subprocess.run(
+                [sys.executable, "-m", "orchestrator.cli", "logs", info.id],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            log = vm_provider.egress_log(info.id)
+        finally:
+            vm_provider.destroy(info.id)
+    proxy_url = f"http://{bridge_host}:{vm_network.EGRESS_PORT}"
+    assert seen["env"] == {"http": proxy_url, "https": proxy_url}
+    assert seen["no_proxy"] == ["localhost,127.0.0.1,::1"] * 2
+    # no direct route: only the proxy's port answers on the host side of the bridge
+    assert direct.pop(f"{bridge_host}:{vm_network.EGRESS_PORT}") == "connected", direct
+    assert str(direct.pop("dns")).startswith("gaierror"), direct
+    for target, outcome in direct.items():
+        assert outcome != "connected", (target, direct)
+    # through the proxy: exactly the allowed origins
+    assert seen[urls["allowed"]] == [200, "allowed"], seen
+    for name in ("other port", "suffix", "path", "default port", "name suffix", "name path"):
+        assert seen[urls[name]][0] == 403, (name, seen)
+    assert seen[urls["allowed name"]][0] == 502, seen  # allowed, but it resolves nowhere here
+    assert "403" in str(seen[urls["https tunnel to other port"]][1]), seen
+    assert bridge_v6 == [], "the host has an IPv6 address on the isolated bridge"
+    assert allowed.paths == ["/ok"]
+    assert other.paths == []
+    decisions = [json.loads(line) for line in log.splitlines() if '"decision"' in line]
+    allowed_entries = {(d["host"], d["port"]) for d in decisions if d["decision"] == "allow"}
+    refused_entries = {(d["host"], d["port"]) for d in decisions if d["decision"] == "refuse"}
+    assert allowed_entries == {("localhost", allowed.port), ("allowed.test", 80)}
+    assert refused_entries >= {
+        ("localhost", other.port),
+        ("localhost.evil.test", allowed.port),
+        ("evil.test", 80),
+        ("localhost", 80),
+        ("allowed.test.evil.test", 80),
+    }
+    assert logs.returncode == 0, logs.stderr
+    assert "--- egress proxy ---" in logs.stdout
+    assert '"decision": "refuse", "method": "GET", "host": "allowed.test.evil.test"' in logs.stdout
+    assert_gone(vm_provider, info.id)
+    assert _network_leftovers(vm_provider, info.id) == []
+
+
+CREATOR = """
+import sys, time
+from orchestrator.network import NetworkPolicy
+from orchestrator.providers.vm import VmProvider
+from orchestrator.provider import SandboxSpec
+spec = SandboxSpec(ttl_s=3600, network=NetworkPolicy.parse("allow:example.com"))
+info = VmProvider().create(spec)
+print(info.id, flush=True)
+time.sleep(3600)
+"""
+
+
+def test_sigkill_of_an_allow_creator_then_gc_leaves_no_network_rule_or_proxy(
+    vm_provider: VmProvider, leak_check: list[str]
+) -> None:
+    creator = subprocess.Popen(
+        [sys.executable, "-c", CREATOR], cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert creator.stdout is not None
+        sandbox_id = creator.stdout.readline().strip()
+        assert sandbox_id.startswith("vm-"), "the creator did not print a sandbox id"
+        leak_check.append(sandbox_id)
+        assert qemu_pids_using(vm_provider.home / "run" / sandbox_id), "QEMU is not running"
+    finally:
+        os.kill(creator.pid, signal.SIGKILL)
+        creator.wait(timeout=30)
+        if creator.stdout is not None:
+            creator.stdout.close()
+    # everything outlives the creator until gc
+    assert sorted(_network_leftovers(vm_provider, sandbox_id)) == ["network", "proxy", "rule"]
+    removed = vm_provider.gc()
+    assert sandbox_id in removed
+    assert_gone(vm_provider, sandbox_id)
+    assert _network_leftovers(vm_provider, sandbox_id) == []
+
+
+def test_gc_removes_network_pieces_whose_run_directory_is_gone(
+    vm_provider: VmProvider, leak_check: list[str]
+) -> None:
+    """A creator killed between making the network and starting the domain, whose run
+    directory was then removed, leaves pieces that only gc's scan by id can find."""
+    sandbox_id = "vm-0deadbeef0"
+    leak_check.append(sandbox_id)
+    run = vm_provider.home / "run" / sandbox_id
+    run.mkdir(parents=True)
+    try:
+        vm_network.setup(
+            vm_provider.conn, sandbox_id, NetworkPolicy.parse("allow:example.com"), run
+        )
+        assert sorted(_network_leftovers(vm_provider, sandbox_id)) == ["network", "proxy", "rule"]
+    finally:
+        for name in os.listdir(run):
+            (run / name).unlink()
+        run.rmdir()
+    assert sandbox_id in vm_provider.gc()
+    assert _network_leftovers(vm_provider, sandbox_id) == []
