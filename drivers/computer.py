@@ -30,26 +30,25 @@ from openai.lib.computer import Screenshot
 from openai.types.responses import computer_action as modern
 from openai.types.responses import response_computer_tool_call as legacy
 
-from drivers.actions import PlannedAction, plan_action
-from drivers.errors import ActionCancelled, DriverError
+from drivers.errors import DriverError
 from drivers.guest_errors import map_guest_errors
 from drivers.options import (
     DEFAULT_ACTION_TIMEOUT_S,
     DEFAULT_SCREENSHOT_TIMEOUT_S,
     DEFAULT_WAIT_MS,
-    WAIT_POLL_S,
     Cancelled,
     check_wait_ms,
 )
-from drivers.records import ActionObserver, ActionRecord, action_record, outcome_of
+from drivers.records import ActionObserver
+from drivers.steps import ActionStep, DriverBase, ScreenshotStep, wait_pauses
 from drivers.view_state import ViewState, screen_from_hello, screenshot_output
-from drivers.viewport import Point, ViewGeometry, Viewport
+from drivers.viewport import Viewport
 from guest.client import AgentClient, connect_unix
 
 __all__ = ["GuestDriver"]
 
 
-class GuestDriver:
+class GuestDriver(DriverBase):
     """``openai.ComputerDriver`` executing actions through a guest agent.
 
     :param client: a connected agent client (``hello`` is sent if it has not been yet).
@@ -112,21 +111,7 @@ class GuestDriver:
     ) -> None:
         self.close()
 
-    # -- geometry, for policies and recorders ------------------------------------------------
-
-    @property
-    def geometry(self) -> ViewGeometry:
-        """The geometry the next coordinates are mapped with (see :mod:`drivers.view_state`)."""
-        return self._view.geometry
-
-    @property
-    def screen(self) -> tuple[int, int]:
-        """Native screen size ``(width, height)`` from the agent's ``hello``."""
-        return self._view.screen
-
-    def to_native(self, x: int, y: int) -> Point:
-        """Map a model point with the current geometry (raises ``CoordinateOutOfView``)."""
-        return self._view.geometry.to_native(x, y)
+    # geometry, screen and to_native (for policies and recorders) come from DriverBase.
 
     # -- the nine ComputerDriver methods -----------------------------------------------------
 
@@ -165,70 +150,34 @@ class GuestDriver:
 
     def screenshot(self, *, cancelled: Cancelled = None) -> Screenshot:
         """Capture the view (the guest crops and downscales) and make its geometry current."""
-        started_at, started = time.time(), time.monotonic()
-        args, expected = self._view.screenshot_request()
+        step = ScreenshotStep(self._view)
         try:
-            if cancelled is not None and cancelled():
-                raise ActionCancelled("screenshot", "before the request was sent")
+            step.check(cancelled)
             with map_guest_errors("screenshot"):
-                reply = self._client.call("screenshot", args, timeout=self._screenshot_timeout)
-            png = self._view.accept(reply.result, reply.blob, expected)
+                reply = self._client.call("screenshot", step.args, timeout=self._screenshot_timeout)
+            png = step.accept(reply)
         except DriverError as exc:
-            self._emit(
-                ActionRecord(
-                    "screenshot",
-                    outcome_of(exc),
-                    (),
-                    (),
-                    expected,
-                    started_at,
-                    time.monotonic() - started,
-                    error=str(exc),
-                )
-            )
+            self._emit(step.failed(exc))
             raise
-        self._emit(
-            ActionRecord(
-                "screenshot",
-                "done",
-                (),
-                (),
-                expected,
-                started_at,
-                time.monotonic() - started,
-                {"width": expected.width, "height": expected.height},
-                image=png,
-            )
-        )
+        self._emit(step.done(png))
         return screenshot_output(png)
 
     # -- internals -------------------------------------------------------------------------
 
     def _act(self, kind: str, action: object, cancelled: Cancelled) -> None:
-        started_at, started = time.time(), time.monotonic()
-        geometry = self._view.geometry
-        plan: PlannedAction | None = None
+        step = ActionStep(kind, self._view)
         try:
-            plan = plan_action(kind, action, geometry)
-            if cancelled is not None and cancelled():
-                raise ActionCancelled(kind, "before it was sent")
+            plan = step.prepare(action, cancelled)
             if plan.op is None:
                 self._wait(cancelled)
             else:
                 with map_guest_errors(kind):
                     self._client.call(plan.op, plan.args, timeout=self._action_timeout)
         except DriverError as exc:
-            self._emit(action_record(kind, plan, geometry, started_at, started, exc))
+            self._emit(step.record(exc))
             raise
-        self._emit(action_record(kind, plan, geometry, started_at, started, None))
+        self._emit(step.record(None))
 
     def _wait(self, cancelled: Cancelled) -> None:
-        deadline = time.monotonic() + self._wait_ms / 1000
-        while (remaining := deadline - time.monotonic()) > 0:
-            if cancelled is not None and cancelled():
-                raise ActionCancelled("wait", "while waiting")
-            time.sleep(min(WAIT_POLL_S, remaining))
-
-    def _emit(self, record: ActionRecord) -> None:
-        if self.on_action is not None:
-            self.on_action(record)
+        for pause in wait_pauses(self._wait_ms, cancelled):
+            time.sleep(pause)

@@ -67,7 +67,7 @@ def outcome_of(exc: BaseException | None) -> Outcome:
     return "failed"
 
 
-def action_record(  # noqa: PLR0917 -- one positional per record field, called in two places
+def action_record(  # noqa: PLR0917 -- one positional per record field, called by drivers.steps
     kind: str,
     plan: PlannedAction | None,
     geometry: ViewGeometry,

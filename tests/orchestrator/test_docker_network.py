@@ -10,26 +10,10 @@ import pytest
 from orchestrator.sandbox import Sandbox
 from tests.orchestrator.conftest import CliRun, Tracker
 from tests.orchestrator.support import bridge_gateway, http_server
+from tests.support.guest_probes import DIRECT_PROBE
 
 pytestmark = [pytest.mark.docker]
 
-DIRECT_PROBE = """
-import json, socket, sys
-results = {}
-for target in sys.argv[1:]:
-    host, port = target.rsplit(":", 1)
-    try:
-        socket.create_connection((host, int(port)), timeout=3).close()
-        results[target] = "connected"
-    except OSError as exc:
-        results[target] = type(exc).__name__ + ": " + str(exc)
-try:
-    socket.getaddrinfo("deb.debian.org", 80)
-    results["dns"] = "resolved"
-except OSError as exc:
-    results["dns"] = type(exc).__name__ + ": " + str(exc)
-print(json.dumps(results))
-"""
 
 PROXY_PROBE = """
 import json, sys, urllib.request

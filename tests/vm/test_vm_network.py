@@ -18,27 +18,11 @@ from orchestrator.provider import SandboxSpec
 from orchestrator.providers import vm_network
 from orchestrator.providers.vm import VmProvider
 from tests.orchestrator.support import http_server
+from tests.support.guest_probes import DIRECT_PROBE
 from tests.vm.conftest import REPO, assert_gone, qemu_pids_using
 
 pytestmark = [pytest.mark.vm, pytest.mark.slow]
 
-DIRECT_PROBE = """
-import json, socket, sys
-results = {}
-for target in sys.argv[1:]:
-    host, port = target.rsplit(":", 1)
-    try:
-        socket.create_connection((host, int(port)), timeout=3).close()
-        results[target] = "connected"
-    except OSError as exc:
-        results[target] = type(exc).__name__ + ": " + str(exc)
-try:
-    socket.getaddrinfo("deb.debian.org", 80)
-    results["dns"] = "resolved"
-except OSError as exc:
-    results["dns"] = type(exc).__name__ + ": " + str(exc)
-print(json.dumps(results))
-"""
 
 PROXY_PROBE = """
 import json, os, sys, urllib.error, urllib.request

@@ -1,0 +1,29 @@
+"""Python snippets the network tests run inside a guest (through the agent's ``exec``).
+
+Each prints one JSON object; the tests parse it. They are argv elements of ``python3 -c``, never
+shell text.
+"""
+
+from __future__ import annotations
+
+__all__ = ["DIRECT_PROBE"]
+
+DIRECT_PROBE = """
+import json, socket, sys
+results = {}
+for target in sys.argv[1:]:
+    host, port = target.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=3).close()
+        results[target] = "connected"
+    except OSError as exc:
+        results[target] = type(exc).__name__ + ": " + str(exc)
+try:
+    socket.getaddrinfo("deb.debian.org", 80)
+    results["dns"] = "resolved"
+except OSError as exc:
+    results["dns"] = type(exc).__name__ + ": " + str(exc)
+print(json.dumps(results))
+"""
+"""``python3 -c DIRECT_PROBE HOST:PORT ...``: try a direct TCP connection to each target and one
+DNS lookup; prints ``{target: "connected" | "<error>", "dns": "resolved" | "<error>"}``."""
