@@ -64,7 +64,8 @@ class InvalidHost(ValueError):
 def normalize_host(raw: str) -> str:
     """Canonical form of a host: IP literal text, or lower-case IDNA A-label name.
 
-    Mirrors :func:`orchestrator.network.normalize_host` (which raises ``ConfigError``).
+    The one implementation: :func:`orchestrator.network.normalize_host` calls it (and raises
+    ``ConfigError`` instead), so policies and the proxy agree on what a host is.
 
     :raises InvalidHost: naming the host and what is wrong with it.
     """

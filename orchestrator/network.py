@@ -6,10 +6,10 @@ This module only parses and names a policy; each provider enforces it outside th
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 from typing import Literal
 
+from orchestrator import egress
 from orchestrator.errors import ConfigError
 
 __all__ = ["NetworkPolicy", "Origin"]
@@ -45,32 +45,16 @@ class Origin:
 def normalize_host(raw: str) -> str:
     """Return the canonical form of a host: IP literal, or lower-case IDNA A-label name.
 
+    The egress proxy (:mod:`orchestrator.egress`, which runs standalone, outside this package)
+    holds the one implementation, so the policy parsed here and the proxy that enforces it
+    cannot disagree on what a host is.
+
     :raises ConfigError: if ``raw`` is not a valid host name or IP literal.
     """
-    host = raw.strip()
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
     try:
-        return str(ipaddress.ip_address(host))
-    except ValueError:
-        pass
-    host = host.rstrip(".").lower()
-    if not host or len(host) > 253:
-        raise ConfigError(f"invalid host name {raw!r}: empty or longer than 253 characters")
-    try:
-        ascii_host = host.encode("idna").decode("ascii")
-    except UnicodeError as exc:
-        raise ConfigError(f"invalid host name {raw!r}: {exc}") from None
-    for label in ascii_host.split("."):
-        if (
-            not label
-            or len(label) > 63
-            or label.startswith("-")
-            or label.endswith("-")
-            or not all(c.isalnum() or c == "-" for c in label)
-        ):
-            raise ConfigError(f"invalid host name {raw!r}: bad label {label!r}")
-    return ascii_host
+        return egress.normalize_host(raw)
+    except egress.InvalidHost as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def parse_origin(text: str) -> Origin:
