@@ -35,6 +35,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal, cast
 
@@ -212,22 +213,35 @@ def _chord(names: list[str]) -> Chord:
     return frozenset(key.keysym_name.lower() for key in resolve_chord(names))
 
 
-def _rule(index: int, entry: dict[str, Any], path: str, where: _Locator) -> Rule:
-    def line(key: str | None = None) -> int | None:
-        return where.in_table("rule", index, key)
-
-    unknown = sorted(set(entry) - RULE_KEYS)
+def _decision(
+    entry: dict[str, Any],
+    *,
+    kind: str,
+    index: int,
+    allowed: frozenset[str],
+    path: str,
+    line: Callable[..., int | None],
+) -> Verdict:
+    """Refuse keys outside ``allowed``, then read the entry's required ``decision``."""
+    unknown = sorted(set(entry) - allowed)
     if unknown:
         raise PolicyFileError(
             path,
             line(unknown[0]),
-            f"rule {index}: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(RULE_KEYS))}",
+            f"{kind} {index}: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(allowed))}",
         )
     if "decision" not in entry:
         raise PolicyFileError(
-            path, line(), f"rule {index}: missing 'decision' (allow, deny or ask)"
+            path, line(), f"{kind} {index}: missing 'decision' (allow, deny or ask)"
         )
-    decision = _verdict(entry["decision"], path, line("decision"), f"rule {index}: decision")
+    return _verdict(entry["decision"], path, line("decision"), f"{kind} {index}: decision")
+
+
+def _rule(index: int, entry: dict[str, Any], path: str, where: _Locator) -> Rule:
+    def line(key: str | None = None) -> int | None:
+        return where.in_table("rule", index, key)
+
+    decision = _decision(entry, kind="rule", index=index, allowed=RULE_KEYS, path=path, line=line)
     actions = None
     if "actions" in entry:
         actions = frozenset(
@@ -306,18 +320,7 @@ def _check_rule(index: int, entry: dict[str, Any], path: str, where: _Locator) -
     def line(key: str | None = None) -> int | None:
         return where.in_table("check", index, key)
 
-    unknown = sorted(set(entry) - CHECK_KEYS)
-    if unknown:
-        raise PolicyFileError(
-            path,
-            line(unknown[0]),
-            f"check {index}: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(CHECK_KEYS))}",
-        )
-    if "decision" not in entry:
-        raise PolicyFileError(
-            path, line(), f"check {index}: missing 'decision' (allow, deny or ask)"
-        )
-    decision = _verdict(entry["decision"], path, line("decision"), f"check {index}: decision")
+    decision = _decision(entry, kind="check", index=index, allowed=CHECK_KEYS, path=path, line=line)
     codes = None
     if "codes" in entry:
         codes = frozenset(_strings(entry["codes"], path, line("codes"), f"check {index}: codes"))
