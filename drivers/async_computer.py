@@ -37,6 +37,7 @@ from drivers.options import (
     check_wait_ms,
 )
 from drivers.records import ActionObserver
+from drivers.settle import SettleOption, check_settle, require_receipts
 from drivers.steps import ActionStep, DriverBase, ScreenshotStep, wait_pauses
 from drivers.view_state import ViewState, screen_from_hello, screenshot_output
 from drivers.viewport import Viewport
@@ -61,6 +62,7 @@ class AsyncGuestDriver(DriverBase):
         screenshot_timeout_s: float = DEFAULT_SCREENSHOT_TIMEOUT_S,
         wait_ms: int = DEFAULT_WAIT_MS,
         on_action: ActionObserver | None = None,
+        settle: SettleOption = True,
         owns_client: bool = False,
     ) -> None:
         self._client = client
@@ -68,7 +70,10 @@ class AsyncGuestDriver(DriverBase):
         self._action_timeout = action_timeout_s
         self._screenshot_timeout = screenshot_timeout_s
         self._wait_ms = check_wait_ms(wait_ms)
+        self._settle = check_settle(settle)
         self.on_action = on_action
+        if self._settle is not None:
+            require_receipts(hello, client.name)
         self._view = ViewState(viewport or Viewport.native(), screen_from_hello(hello, client.name))
 
     @classmethod
@@ -168,12 +173,15 @@ class AsyncGuestDriver(DriverBase):
     async def _act(self, kind: str, action: object, cancelled: Cancelled) -> None:
         step = ActionStep(kind, self._view)
         try:
-            plan = step.prepare(action, cancelled)
+            plan = step.prepare(action, cancelled, self._settle)
             if plan.op is None:
                 await self._wait(cancelled)
             else:
                 with map_guest_errors(kind):
-                    await self._client.call(plan.op, plan.args, timeout=self._action_timeout)
+                    reply = await self._client.call(
+                        plan.op, plan.args, timeout=step.timeout_s(self._action_timeout)
+                    )
+                step.accept(reply)
         except DriverError as exc:
             self._emit(step.record(exc))
             raise

@@ -40,6 +40,7 @@ from drivers.options import (
     check_wait_ms,
 )
 from drivers.records import ActionObserver
+from drivers.settle import SettleOption, check_settle, require_receipts
 from drivers.steps import ActionStep, DriverBase, ScreenshotStep, wait_pauses
 from drivers.view_state import ViewState, screen_from_hello, screenshot_output
 from drivers.viewport import Viewport
@@ -57,6 +58,9 @@ class GuestDriver(DriverBase):
     :param screenshot_timeout_s: deadline of each screenshot request, seconds.
     :param wait_ms: duration of the ``wait`` action, milliseconds (0..60000).
     :param on_action: observer called after every action and screenshot (:mod:`drivers.records`).
+    :param settle: how each input action waits for its effect before returning
+        (:mod:`drivers.settle`; default on, ``False`` turns it off). Its ``cap_ms`` is added to
+        each action's deadline ``action_timeout_s``.
     :param owns_client: close ``client`` in :meth:`close`.
     """
 
@@ -69,6 +73,7 @@ class GuestDriver(DriverBase):
         screenshot_timeout_s: float = DEFAULT_SCREENSHOT_TIMEOUT_S,
         wait_ms: int = DEFAULT_WAIT_MS,
         on_action: ActionObserver | None = None,
+        settle: SettleOption = True,
         owns_client: bool = False,
     ) -> None:
         self._client = client
@@ -76,9 +81,12 @@ class GuestDriver(DriverBase):
         self._action_timeout = action_timeout_s
         self._screenshot_timeout = screenshot_timeout_s
         self._wait_ms = check_wait_ms(wait_ms)
+        self._settle = check_settle(settle)
         self.on_action = on_action
         with map_guest_errors("hello"):
             hello = client.hello_result or client.hello(timeout=action_timeout_s)
+        if self._settle is not None:
+            require_receipts(hello, client.name)
         self._view = ViewState(viewport or Viewport.native(), screen_from_hello(hello, client.name))
 
     @classmethod
@@ -167,12 +175,15 @@ class GuestDriver(DriverBase):
     def _act(self, kind: str, action: object, cancelled: Cancelled) -> None:
         step = ActionStep(kind, self._view)
         try:
-            plan = step.prepare(action, cancelled)
+            plan = step.prepare(action, cancelled, self._settle)
             if plan.op is None:
                 self._wait(cancelled)
             else:
                 with map_guest_errors(kind):
-                    self._client.call(plan.op, plan.args, timeout=self._action_timeout)
+                    reply = self._client.call(
+                        plan.op, plan.args, timeout=step.timeout_s(self._action_timeout)
+                    )
+                step.accept(reply)
         except DriverError as exc:
             self._emit(step.record(exc))
             raise

@@ -32,6 +32,7 @@ __all__ = [
     "ScreenshotMismatch",
     "ScriptError",
     "ScriptViolation",
+    "SettleOptionError",
     "ViewportError",
 ]
 
@@ -102,6 +103,11 @@ class ScreenshotMismatch(DriverError):
 
 class ViewportError(DriverError, ValueError):
     """A :class:`drivers.viewport.Viewport` does not fit the screen or is malformed."""
+
+
+class SettleOptionError(DriverError, ValueError):
+    """A driver's ``settle`` option is malformed (the message names the option), or the agent
+    cannot settle actions."""
 
 
 class PolicyFileError(DriverError, ValueError):

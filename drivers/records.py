@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from drivers.actions import PlannedAction
 from drivers.errors import ActionCancelled, ActionRejected
+from drivers.receipts import Receipt
 from drivers.viewport import Point, ViewGeometry
 
 __all__ = ["ActionObserver", "ActionRecord", "Outcome", "action_record", "outcome_of"]
@@ -37,6 +38,8 @@ class ActionRecord:
     :param details: content-free facts (button, number of keys, text length, scroll distances).
     :param error: the error message when the outcome is not ``done``.
     :param image: the PNG bytes of a screenshot (``None`` for actions).
+    :param receipt: what the screen did after the action (:mod:`drivers.receipts`); ``None``
+        for screenshots, ``wait``, actions that were not executed, and with settling off.
     """
 
     kind: str
@@ -49,6 +52,7 @@ class ActionRecord:
     details: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     image: bytes | None = None
+    receipt: Receipt | None = None
 
 
 ActionObserver = Callable[[ActionRecord], None]
@@ -74,6 +78,7 @@ def action_record(  # noqa: PLR0917 -- one positional per record field, called b
     started_at: float,
     started: float,
     exc: BaseException | None,
+    receipt: Receipt | None = None,
 ) -> ActionRecord:
     """The record of one action; ``started`` is the ``time.monotonic()`` at its start."""
     outcome = outcome_of(exc)
@@ -87,4 +92,5 @@ def action_record(  # noqa: PLR0917 -- one positional per record field, called b
         time.monotonic() - started,
         dict(plan.details) if plan else {},
         None if exc is None else str(exc),
+        receipt=receipt,
     )

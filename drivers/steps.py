@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from drivers.actions import PlannedAction, plan_action
 from drivers.errors import ActionCancelled
 from drivers.options import WAIT_POLL_S, Cancelled
+from drivers.receipts import Receipt
 from drivers.records import ActionObserver, ActionRecord, action_record, outcome_of
 from drivers.view_state import ViewState
 from drivers.viewport import Point, ViewGeometry
 from guest.client import Reply
+from guest.protocol import SettleSpec
 
 __all__ = ["ActionStep", "DriverBase", "ScreenshotStep", "wait_pauses"]
 
@@ -37,22 +40,46 @@ class ActionStep:
         self.started_at, self.started = time.time(), time.monotonic()
         self.geometry = view.geometry
         self.plan: PlannedAction | None = None
+        self.receipt: Receipt | None = None
 
-    def prepare(self, action: object, cancelled: Cancelled) -> PlannedAction:
+    def prepare(
+        self, action: object, cancelled: Cancelled, settle: SettleSpec | None = None
+    ) -> PlannedAction:
         """Plan the action against the geometry, then check ``cancelled`` before it is sent.
+
+        With ``settle``, an input action's arguments ask the agent to wait for its effect and
+        to answer with a receipt (:meth:`accept`).
 
         :raises ActionRejected: the action does not validate (nothing is sent).
         :raises ActionCancelled: ``cancelled()`` is true.
         """
         self.plan = plan_action(self.kind, action, self.geometry)
+        if settle is not None and self.plan.op is not None:
+            self.plan.args["settle"] = settle.as_args()
         if cancelled is not None and cancelled():
             raise ActionCancelled(self.kind, "before it was sent")
         return self.plan
 
+    def timeout_s(self, action_timeout_s: float) -> float:
+        """The deadline of the action's request: ``action_timeout_s`` plus the settle cap."""
+        settle = self.plan.args.get("settle") if self.plan is not None else None
+        return action_timeout_s + (settle["cap_ms"] / 1000 if settle else 0.0)
+
+    def accept(self, reply: Reply) -> None:
+        """Take the agent's reply: its receipt when the action was sent with ``settle``."""
+        if self.plan is not None and "settle" in self.plan.args:
+            self.receipt = Receipt.from_reply(self.kind, reply.result.get("receipt"))
+
     def record(self, exc: BaseException | None) -> ActionRecord:
         """The record of the action: ``done`` when ``exc`` is ``None``, else its outcome."""
         return action_record(
-            self.kind, self.plan, self.geometry, self.started_at, self.started, exc
+            self.kind,
+            self.plan,
+            self.geometry,
+            self.started_at,
+            self.started,
+            exc,
+            self.receipt if exc is None else None,
         )
 
 
@@ -120,6 +147,7 @@ class DriverBase:
     """The I/O-free members both drivers expose: geometry accessors and the observer call."""
 
     _view: ViewState
+    _last_receipt: Receipt | None = None
     on_action: ActionObserver | None
 
     @property
@@ -136,6 +164,19 @@ class DriverBase:
         """Map a model point with the current geometry (raises ``CoordinateOutOfView``)."""
         return self._view.geometry.to_native(x, y)
 
+    @property
+    def screenshot_request(self) -> dict[str, Any]:
+        """The ``screenshot`` op arguments this driver sends (crop and size of the view)."""
+        return self._view.screenshot_request()[0]
+
+    @property
+    def last_receipt(self) -> Receipt | None:
+        """The receipt of the last action that has one (``None`` before the first, or with
+        settling off): did the screen change, how long it took to settle, the focus."""
+        return self._last_receipt
+
     def _emit(self, record: ActionRecord) -> None:
+        if record.receipt is not None:
+            self._last_receipt = record.receipt
         if self.on_action is not None:
             self.on_action(record)

@@ -49,17 +49,22 @@ from guest.errors import GuestError, ProtocolError
 __all__ = [
     "BUTTONS",
     "ERROR_CODES",
+    "FEATURES",
     "FRAME_HEADER",
     "MAGIC",
     "MAX_BLOB_BYTES",
     "MAX_FILE_BYTES",
     "MAX_JSON_BYTES",
+    "MAX_SETTLE_CAP_MS",
     "MAX_TEXT_CHARS",
     "OPS",
     "PROTOCOL_VERSION",
+    "RECEIPT_FIELDS",
     "SCROLL_PIXELS_PER_CLICK",
+    "VISIBLE_CHANGE_AREA",
     "Frame",
     "FrameDecoder",
+    "SettleSpec",
     "encode_frame",
     "error_reply",
     "ok_reply",
@@ -86,6 +91,13 @@ SCROLL_PIXELS_PER_CLICK: Final = 100
 remainder of a division is carried to the next scroll on the same axis, never dropped."""
 MAX_WAIT_MS: Final = 60_000
 DEFAULT_WAIT_MS: Final = 1000
+VISIBLE_CHANGE_AREA: Final = 400
+"""A *visible change*: the bounding box of what changed on screen is larger than this (px²) —
+more than a blinking caret (2-3 px wide, one line high)."""
+MAX_SETTLE_CAP_MS: Final = 30_000
+"""Largest ``cap_ms`` of a ``settle`` argument (milliseconds)."""
+FEATURES: Final = ("receipts",)
+"""Optional protocol-v1 features this agent has, listed in ``hello``/``info`` ``features``."""
 
 BUTTONS: Final[Mapping[str, int]] = {"left": 1, "wheel": 2, "right": 3, "back": 8, "forward": 9}
 """OpenAI button names → X11 button numbers (``wheel`` is a middle click)."""
@@ -225,6 +237,91 @@ class FrameDecoder:
         return Frame(message, blob)
 
 
+# --------------------------------------------------------------------------- settling
+
+
+@dataclass(frozen=True)
+class SettleSpec:
+    """How long an action waits for its effect to show, in milliseconds.
+
+    After an action the agent waits ``expect_ms`` for a first change; when none comes the action
+    returns then (nothing visible happened). Once something changed it waits until the screen has
+    been quiet for ``quiet_ms``, and never longer than ``cap_ms`` in all.
+
+    The defaults were measured on this project's desktop (``make bench``, README "How
+    screenshots settle"): GTK and Chromium draw a key's or click's effect within ~100 ms and a
+    dialog or a local page within ~1 s, with gaps under 200 ms while they draw.
+    """
+
+    expect_ms: int = 300
+    quiet_ms: int = 200
+    cap_ms: int = 3000
+
+    NAMES = ("expect_ms", "quiet_ms", "cap_ms")
+
+    @classmethod
+    def parse(cls, value: object, *, name: str = "settle") -> SettleSpec:
+        """Check a ``settle`` object (any subset of the three fields; others default).
+
+        :raises GuestError: ``bad_args`` naming the field that is wrong: not an integer,
+            negative, ``cap_ms`` over :data:`MAX_SETTLE_CAP_MS`, or ``expect_ms``/``quiet_ms``
+            over ``cap_ms``.
+        """
+        if not isinstance(value, Mapping):
+            raise GuestError(
+                "bad_args",
+                f"{name} must be an object with {', '.join(cls.NAMES)}, got {value!r:.80}",
+            )
+        unknown = sorted(set(value) - set(cls.NAMES))
+        if unknown:
+            raise GuestError(
+                "bad_args",
+                f"unknown {name} option(s) {', '.join(map(str, unknown))}; accepted: "
+                f"{', '.join(cls.NAMES)}",
+            )
+        fields: dict[str, int] = {}
+        for key in cls.NAMES:
+            item = value.get(key, getattr(cls, key))
+            if not _is_int(item) or item < 0:
+                raise GuestError(
+                    "bad_args",
+                    f"{name}.{key} must be an integer >= 0 (milliseconds), got {item!r:.40}",
+                    details={"option": key},
+                )
+            fields[key] = item
+        spec = cls(**fields)
+        if spec.cap_ms > MAX_SETTLE_CAP_MS:
+            raise GuestError(
+                "bad_args",
+                f"{name}.cap_ms must be <= {MAX_SETTLE_CAP_MS}, got {spec.cap_ms}",
+                details={"option": "cap_ms", "limit": MAX_SETTLE_CAP_MS},
+            )
+        for key in ("expect_ms", "quiet_ms"):
+            if getattr(spec, key) > spec.cap_ms:
+                raise GuestError(
+                    "bad_args",
+                    f"{name}.{key} ({getattr(spec, key)}) is over {name}.cap_ms ({spec.cap_ms})",
+                    details={"option": key, "limit": spec.cap_ms},
+                )
+        return spec
+
+    def as_args(self) -> dict[str, int]:
+        return {"expect_ms": self.expect_ms, "quiet_ms": self.quiet_ms, "cap_ms": self.cap_ms}
+
+
+RECEIPT_FIELDS: Final = (
+    "changed",  # bool: a visible change (bounding box > VISIBLE_CHANGE_AREA) since the action began
+    "settled",  # bool: quiet for quiet_ms before cap_ms (false: the cap cut the wait)
+    "settle_ms",  # int: how long the agent waited after the action's input
+    "damage",  # {x, y, width, height} bounding box of what changed (native px), or null
+    "damage_events",  # int: damage notifications counted (background activity excluded)
+    "method",  # "damage" (X DAMAGE events) or "poll" (frame hashing fallback)
+    "focus_before",  # {id, title, wm_class} of the active window before the action, or null
+    "focus_after",  # the same after the wait
+)
+"""The fields of an action's ``receipt`` (the reply of an action sent with ``settle``)."""
+
+
 # --------------------------------------------------------------------------- messages
 
 
@@ -334,7 +431,11 @@ class OpSpec:
     takes_blob: bool = False
 
 
-_POINTER_KEYS: Final = {"keys": KEYS}
+SETTLE: Final[tuple[Check, str]] = (
+    lambda v: isinstance(v, dict),
+    "an object {expect_ms, quiet_ms, cap_ms}",
+)
+_POINTER_KEYS: Final = {"keys": KEYS, "settle": SETTLE}
 
 OPS: Final[Mapping[str, OpSpec]] = {
     # handshake and introspection
@@ -348,8 +449,8 @@ OPS: Final[Mapping[str, OpSpec]] = {
     "scroll": OpSpec(
         required={"x": INT, "y": INT, "scroll_x": INT, "scroll_y": INT}, optional=_POINTER_KEYS
     ),
-    "keypress": OpSpec(required={"keys": KEYS}),
-    "type": OpSpec(required={"text": STR}),
+    "keypress": OpSpec(required={"keys": KEYS}, optional={"settle": SETTLE}),
+    "type": OpSpec(required={"text": STR}, optional={"settle": SETTLE}),
     "wait": OpSpec(optional={"ms": INT}),
     # observation
     "screenshot": OpSpec(
@@ -379,13 +480,19 @@ OPS: Final[Mapping[str, OpSpec]] = {
 Replies (``result`` fields; sizes in pixels, times in milliseconds):
 
 - ``hello``/``info``: ``protocol``, ``agent_version``, ``screen`` {width, height}, ``ops`` (list),
-  ``display``, ``pid``; ``info`` adds ``keysyms_remapped`` and ``uptime_ms``.
-- pointer/key actions: ``{}`` (``scroll`` adds ``clicks_x``, ``clicks_y``).
+  ``display``, ``pid``, ``features`` (:data:`FEATURES`), ``settle_method`` (``damage`` or
+  ``poll``); ``info`` adds ``keysyms_remapped`` and ``uptime_ms``.
+- pointer/key actions: ``{}`` (``scroll`` adds ``clicks_x``, ``clicks_y``). Sent with the optional
+  ``settle`` argument (a :class:`SettleSpec` object; feature ``receipts``) the agent waits for
+  the action's effect to settle before answering and adds ``receipt`` (:data:`RECEIPT_FIELDS`).
+  An agent without the feature rejects ``settle`` with ``bad_args``, so a client checks
+  ``features`` first: this is a compatible extension of version 1, not a version 2.
 - ``wait``: ``waited_ms``.
 - ``screenshot``: ``native`` {width, height} of the screen, ``region`` grabbed (native pixels),
   ``width``/``height`` of the image, ``format``; the image bytes are the blob.
-- ``settle``: ``settled`` (bool), ``waited_ms``.
-- ``windows``: ``windows``: list of {id, title, wm_class, x, y, width, height, pid?, focused}.
+- ``settle``: ``settled`` (bool), ``waited_ms``, ``changed``, ``damage`` (as in a receipt).
+- ``windows``: ``windows``: list of {id, title, wm_class, type, x, y, width, height, pid?,
+  focused}; ``type`` is the EWMH window type (``normal``, ``dialog``, ``dock``...).
 - ``exec``: ``exit_code`` (None on timeout), ``stdout``/``stderr`` (UTF-8, invalid bytes
   replaced), ``stdout_truncated``/``stderr_truncated``, ``timed_out``, ``duration_ms``.
 - ``read_file``: ``size``; content is the blob. ``write_file``: ``size``.

@@ -1,4 +1,4 @@
-"""Screenshots (mss grab → PNG/JPEG with Pillow) and waiting for the screen to settle.
+"""Screenshots (mss grab → PNG/JPEG with Pillow); waiting for changes is :mod:`guest.changes`.
 
 :class:`Screen` owns one mss instance (its own X connection, XShm when available). Regions are
 native screen pixels; the image may be downscaled to fit ``max_width``/``max_height`` keeping
@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import io
 import threading
-import time
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -30,10 +28,6 @@ __all__ = ["Screen", "Shot"]
 assert JpegImagePlugin  # registered at import, not on the first JPEG request
 
 DEFAULT_JPEG_QUALITY: Final = 80
-DEFAULT_QUIET_MS: Final = 300
-DEFAULT_SETTLE_TIMEOUT_MS: Final = 5000
-MAX_SETTLE_TIMEOUT_MS: Final = 60_000
-SETTLE_POLL_MS: Final = 30
 
 
 @dataclass(frozen=True)
@@ -184,45 +178,6 @@ class Screen:
             area,
             {"width": self.width, "height": self.height},
         )
-
-    def frame_hash(self, region: Mapping[str, int] | None = None) -> int:
-        """A cheap hash of the region's raw pixels (CRC32 of the grab)."""
-        return zlib.crc32(self._grab(self.region(region)).raw)
-
-    def settle(
-        self,
-        *,
-        quiet_ms: int | None = None,
-        timeout_ms: int | None = None,
-        region: Mapping[str, int] | None = None,
-    ) -> dict[str, Any]:
-        """Return once the region has not changed for ``quiet_ms``, or after ``timeout_ms``.
-
-        :return: ``settled`` (False if the timeout came first) and ``waited_ms``.
-        """
-        quiet = DEFAULT_QUIET_MS if quiet_ms is None else quiet_ms
-        timeout = DEFAULT_SETTLE_TIMEOUT_MS if timeout_ms is None else timeout_ms
-        if quiet < 0 or not 0 <= timeout <= MAX_SETTLE_TIMEOUT_MS:
-            raise GuestError(
-                "bad_args",
-                f"settle needs quiet_ms >= 0 and 0 <= timeout_ms <= "
-                f"{MAX_SETTLE_TIMEOUT_MS}, got quiet_ms={quiet} timeout_ms={timeout}",
-                details={"limit": MAX_SETTLE_TIMEOUT_MS},
-            )
-        area = self.region(region)
-        start = time.monotonic()
-        last_hash = self.frame_hash(area)
-        last_change = start
-        while True:
-            now = time.monotonic()
-            if (now - last_change) * 1000 >= quiet:
-                return {"settled": True, "waited_ms": round((now - start) * 1000)}
-            if (now - start) * 1000 >= timeout:
-                return {"settled": False, "waited_ms": round((now - start) * 1000)}
-            time.sleep(min(SETTLE_POLL_MS, max(1, quiet // 4)) / 1000)
-            current = self.frame_hash(area)
-            if current != last_hash:
-                last_hash, last_change = current, time.monotonic()
 
 
 def fit_size(

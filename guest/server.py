@@ -14,13 +14,14 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from guest import __version__, protocol, system
+from guest.changes import ChangeTracker, Rect, open_tracker
 from guest.errors import GuestError, ProtocolError
 from guest.screen import Screen
-from guest.windows import list_windows
+from guest.windows import active_window, list_windows
 from guest.xinput import XInput
 
 __all__ = ["Agent"]
@@ -29,23 +30,44 @@ log = logging.getLogger("guest.server")
 
 Handler = Callable[[dict[str, Any], bytes], tuple[dict[str, Any], bytes]]
 
+SETTLE_METHOD_ENV = "CUBICLE_SETTLE_METHOD"
+"""``poll`` forces the frame-polling change tracker (for tests and X servers whose DAMAGE
+misbehaves); anything else uses DAMAGE when the server has it."""
+DEFAULT_SETTLE_OP_QUIET_MS = 300
+DEFAULT_SETTLE_OP_TIMEOUT_MS = 5000
+MAX_SETTLE_OP_TIMEOUT_MS = 60_000
+
 
 class Agent:
     """Serve the protocol's operations on one X display.
 
     :param display_name: X display; ``None`` uses ``$DISPLAY``.
+    :param force_poll: track screen changes by polling frames even when DAMAGE is there
+        (default: ``$CUBICLE_SETTLE_METHOD == "poll"``).
     :raises GuestError: ``x11_error`` if the display cannot be opened.
 
     The caller owns the agent and calls :meth:`close` (restores remapped keycodes, releases
     anything held). :meth:`handle` is thread-safe; X actions are serialized inside.
     """
 
-    def __init__(self, display_name: str | None = None) -> None:
+    def __init__(self, display_name: str | None = None, *, force_poll: bool | None = None) -> None:
         self.started = time.monotonic()
         self.input = XInput(display_name)
         try:
             self.screen = Screen(display_name, self.input.width, self.input.height)
         except BaseException:
+            self.input.close()
+            raise
+        if force_poll is None:
+            force_poll = os.environ.get(SETTLE_METHOD_ENV) == "poll"
+        try:
+            self.changes: ChangeTracker = open_tracker(
+                display_name,
+                lambda rect: self.screen.grab_image(None if rect is None else rect.as_dict()),
+                force_poll=force_poll,
+            )
+        except BaseException:
+            self.screen.close()
             self.input.close()
             raise
         self._handlers: dict[str, Handler] = {
@@ -77,6 +99,7 @@ class Agent:
         if self._closed.is_set():
             return
         self._closed.set()
+        self.changes.close()
         self.input.close()
         self.screen.close()
 
@@ -148,6 +171,8 @@ class Agent:
             "ops": sorted(protocol.OPS),
             "display": self.input.display_name,
             "pid": os.getpid(),
+            "features": list(protocol.FEATURES),
+            "settle_method": self.changes.method,
         }
 
     def _hello(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
@@ -168,36 +193,63 @@ class Agent:
             "uptime_ms": round((time.monotonic() - self.started) * 1000),
         }, b""
 
+    def _act(
+        self, args: dict[str, Any], perform: Callable[[], Mapping[str, Any] | None]
+    ) -> tuple[dict[str, Any], bytes]:
+        """Perform an input action; with a ``settle`` argument, wait for its effect and add the
+        ``receipt`` (:data:`guest.protocol.RECEIPT_FIELDS`)."""
+        raw = args.get("settle")
+        if raw is None:
+            return dict(perform() or {}), b""
+        spec = protocol.SettleSpec.parse(raw)
+        focus_before = self._focus()
+        since = self.changes.begin_input()
+        try:
+            result = dict(perform() or {})
+            outcome = self.changes.wait(since, spec)
+        finally:
+            self.changes.end_input()
+        receipt = {**outcome.result(), "focus_before": focus_before, "focus_after": self._focus()}
+        return {**result, "receipt": receipt}, b""
+
+    def _focus(self) -> dict[str, Any] | None:
+        return self.input.with_display(active_window)
+
     def _click(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
-        self.input.click(args["x"], args["y"], args.get("button") or "left", args.get("keys") or ())
-        return {}, b""
+        return self._act(
+            args,
+            lambda: self.input.click(
+                args["x"], args["y"], args.get("button") or "left", args.get("keys") or ()
+            ),
+        )
 
     def _double_click(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
-        self.input.double_click(args["x"], args["y"], args.get("keys") or ())
-        return {}, b""
+        return self._act(
+            args, lambda: self.input.double_click(args["x"], args["y"], args.get("keys") or ())
+        )
 
     def _move(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
-        self.input.move(args["x"], args["y"], args.get("keys") or ())
-        return {}, b""
+        return self._act(
+            args, lambda: self.input.move(args["x"], args["y"], args.get("keys") or ())
+        )
 
     def _drag(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
         path = [(point["x"], point["y"]) for point in args["path"]]
-        self.input.drag(path, args.get("keys") or ())
-        return {}, b""
+        return self._act(args, lambda: self.input.drag(path, args.get("keys") or ()))
 
     def _scroll(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
-        clicks = self.input.scroll(
-            args["x"], args["y"], args["scroll_x"], args["scroll_y"], args.get("keys") or ()
+        return self._act(
+            args,
+            lambda: self.input.scroll(
+                args["x"], args["y"], args["scroll_x"], args["scroll_y"], args.get("keys") or ()
+            ),
         )
-        return dict(clicks), b""
 
     def _keypress(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
-        self.input.keypress(args["keys"])
-        return {}, b""
+        return self._act(args, lambda: self.input.keypress(args["keys"]))
 
     def _type(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
-        self.input.type_text(args["text"])
-        return {}, b""
+        return self._act(args, lambda: self.input.type_text(args["text"]))
 
     def _wait(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
         ms = args.get("ms")
@@ -223,11 +275,27 @@ class Agent:
         return shot.result(), shot.data
 
     def _settle(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
-        return self.screen.settle(
-            quiet_ms=args.get("quiet_ms"),
-            timeout_ms=args.get("timeout_ms"),
-            region=args.get("region"),
-        ), b""
+        """Wait until the region has not changed for ``quiet_ms`` (from now), or ``timeout_ms``."""
+        quiet = args.get("quiet_ms")
+        quiet = DEFAULT_SETTLE_OP_QUIET_MS if quiet is None else quiet
+        timeout = args.get("timeout_ms")
+        timeout = DEFAULT_SETTLE_OP_TIMEOUT_MS if timeout is None else timeout
+        if quiet < 0 or not 0 <= timeout <= MAX_SETTLE_OP_TIMEOUT_MS:
+            raise GuestError(
+                "bad_args",
+                f"settle needs quiet_ms >= 0 and 0 <= timeout_ms <= "
+                f"{MAX_SETTLE_OP_TIMEOUT_MS}, got quiet_ms={quiet} timeout_ms={timeout}",
+                details={"limit": MAX_SETTLE_OP_TIMEOUT_MS},
+            )
+        region = Rect.of(self.screen.region(args.get("region")))
+        spec = protocol.SettleSpec(min(quiet, timeout), min(quiet, timeout), timeout)
+        outcome = self.changes.wait(time.monotonic(), spec, region)
+        return {
+            "settled": outcome.settled and quiet <= timeout,
+            "waited_ms": outcome.waited_ms,
+            "changed": outcome.changed,
+            "damage": None if outcome.box is None else outcome.box.as_dict(),
+        }, b""
 
     def _windows(self, _args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
         return {"windows": self.input.with_display(list_windows)}, b""

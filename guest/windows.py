@@ -11,7 +11,7 @@ from typing import Any
 from Xlib import X, Xatom, error
 from Xlib.display import Display
 
-__all__ = ["list_windows"]
+__all__ = ["active_window", "list_windows"]
 
 
 def _property(display: Display, window: Any, name: str, kind: int) -> Any:
@@ -38,7 +38,9 @@ def _title(display: Display, window: Any) -> str:
 
 
 def list_windows(display: Display) -> list[dict[str, Any]]:
-    """Top-level windows: id, title, wm_class, x, y, width, height, pid (if set), focused.
+    """Top-level windows: id, title, wm_class, type, x, y, width, height, pid (if set), focused.
+
+    ``type`` is the EWMH window type in lower case (``normal`` when unset; ``dock`` for panels).
 
     Windows that vanish while being listed are skipped (they are no longer top-level windows).
     """
@@ -67,6 +69,7 @@ def list_windows(display: Display) -> list[dict[str, Any]]:
                 "id": int(window.id),
                 "title": _title(display, window),
                 "wm_class": list(wm_class) if wm_class else [],
+                "type": _window_type(display, window),
                 "x": -int(origin.x),
                 "y": -int(origin.y),
                 "width": int(geometry.width),
@@ -82,6 +85,18 @@ def list_windows(display: Display) -> list[dict[str, Any]]:
     return windows
 
 
+_TYPE_PREFIX = "_NET_WM_WINDOW_TYPE_"
+
+
+def _window_type(display: Display, window: Any) -> str:
+    """The EWMH window type in lower case (``normal``, ``dialog``, ``dock``, ...)."""
+    value = _property(display, window, "_NET_WM_WINDOW_TYPE", Xatom.ATOM)
+    if value is None or not len(value):
+        return "normal"
+    name = display.get_atom_name(int(value[0])) or ""
+    return name.removeprefix(_TYPE_PREFIX).lower() or "normal"
+
+
 def _is_ancestor_of(window: Any, other: Any) -> bool:
     """True if ``other`` is ``window`` or inside it (focus often sits on a child window)."""
     if not hasattr(other, "query_tree"):
@@ -95,3 +110,34 @@ def _is_ancestor_of(window: Any, other: Any) -> bool:
             return False
         current = parent
     return False
+
+
+def active_window(display: Display) -> dict[str, Any] | None:
+    """The window with the input focus: ``id``, ``title``, ``wm_class`` — or None.
+
+    The window manager's ``_NET_ACTIVE_WINDOW`` when it names one, otherwise the X input focus
+    (walked up to its top-level child of the root). Cheap: a few property reads, no tree walk of
+    every window.
+    """
+    root = display.screen().root
+    try:
+        active = _property(display, root, "_NET_ACTIVE_WINDOW", Xatom.WINDOW)
+        if active is not None and len(active) and int(active[0]):
+            window = display.create_resource_object("window", int(active[0]))
+        else:
+            window = display.get_input_focus().focus
+            if not hasattr(window, "query_tree") or window.id == root.id:
+                return None
+            for _ in range(64):
+                parent = window.query_tree().parent
+                if not parent or parent.id in (0, root.id):
+                    break
+                window = parent
+        wm_class = window.get_wm_class()
+        return {
+            "id": int(window.id),
+            "title": _title(display, window),
+            "wm_class": list(wm_class) if wm_class else [],
+        }
+    except (error.BadWindow, error.BadDrawable, error.BadMatch):
+        return None

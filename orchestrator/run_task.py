@@ -27,6 +27,7 @@ import importlib
 import ipaddress
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,9 +39,13 @@ from openai import OpenAI
 
 from drivers.approvals import ApprovalPolicy, FilePolicy, NonInteractive, TerminalPrompt
 from drivers.computer import GuestDriver
+from drivers.errors import SettleOptionError
 from drivers.policy_file import load_policy
+from drivers.settle import SettleOption, check_settle
+from drivers.stall import DEFAULT_STALL_LIMIT
 from drivers.viewport import Viewport
 from guest.client import AgentClient
+from guest.errors import CubicleError
 from orchestrator.drill.console import default_out, destroy_quietly, progress
 from orchestrator.drill.errors import DrillCancelled
 from orchestrator.drill.runner import Desktop
@@ -73,10 +78,17 @@ class TaskResult:
     cancelled: bool = False
     wall_s: float = 0.0
     actions: int = 0
+    stalled: str | None = None
+    """Why the run was stopped as stalled (:mod:`drivers.stall`), or ``None``."""
 
     @property
     def ok(self) -> bool:
-        return self.error is None and not self.cancelled and all(c.ok for c in self.checks)
+        return (
+            self.error is None
+            and not self.cancelled
+            and self.stalled is None
+            and all(c.ok for c in self.checks)
+        )
 
 
 def parse_verify_file(text: str) -> tuple[str, str]:
@@ -132,18 +144,28 @@ def run_task(
     action_policy: ApprovalPolicy | None = None,
     verifiers: list[Verifier] | None = None,
     cancel_requested: Callable[[], bool] = lambda: False,
+    settle: SettleOption = True,
+    stall_limit: int = DEFAULT_STALL_LIMIT,
 ) -> TaskResult:
     """Run ``task`` with ``model`` through ``client`` on ``desktop``; record and verify.
 
     :param base_url: the Responses API (``https://api.openai.com/v1``, or a local stand-in; a
         loopback URL ignores proxy variables).
     :param viewport: the model's view (default: the whole screen at native size).
+    :param settle: the driver's settle option (:mod:`drivers.settle`).
+    :param stall_limit: stop the run after this many state-changing actions in a row changed
+        nothing visible (:mod:`drivers.stall`; 0: never).
     """
     started = time.monotonic()
     result = TaskResult(out=out)
     with TrajectoryRecorder(out) as recorder:
+        stall_hit = threading.Event()
         session = RecordedSession(
-            recorder, safety_policy=safety_policy, action_policy=action_policy
+            recorder,
+            safety_policy=safety_policy,
+            action_policy=action_policy,
+            stall_limit=stall_limit,
+            on_stall=lambda message: stall_hit.set(),
         )
         client = OpenAI(
             base_url=base_url,
@@ -152,7 +174,9 @@ def run_task(
         )
         agent = desktop.connect()
         try:
-            driver = GuestDriver(agent, viewport=viewport, on_action=session.on_action)
+            driver = GuestDriver(
+                agent, viewport=viewport, on_action=session.on_action, settle=settle
+            )
             for policy in (safety_policy, action_policy):
                 if policy is not None and policy.geometry is None:
                     policy.geometry = driver
@@ -170,10 +194,13 @@ def run_task(
             thread = LoopThread(
                 loop, driver, client, {"model": model, "input": task}, session, max_steps=max_steps
             ).start()
-            while not thread.wait(0.5):
-                if cancel_requested() and not thread.cancelled():
+            while not thread.wait(0.2):
+                if (cancel_requested() or stall_hit.is_set()) and not thread.cancelled():
                     recorder.event("cancel", toolset_status=thread.cancel())
             result.cancelled = cancel_requested()
+            result.stalled = session.stalled
+            if result.stalled is not None:
+                raise RunStalled(result.stalled)
             if thread.outcome.error is not None:
                 raise thread.outcome.error
             result.final_message = thread.outcome.final_message
@@ -206,6 +233,10 @@ def run_task(
             )
     write_report(out)
     return result
+
+
+class RunStalled(CubicleError):
+    """The model kept acting with nothing visible changing (``--stall``)."""
 
 
 # --------------------------------------------------------------------------- command line
@@ -273,10 +304,47 @@ def register_run(sub: Any) -> None:
         help="after the run, FUNCTION(agent_client) must pass (repeatable)",
     )
     p.add_argument(
+        "--stall",
+        type=int,
+        default=DEFAULT_STALL_LIMIT,
+        metavar="N",
+        help="stop after N state-changing actions in a row changed nothing visible "
+        f"(default {DEFAULT_STALL_LIMIT}; 0 turns it off)",
+    )
+    p.add_argument(
+        "--settle",
+        default="on",
+        metavar="on|off|expect_ms=N,quiet_ms=N,cap_ms=N",
+        help="how each action waits for its effect before the next one and the screenshot "
+        "(default on: expect_ms=300,quiet_ms=200,cap_ms=3000)",
+    )
+    p.add_argument(
         "--out", type=Path, default=None, help="trajectory folder (default runs/run-<time>)"
     )
     p.add_argument("--keep", action="store_true", help="leave the sandbox running afterwards")
     p.set_defaults(func=cmd_run)
+
+
+def parse_settle(text: str) -> SettleOption:
+    """``--settle``: ``on``, ``off`` or ``expect_ms=N,quiet_ms=N,cap_ms=N`` (any subset).
+
+    :raises ConfigError: naming the part that is wrong.
+    """
+    if text in ("on", "off"):
+        return text == "on"
+    values: dict[str, int] = {}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        if not sep or not value.strip().isdecimal() or not value.strip().isascii():
+            raise ConfigError(
+                f"--settle: {part!r} is not NAME=MILLISECONDS (names: expect_ms, quiet_ms, cap_ms)"
+            )
+        values[name.strip()] = int(value)
+    try:
+        check_settle(values)
+    except SettleOptionError as exc:
+        raise ConfigError(f"--settle: {exc}") from None
+    return values
 
 
 def _size(text: str, option: str) -> tuple[int, int]:
@@ -317,6 +385,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     verifiers = [file_verifier(*parse_verify_file(v)) for v in args.verify_file]
     verifiers += [function_verifier(spec) for spec in args.verify]
     safety, actions = _policies(args)
+    settle = parse_settle(args.settle)
+    if args.stall < 0:
+        raise ConfigError(f"--stall must be 0 (off) or a positive count, got {args.stall}")
     out: Path = args.out or default_out("run")
     with teardown_on_signals():
         sandbox = Sandbox.create(
@@ -342,6 +413,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 action_policy=actions,
                 verifiers=verifiers,
                 cancel_requested=cancel,
+                settle=settle,
+                stall_limit=args.stall,
             )
     finally:
         if args.keep:

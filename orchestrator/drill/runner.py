@@ -25,9 +25,11 @@ from drivers.scripted_model import ScriptedModel, Turn, parse_script
 from drivers.viewport import Viewport
 from guest.client import AgentClient
 from guest.errors import CubicleError
+from guest.protocol import MAX_SETTLE_CAP_MS, SettleSpec
 from orchestrator.drill.errors import DrillCancelled
 from orchestrator.drill.guest_steps import GuestSteps, guest_home
 from orchestrator.drill.session import LoopKind, LoopThread, RecordedSession, error_chain
+from orchestrator.drill.stale import StaleCheck
 from orchestrator.drill.task import TASK_PROMPT, DrillPaths, load_script
 from orchestrator.drill.verify import Check, verify_drill
 from orchestrator.provider import SandboxInfo
@@ -74,6 +76,8 @@ class DrillResult:
     cancelled: bool = False
     notes: list[str] = field(default_factory=list)
     """Workarounds the drill applied to the guest (printed in the summary)."""
+    stale_check: StaleCheck | None = None
+    """The stale-screenshot counter of the run (``None`` when the loop never started)."""
 
     @property
     def ok(self) -> bool:
@@ -93,6 +97,11 @@ class DrillResult:
         if self.final_message:
             lines.append(f"  model's final message: {self.final_message}")
         lines.extend(f"  note: {note}" for note in self.notes)
+        if self.stale_check is not None:
+            lines.append(
+                f"  stale model-visible screenshots: {self.stale_check.stale} of "
+                f"{self.stale_check.checked} checked"
+            )
         guest = self.guest_wait_s + self.driver_s
         share = guest / self.wall_s * 100 if self.wall_s else 0.0
         lines.append(
@@ -112,6 +121,30 @@ def guest_time_scale(info: SandboxInfo) -> float:
     """The wait scale for a sandbox: 4x for a VM emulated by TCG (measured: its dialogs draw
     their contents seconds after mapping, and chromium takes 24-41 s to show a page), else 1."""
     return SLOW_GUEST_TIME_SCALE if info.detail.get("accelerator") == "tcg" else 1.0
+
+
+def scaled_settle(time_scale: float) -> SettleSpec:
+    """The driver's settle spec for a guest ``time_scale`` times slower than a container."""
+    base = SettleSpec()
+    return SettleSpec(
+        round(base.expect_ms * time_scale),
+        round(base.quiet_ms * time_scale),
+        min(MAX_SETTLE_CAP_MS, round(base.cap_ms * time_scale)),
+    )
+
+
+def stale_screenshots_check(stale: StaleCheck) -> Check:
+    """A check that no model-visible screenshot was stale (:mod:`orchestrator.drill.stale`)."""
+    return Check(
+        "stale model-visible screenshots",
+        stale.stale == 0,
+        0,
+        stale.stale,
+        ""
+        if stale.stale == 0
+        else f"{stale.stale} of {stale.checked} screenshots the model received changed visibly "
+        f"within {stale.window_s:.0f} s without new input (see 'stale_check' in the trajectory)",
+    )
 
 
 def run_drill(
@@ -197,6 +230,8 @@ def run_drill(
             try:
                 if not result.cancelled:
                     result.checks = verify_drill(client, paths)
+                    if result.stale_check is not None:
+                        result.checks.append(stale_screenshots_check(result.stale_check))
                     for check in result.checks:
                         recorder.event(
                             "check",
@@ -241,12 +276,28 @@ def _play(
     cancel_requested: Callable[[], bool],
 ) -> None:
     steps.prepare()
-    driver = GuestDriver(client, viewport=Viewport.exact(*model_view), on_action=session.on_action)
+    driver = GuestDriver(
+        client,
+        viewport=Viewport.exact(*model_view),
+        on_action=session.on_action,
+        settle=scaled_settle(steps.time_scale),
+    )
     driver.screenshot()  # step 0 of the report: the screen before the model acts
     turns = script.get("turns") or []
+    stale = StaleCheck(
+        client,
+        driver.screenshot_request,
+        screen=steps.screen,
+        view=model_view,
+        recorder=session.recorder,
+    )
+    result.stale_check = stale
 
-    def before_turn(turn: Turn) -> None:
-        """Run the turn's scripted waits; then record the screen the turn's actions act on."""
+    def before_turn(index: int, turn: Turn) -> None:
+        """Check that the screenshot the model just received was not stale; run the turn's
+        scripted steps; when they did anything, record the screen the turn's actions act on."""
+        if index > 0 and session.last_model_shot is not None:
+            stale.check(session.last_model_shot, session.recorder.last_shot)
         if turn.before:
             steps.run_all(list(turn.before))
             session.next_shot_note = "taken by the drill after its scripted waits"
@@ -254,7 +305,7 @@ def _play(
 
     with ScriptedModel(
         parse_script(script),
-        on_turn=lambda index, turn, body: before_turn(turn),
+        on_turn=lambda index, turn, body: before_turn(index, turn),
         raise_on_exit=False,
     ) as model:
         openai_client = OpenAI(

@@ -24,6 +24,7 @@ import collections
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -38,6 +39,7 @@ from openai.types.responses.response_create_params import ResponseCreateParamsNo
 
 from drivers.approvals import ApprovalPolicy
 from drivers.records import ActionRecord
+from drivers.stall import DEFAULT_STALL_LIMIT, StallDetector
 from orchestrator.trajectory.recorder import TrajectoryRecorder
 
 __all__ = ["LoopKind", "LoopOutcome", "LoopThread", "RecordedSession", "error_chain"]
@@ -72,6 +74,9 @@ class RecordedSession:
     :param safety_policy: decides ``approve_safety_checks``.
     :param action_policy: decides ``before_action``; ``None`` lets every action run (the
         decision is still recorded as such).
+    :param stall_limit: state-changing actions in a row without a visible change that make the
+        run stalled (:mod:`drivers.stall`; ``0`` never). On a stall a ``warning`` event is
+        recorded and ``on_stall`` is called once (the run stops the loop there).
     """
 
     def __init__(
@@ -80,10 +85,18 @@ class RecordedSession:
         *,
         safety_policy: ApprovalPolicy,
         action_policy: ApprovalPolicy | None = None,
+        stall_limit: int = DEFAULT_STALL_LIMIT,
+        on_stall: Callable[[str], None] | None = None,
     ) -> None:
         self.recorder = recorder
         self.safety_policy = safety_policy
         self.action_policy = action_policy
+        self.stall = StallDetector(stall_limit)
+        self.on_stall = on_stall
+        self.stalled: str | None = None
+        """The stall message once the run stalled, else ``None``."""
+        self.last_model_shot: bytes | None = None
+        """The PNG of the latest screenshot the SDK took (what the model sees next)."""
         self._pending: collections.deque[dict[str, Any]] = collections.deque()
         self._request_started: dict[int, float] = {}
         self.model_s = 0.0
@@ -156,6 +169,8 @@ class RecordedSession:
                     },
                     note=note,
                 )
+                if note is None:
+                    self.last_model_shot = record.image
             else:
                 self.recorder.event(
                     "error", where="screenshot", type=record.outcome, message=record.error or ""
@@ -185,9 +200,24 @@ class RecordedSession:
             fields["keys"] = sent["keys"]
         if record.error:
             fields["error"] = record.error
+        if record.receipt is not None:
+            fields["receipt"] = record.receipt.as_dict()
         if record.outcome == "done":
             self.executed_actions += 1
         self.recorder.action(**fields)
+        if self.stall.observe(record) and self.stalled is None:
+            self.stalled = (
+                f"stalled: {self.stall.unchanged_in_row} state-changing actions in a row changed "
+                f"nothing visible on the screen (the last: {record.kind})"
+            )
+            self.recorder.event(
+                "warning",
+                what="stall",
+                message=self.stalled,
+                actions=self.stall.unchanged_in_row,
+            )
+            if self.on_stall is not None:
+                self.on_stall(self.stalled)
 
     # -- the OpenAI client -------------------------------------------------------------------
 

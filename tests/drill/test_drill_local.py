@@ -29,7 +29,9 @@ def test_drill_passes_on_a_local_desktop(local_desktop: LocalDesktop, tmp_path: 
         port=18801,
     )
     assert result.ok, result.summary()
-    assert [c.ok for c in result.checks] == [True, True]
+    assert [c.ok for c in result.checks] == [True, True, True]
+    assert result.checks[2].name == "stale model-visible screenshots"
+    assert "stale model-visible screenshots: 0 of 5 checked" in result.summary()
     assert (tmp_path / "work" / "note.txt").read_bytes().decode() == result.checks[0].expected
     events = read_trajectory(tmp_path / "out")
     actions = [e for e in events if e["kind"] == "action"]
@@ -40,6 +42,10 @@ def test_drill_passes_on_a_local_desktop(local_desktop: LocalDesktop, tmp_path: 
         == (a["native"]["x"], a["native"]["y"])
         for a in clicks
     )
+    # every state-changing action was paced on the app and says what it did to the screen
+    assert all(a["receipt"]["settled"] for a in actions), actions
+    stale = [e for e in events if e["kind"] == "stale_check"]
+    assert len(stale) == 5 and not any(e["stale"] for e in stale)
     approvals = [e for e in events if e["kind"] == "approval"]
     assert [a["subject"] for a in approvals] == ["safety_check"] and approvals[0]["allowed"]
     assert (tmp_path / "out" / "report.html").is_file()

@@ -1,0 +1,58 @@
+"""The drivers' ``settle`` option: how each action waits for its effect before the next one.
+
+``GuestDriver(..., settle=...)`` and ``AsyncGuestDriver`` accept:
+
+* ``True`` (default) — :class:`guest.protocol.SettleSpec` defaults: wait up to ``expect_ms``
+  (300) for a first change, then until the screen has been quiet ``quiet_ms`` (200), at most
+  ``cap_ms`` (3000);
+* a :class:`~guest.protocol.SettleSpec`, or a mapping with any of ``expect_ms``, ``quiet_ms``,
+  ``cap_ms`` (milliseconds; the others keep their defaults);
+* ``False`` or ``None`` — off: actions return as soon as their input is sent, screenshots show
+  whatever is on screen then, and records carry no receipt.
+
+With settling on, every input action (click, double_click, drag, keypress, move, scroll, type)
+returns only once the app has taken it in, so the next action of a batch and the screenshot the
+SDK takes after the batch see its effect. ``wait`` is a plain wait either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from drivers.errors import SettleOptionError
+from guest.errors import GuestError
+from guest.protocol import SettleSpec
+
+__all__ = ["SettleOption", "SettleSpec", "check_settle", "require_receipts"]
+
+SettleOption = SettleSpec | Mapping[str, int] | bool | None
+"""What the drivers' ``settle`` parameter accepts (module docstring)."""
+
+
+def check_settle(value: object) -> SettleSpec | None:
+    """The settle spec a ``settle`` option stands for (``None``: settling off).
+
+    :raises SettleOptionError: naming the option that is wrong (not an integer, negative,
+        ``cap_ms`` over its limit, ``expect_ms``/``quiet_ms`` over ``cap_ms``, unknown name).
+    """
+    if value is None or value is False:
+        return None
+    if value is True:
+        return SettleSpec()
+    if isinstance(value, SettleSpec):
+        value = value.as_args()
+    try:
+        return SettleSpec.parse(value)
+    except GuestError as exc:
+        raise SettleOptionError(exc.reason) from None
+
+
+def require_receipts(hello: Mapping[str, object], name: str) -> None:
+    """Raise :class:`SettleOptionError` when the agent cannot settle actions (old agent)."""
+    features = hello.get("features")  # guest.protocol.FEATURES of the agent
+    if not isinstance(features, list) or "receipts" not in features:
+        raise SettleOptionError(
+            f"the agent at {name} does not settle actions (features {features!r}; protocol "
+            f"{hello.get('protocol')}, feature 'receipts' needed)",
+            hint="update the guest image (cubicle image build), or pass settle=False",
+        )

@@ -1,0 +1,420 @@
+"""Knowing when the screen changed: X DAMAGE events (or frame polling), quiet periods, receipts.
+
+The agent performs an action and then asks a :class:`ChangeTracker` to wait until the action has
+been *taken in*: :meth:`ChangeTracker.wait` returns
+
+* at once after ``expect_ms`` when nothing changed on screen (a click on an inert pixel), or
+* once the screen has been quiet for ``quiet_ms`` after the last change, or
+* at ``cap_ms`` at the latest (``settled`` is then false).
+
+:class:`DamageTracker` is event-driven: a thread reads DAMAGE ``RawRectangles`` notifications for
+the root window (every drawing into any window shows up there, with its rectangle) and keeps a
+short history. Nothing grabs or hashes frames in a loop. :class:`PollingTracker` is the fallback
+for an X server without DAMAGE: it hashes grabs every 30 ms and diffs the first and last grab
+for the changed box. ``hello``/``info`` say which one runs (``settle_method``).
+
+**Background activity is ignored.** A blinking caret, a spinner or an animated page damages the
+same places again and again while nobody types. The tracker remembers the damage that arrived
+while no action was in progress ("idle" damage); a 32x32-pixel cell that was damaged by at least
+:data:`BACKGROUND_MIN_EVENTS` idle events spread over at least :data:`BACKGROUND_MIN_SPAN_S`
+within the last :data:`BACKGROUND_WINDOW_S` is *background*, and damage lying entirely inside
+background cells neither counts as a change nor breaks a quiet period. Damage caused while an
+action is in progress never becomes background, so typing into the same field twice is seen
+twice. An animation that an action itself starts is waited on until ``cap_ms``; from then on it
+is idle background and no longer holds later screenshots.
+
+**Visible change.** A wait's ``changed`` is true when the bounding box of the (non-background)
+damage since the action began is larger than :data:`protocol.VISIBLE_CHANGE_AREA` (400 px²): more
+than a caret. Smaller damage still counts for the quiet period (a caret that moved was drawn).
+
+Times are ``time.monotonic()`` seconds inside, milliseconds in results; rectangles are native
+screen pixels.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import select
+import threading
+import time
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from PIL import Image, ImageChops
+from Xlib import display as xdisplay
+from Xlib import error as xerror
+from Xlib.ext import damage
+
+from guest import protocol
+from guest.errors import GuestError
+
+__all__ = [
+    "ChangeTracker",
+    "DamageTracker",
+    "PollingTracker",
+    "Rect",
+    "SettleOutcome",
+    "open_tracker",
+]
+
+log = logging.getLogger("guest.changes")
+
+CELL_PX: Final = 32
+"""Side of the square cells background activity is tracked in (pixels)."""
+BACKGROUND_WINDOW_S: Final = 5.0
+"""How far back idle damage is looked at to find background activity (seconds)."""
+BACKGROUND_MIN_EVENTS: Final = 3
+"""Idle damage events a cell needs within the window to be background."""
+BACKGROUND_MIN_SPAN_S: Final = 1.0
+"""...spread over at least this long (a one-off repaint in several parts is not background)."""
+HISTORY_EVENTS: Final = 20_000
+"""Damage events kept (oldest dropped first); enough for several seconds of full-rate video."""
+POLL_INTERVAL_S: Final = 0.03
+"""Frame polling period of the fallback tracker (seconds)."""
+
+
+@dataclass(frozen=True)
+class Rect:
+    """A rectangle in native screen pixels."""
+
+    x: int
+    y: int
+    width: int
+    height: int
+
+    @property
+    def area(self) -> int:
+        return self.width * self.height
+
+    def union(self, other: Rect) -> Rect:
+        left, top = min(self.x, other.x), min(self.y, other.y)
+        right = max(self.x + self.width, other.x + other.width)
+        bottom = max(self.y + self.height, other.y + other.height)
+        return Rect(left, top, right - left, bottom - top)
+
+    def intersects(self, other: Rect) -> bool:
+        return (
+            self.x < other.x + other.width
+            and other.x < self.x + self.width
+            and self.y < other.y + other.height
+            and other.y < self.y + self.height
+        )
+
+    def cells(self) -> set[tuple[int, int]]:
+        """The :data:`CELL_PX` cells this rectangle touches."""
+        if self.width <= 0 or self.height <= 0:
+            return set()
+        return {
+            (cx, cy)
+            for cx in range(self.x // CELL_PX, (self.x + self.width - 1) // CELL_PX + 1)
+            for cy in range(self.y // CELL_PX, (self.y + self.height - 1) // CELL_PX + 1)
+        }
+
+    def as_dict(self) -> dict[str, int]:
+        return {"x": self.x, "y": self.y, "width": self.width, "height": self.height}
+
+    @classmethod
+    def of(cls, region: Mapping[str, int]) -> Rect:
+        return cls(region["x"], region["y"], region["width"], region["height"])
+
+
+@dataclass(frozen=True)
+class SettleOutcome:
+    """What one wait saw. ``box`` is the bounding box of the counted damage (None: none)."""
+
+    changed: bool
+    settled: bool
+    waited_ms: int
+    box: Rect | None
+    events: int
+    method: str
+
+    def result(self) -> dict[str, Any]:
+        """The protocol's receipt fields (see :data:`guest.protocol.RECEIPT_FIELDS`)."""
+        return {
+            "changed": self.changed,
+            "settled": self.settled,
+            "settle_ms": self.waited_ms,
+            "damage": None if self.box is None else self.box.as_dict(),
+            "damage_events": self.events,
+            "method": self.method,
+        }
+
+
+class ChangeTracker(Protocol):
+    """What the agent needs to pace actions on the screen's changes."""
+
+    method: str
+    """``damage`` or ``poll``."""
+
+    def begin_input(self) -> float:
+        """Mark that an action starts sending input; return its start (monotonic seconds)."""
+        ...
+
+    def end_input(self) -> None:
+        """Mark that the action and its wait are over: later damage is idle again."""
+        ...
+
+    def wait(
+        self, since: float, spec: protocol.SettleSpec, region: Rect | None = None
+    ) -> SettleOutcome:
+        """Wait for the changes since ``since`` to settle (module docstring)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class _Damage:
+    t: float
+    rect: Rect
+    idle: bool
+
+
+class DamageTracker:
+    """Event-driven change tracking with the X DAMAGE extension (see the module docstring).
+
+    Owns one X connection and one daemon thread; :meth:`close` stops both.
+
+    :raises GuestError: ``x11_error`` when the display cannot be opened or has no DAMAGE.
+    """
+
+    method = "damage"
+
+    def __init__(self, display_name: str | None) -> None:
+        try:
+            self._display = xdisplay.Display(display_name)
+        except (xerror.DisplayError, OSError) as exc:
+            raise GuestError("x11_error", f"cannot open X display {display_name!r}: {exc}") from exc
+        try:
+            if not self._display.has_extension("DAMAGE"):
+                raise GuestError("x11_error", "the X server has no DAMAGE extension")
+            self._display.damage_query_version()
+            self._event_type = self._display.query_extension("DAMAGE").first_event
+            root = self._display.screen().root
+            self._damage = root.damage_create(damage.DamageReportRawRectangles)
+            self._display.sync()
+        except BaseException:
+            self._display.close()
+            raise
+        self._history: collections.deque[_Damage] = collections.deque(maxlen=HISTORY_EVENTS)
+        self._changed = threading.Condition()
+        self._busy = 0
+        self._screen = Rect(0, 0, int(root.get_geometry().width), int(root.get_geometry().height))
+        self._initial_pending = True
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, name="cubicle-damage", daemon=True)
+        self._thread.start()
+
+    # -- the reader thread ------------------------------------------------------------------
+
+    def _read(self) -> None:
+        fd = self._display.fileno()
+        try:
+            while not self._stop.is_set():
+                select.select([fd], [], [], 0.2)
+                for _ in range(self._display.pending_events()):
+                    event = self._display.next_event()
+                    if event.type != self._event_type:
+                        continue
+                    area = event.area
+                    self._add(Rect(int(area.x), int(area.y), int(area.width), int(area.height)))
+        except Exception:  # the X server went away: waits fall back to their timeouts
+            if not self._stop.is_set():
+                log.exception("damage reader stopped")
+
+    def _add(self, rect: Rect) -> None:
+        now = time.monotonic()
+        with self._changed:
+            # creating the damage object reports the whole screen once: that is not a change
+            initial, self._initial_pending = self._initial_pending and rect == self._screen, False
+            if not initial:
+                self._history.append(_Damage(now, rect, self._busy == 0))
+            self._changed.notify_all()
+
+    # -- ChangeTracker ----------------------------------------------------------------------
+
+    def begin_input(self) -> float:
+        with self._changed:
+            self._busy += 1
+        return time.monotonic()
+
+    def end_input(self) -> None:
+        with self._changed:
+            self._busy = max(0, self._busy - 1)
+
+    def _background(self, before: float) -> set[tuple[int, int]]:
+        """Cells with repeated idle damage in the window ending at ``before``."""
+        seen: dict[tuple[int, int], list[float]] = {}
+        for item in self._history:
+            if not item.idle or item.t >= before or item.t < before - BACKGROUND_WINDOW_S:
+                continue
+            for cell in item.rect.cells():
+                seen.setdefault(cell, []).append(item.t)
+        return {
+            cell
+            for cell, times in seen.items()
+            if len(times) >= BACKGROUND_MIN_EVENTS and times[-1] - times[0] >= BACKGROUND_MIN_SPAN_S
+        }
+
+    def wait(
+        self, since: float, spec: protocol.SettleSpec, region: Rect | None = None
+    ) -> SettleOutcome:
+        with self._changed:
+            background = self._background(since)
+
+        def counts(item: _Damage) -> bool:
+            if region is not None and not item.rect.intersects(region):
+                return False
+            return not item.rect.cells() <= background
+
+        return self._wait_history(since, spec, counts)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=1.0)
+        try:
+            self._display.damage_destroy(self._damage)
+            self._display.close()
+        except Exception as exc:  # the X server is already gone
+            log.debug("closing the damage connection: %s", exc)
+
+    def _wait_history(
+        self, since: float, spec: protocol.SettleSpec, counts: Callable[[_Damage], bool]
+    ) -> SettleOutcome:
+        """The quiet-period state machine over the damage history."""
+        return _quiet_period(self._changed, self._history, since, spec, counts)
+
+
+def _quiet_period(
+    condition: threading.Condition,
+    history: collections.deque[_Damage],
+    since: float,
+    spec: protocol.SettleSpec,
+    counts: Callable[[_Damage], bool],
+) -> SettleOutcome:
+    """Wait on ``condition`` (which guards ``history``) per ``spec`` (module docstring)."""
+    method = DamageTracker.method
+    start = time.monotonic()
+    cap_at = start + spec.cap_ms / 1000
+    expect_at = start + spec.expect_ms / 1000
+    with condition:
+        while True:
+            box: Rect | None = None
+            last: float | None = None
+            events = 0
+            for item in reversed(history):
+                if item.t < since:
+                    break
+                if counts(item):
+                    events += 1
+                    box = item.rect if box is None else box.union(item.rect)
+                    last = item.t if last is None else max(last, item.t)
+            now = time.monotonic()
+            if last is None:
+                deadline = min(expect_at, cap_at)
+                done = now >= deadline
+                settled = True
+            else:
+                deadline = min(last + spec.quiet_ms / 1000, cap_at)
+                done = now >= deadline
+                settled = last + spec.quiet_ms / 1000 <= now
+            if done:
+                changed = box is not None and box.area > protocol.VISIBLE_CHANGE_AREA
+                return SettleOutcome(
+                    changed, settled, round((now - start) * 1000), box, events, method
+                )
+            condition.wait(timeout=max(0.001, deadline - now))
+
+
+class PollingTracker:
+    """Fallback without DAMAGE: hash grabs every 30 ms (see the module docstring).
+
+    :param grab: returns the RGB image of a region (native pixels) — the agent's screen.
+    """
+
+    method = "poll"
+
+    def __init__(self, grab: Callable[[Rect | None], Image.Image]) -> None:
+        self._grab = grab
+        self._before: dict[float, Image.Image] = {}
+        self._lock = threading.Lock()
+
+    def begin_input(self) -> float:
+        image = self._grab(None)
+        now = time.monotonic()
+        with self._lock:
+            self._before = {now: image}
+        return now
+
+    def end_input(self) -> None:
+        with self._lock:
+            self._before = {}
+
+    def wait(
+        self, since: float, spec: protocol.SettleSpec, region: Rect | None = None
+    ) -> SettleOutcome:
+        with self._lock:
+            before = self._before.get(since)
+        start = time.monotonic()
+        if before is None:
+            before = self._grab(None)
+        reference = before.crop(_box(region)) if region is not None else before
+        last_hash = zlib.crc32(reference.tobytes())
+        last_change: float | None = None
+        events = 0
+        current = reference
+        while True:
+            now = time.monotonic()
+            elapsed = now - start
+            if last_change is None and elapsed * 1000 >= min(spec.expect_ms, spec.cap_ms):
+                return SettleOutcome(False, True, round(elapsed * 1000), None, 0, self.method)
+            if last_change is not None and (
+                (now - last_change) * 1000 >= spec.quiet_ms
+                and elapsed * 1000 >= min(spec.expect_ms, spec.cap_ms)
+            ):
+                break
+            if elapsed * 1000 >= spec.cap_ms:
+                break
+            time.sleep(POLL_INTERVAL_S)
+            image = self._grab(region)
+            digest = zlib.crc32(image.tobytes())
+            if digest != last_hash:
+                last_hash, last_change, current = digest, time.monotonic(), image
+                events += 1
+        now = time.monotonic()
+        settled = last_change is None or (now - last_change) * 1000 >= spec.quiet_ms
+        bbox = ImageChops.difference(reference, current).getbbox()
+        box = None
+        if bbox is not None:
+            left, top, right, bottom = bbox
+            offset_x, offset_y = (region.x, region.y) if region is not None else (0, 0)
+            box = Rect(left + offset_x, top + offset_y, right - left, bottom - top)
+        changed = box is not None and box.area > protocol.VISIBLE_CHANGE_AREA
+        return SettleOutcome(
+            changed, settled, round((now - start) * 1000), box, events, self.method
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            self._before = {}
+
+
+def _box(region: Rect) -> tuple[int, int, int, int]:
+    return (region.x, region.y, region.x + region.width, region.y + region.height)
+
+
+def open_tracker(
+    display_name: str | None, grab: Callable[[Rect | None], Image.Image], *, force_poll: bool
+) -> ChangeTracker:
+    """A :class:`DamageTracker`, or a :class:`PollingTracker` when DAMAGE is missing (logged)
+    or ``force_poll`` is set."""
+    if not force_poll:
+        try:
+            return DamageTracker(display_name)
+        except GuestError as exc:
+            log.warning("no DAMAGE change tracking (%s): falling back to frame polling", exc)
+    return PollingTracker(grab)

@@ -1,0 +1,116 @@
+"""Counting stale model-visible screenshots.
+
+A screenshot the model received is *stale* when it follows a ``computer_call`` that contained a
+state-changing action (:data:`drivers.stall.STATE_CHANGING`) whose effect shows later: the
+screen changes again within :data:`STALE_WINDOW_S` without new input, and the change is not in
+what the model saw. :class:`StaleCheck` measures exactly that: before the model's next turn it
+waits the window out with no input, grabs the same view again and compares it with the
+screenshot the model received. It is stale when the bounding box of the difference, in native
+screen pixels, is larger than :data:`guest.protocol.VISIBLE_CHANGE_AREA` (a caret's blink is
+not a change). Dock windows (the panel, whose clock may turn a minute meanwhile) are left out of
+the comparison.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from dataclasses import dataclass
+from typing import Any, Final
+
+from PIL import Image, ImageChops, ImageDraw
+
+from guest import protocol
+from guest.client import AgentClient
+from orchestrator.trajectory.recorder import TrajectoryRecorder
+
+__all__ = ["STALE_WINDOW_S", "StaleCheck", "StaleVerdict"]
+
+STALE_WINDOW_S: Final = 3.0
+"""How long after a screenshot a late effect still makes it stale (seconds)."""
+
+
+@dataclass(frozen=True)
+class StaleVerdict:
+    """One comparison: ``box`` is the changed bounding box in native pixels (None: none)."""
+
+    stale: bool
+    box: tuple[int, int, int, int] | None
+    area: int
+
+
+class StaleCheck:
+    """Compare model-visible screenshots with the screen :data:`STALE_WINDOW_S` later.
+
+    :param client: the agent connection (the caller owns it; it must not be sending input
+        meanwhile — the drill calls this while the model is "thinking").
+    :param args: the ``screenshot`` arguments the driver uses (same crop and size).
+    :param screen: native screen size; ``view``: the model's image size.
+    """
+
+    def __init__(
+        self,
+        client: AgentClient,
+        args: dict[str, Any],
+        *,
+        screen: tuple[int, int],
+        view: tuple[int, int],
+        recorder: TrajectoryRecorder | None = None,
+        window_s: float = STALE_WINDOW_S,
+    ) -> None:
+        self.client = client
+        self.args = dict(args)
+        self.scale = (screen[0] / view[0], screen[1] / view[1])
+        self.recorder = recorder
+        self.window_s = window_s
+        self.checked = 0
+        self.stale = 0
+
+    def check(self, seen_png: bytes, shot_index: int | None) -> StaleVerdict:
+        """Wait the window out, grab the view again, compare with ``seen_png``; count it."""
+        time.sleep(self.window_s)
+        reply = self.client.call("screenshot", self.args, timeout=30)
+        docks = [
+            w
+            for w in self.client.call("windows", {}, timeout=10).result.get("windows") or []
+            if isinstance(w, dict) and w.get("type") == "dock"
+        ]
+        with Image.open(io.BytesIO(seen_png)) as seen, Image.open(io.BytesIO(reply.blob)) as now:
+            before, after = seen.convert("RGB"), now.convert("RGB")
+        if before.size != after.size:
+            after = after.resize(before.size)
+        for image in (before, after):
+            draw = ImageDraw.Draw(image)
+            for dock in docks:
+                draw.rectangle(self._to_view(dock), fill=(0, 0, 0))
+        bbox = ImageChops.difference(before, after).getbbox()
+        verdict = StaleVerdict(False, None, 0)
+        if bbox is not None:
+            left, top = round(bbox[0] * self.scale[0]), round(bbox[1] * self.scale[1])
+            right, bottom = round(bbox[2] * self.scale[0]), round(bbox[3] * self.scale[1])
+            area = (right - left) * (bottom - top)
+            verdict = StaleVerdict(
+                area > protocol.VISIBLE_CHANGE_AREA, (left, top, right, bottom), area
+            )
+        self.checked += 1
+        self.stale += int(verdict.stale)
+        if self.recorder is not None:
+            self.recorder.event(
+                "stale_check",
+                shot=shot_index,
+                stale=verdict.stale,
+                changed_box=list(verdict.box) if verdict.box else None,
+                changed_area=verdict.area,
+                window_s=self.window_s,
+            )
+        return verdict
+
+    def _to_view(self, window: dict[str, Any]) -> tuple[int, int, int, int]:
+        x, y = int(window.get("x", 0)), int(window.get("y", 0))
+        w, h = int(window.get("width", 0)), int(window.get("height", 0))
+        return (
+            int(x / self.scale[0]),
+            int(y / self.scale[1]),
+            int((x + w) / self.scale[0]) + 1,
+            int((y + h) / self.scale[1]) + 1,
+        )
