@@ -19,7 +19,8 @@ Kinds and their fields:
   ``call_id``, ``detail``
 - ``action``: ``index``, ``after_shot`` (the screenshot the model saw when it chose the action,
   or null), ``type``, ``model`` (coordinates as the model gave them), ``native`` (screen px),
-  ``text``/``keys`` when present, ``duration_ms``, ``error``
+  ``text``/``keys`` when present, ``duration_ms``, ``error``, ``receipt`` (what the screen did
+  after it: :class:`drivers.receipts.Receipt` as a dict)
 - ``screenshot``: ``index``, ``file``, ``size`` [w, h], ``native`` (crop rect / geometry facts),
   ``note`` (who took it, when not the SDK)
 - ``diagnostic``: the SDK's ``ToolDiagnostic`` fields (``api``, ``stage``, ``reason``, ``call_id``,
@@ -28,6 +29,9 @@ Kinds and their fields:
   guest outside the model loop: window waits, settles, set-up)
 - ``check``: ``name``, ``ok``, ``expected``, ``got`` (verification of the guest's state)
 - ``error``: ``where``, ``type``, ``message``
+- ``warning``: ``what`` (``stall``), ``message``, ``actions``
+- ``stale_check``: ``shot``, ``stale``, ``changed_box``, ``changed_area``, ``window_s`` (the drill
+  compared the screenshot the model received with the screen that much later)
 - ``end``: ``ok``, ``final_message``, ``wall_s``
 
 The recorder is thread-safe (the scripted model's hooks run on the HTTP server's thread). The

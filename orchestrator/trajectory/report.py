@@ -183,9 +183,28 @@ def _describe(action: dict[str, Any]) -> str:
         bits.append(f"keys <code>{_esc('+'.join(map(str, action['keys'])))}</code>")
     if isinstance(action.get("duration_ms"), int | float):
         bits.append(f'<span class="muted">{action["duration_ms"]:.0f} ms</span>')
+    receipt = action.get("receipt")
+    if isinstance(receipt, dict):
+        bits.append(_receipt_html(receipt))
     if action.get("error"):
         bits.append(f'<span class="fail">failed: {_esc(action["error"])}</span>')
     return " ".join(bits)
+
+
+def _receipt_html(receipt: dict[str, Any]) -> str:
+    """One action's receipt: changed or not, settle time (capped?), focus change."""
+    changed = "screen changed" if receipt.get("changed") else "no visible change"
+    settle = f"settled in {receipt.get('settle_ms')} ms"
+    if receipt.get("settled") is False:
+        settle = f"cut at the cap after {receipt.get('settle_ms')} ms"
+    before, after = receipt.get("focus_before"), receipt.get("focus_after")
+    focus = ""
+    if isinstance(after, dict) and (
+        not isinstance(before, dict) or before.get("id") != after.get("id")
+    ):
+        focus = f"; focus → {_esc(str(after.get('title') or '?'))}"
+    css = "muted" if receipt.get("changed") else "fail"
+    return f'<span class="receipt {css}">[{changed}, {settle}{focus}]</span>'
 
 
 def render_report(folder: Path) -> str:
