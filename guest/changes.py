@@ -15,10 +15,13 @@ for the changed box. ``hello``/``info`` say which one runs (``settle_method``).
 
 **Background activity is ignored.** A blinking caret, a spinner or an animated page damages the
 same places again and again while nobody types. The tracker remembers the damage that arrived
-while no action was in progress ("idle" damage); a 32x32-pixel cell that was damaged by at least
-:data:`BACKGROUND_MIN_EVENTS` idle events spread over at least :data:`BACKGROUND_MIN_SPAN_S`
-within the last :data:`BACKGROUND_WINDOW_S` is *background*, and damage lying entirely inside
-background cells neither counts as a change nor breaks a quiet period. Damage caused while an
+while no action was in progress ("idle" damage); a 32x32-pixel cell that was damaged in at least
+:data:`BACKGROUND_MIN_BUCKETS` tenth-of-a-second buckets spread over at least
+:data:`BACKGROUND_MIN_SPAN_S` within the last :data:`BACKGROUND_WINDOW_S`, the last of them at
+most :data:`BACKGROUND_RECENT_S` before the action, is *background* — ongoing, repeated activity,
+not a window that opened or closed (rectangles over :data:`BACKGROUND_MAX_SCREEN_SHARE` of the
+screen are never learnt) — and damage lying entirely inside background cells neither
+counts as a change nor breaks a quiet period. Damage caused while an
 action is in progress never becomes background, so typing into the same field twice is seen
 twice. An animation that an action itself starts is waited on until ``cap_ms``; from then on it
 is idle background and no longer holds later screenshots.
@@ -66,10 +69,20 @@ CELL_PX: Final = 32
 """Side of the square cells background activity is tracked in (pixels)."""
 BACKGROUND_WINDOW_S: Final = 5.0
 """How far back idle damage is looked at to find background activity (seconds)."""
-BACKGROUND_MIN_EVENTS: Final = 3
-"""Idle damage events a cell needs within the window to be background."""
+BACKGROUND_BUCKET_S: Final = 0.1
+"""Idle damage is counted per cell in time buckets this long (a window mapping, however many
+rectangles it draws, fills one or two buckets; an animation fills one every frame)."""
+BACKGROUND_MIN_BUCKETS: Final = 5
+"""Buckets with idle damage a cell needs within the window to be background (a caret blinking
+every 0.5-0.8 s fills 6-10 in 5 s)."""
 BACKGROUND_MIN_SPAN_S: Final = 1.0
-"""...spread over at least this long (a one-off repaint in several parts is not background)."""
+"""...spread over at least this long..."""
+BACKGROUND_RECENT_S: Final = 1.0
+"""...and still going on: the last one at most this long before the action."""
+BACKGROUND_MAX_SCREEN_SHARE: Final = 1 / 8
+"""Idle damage rectangles larger than this share of the screen are not learnt as background:
+windows opening, closing and repainting whole are events, not background activity (an
+animation larger than this holds an action's wait until its cap)."""
 HISTORY_EVENTS: Final = 20_000
 """Damage events kept (oldest dropped first); enough for several seconds of full-rate video."""
 POLL_INTERVAL_S: Final = 0.03
@@ -247,17 +260,25 @@ class DamageTracker:
             self._busy = max(0, self._busy - 1)
 
     def _background(self, before: float) -> set[tuple[int, int]]:
-        """Cells with repeated idle damage in the window ending at ``before``."""
-        seen: dict[tuple[int, int], list[float]] = {}
+        """Cells with ongoing, repeated idle damage just before ``before`` (module docstring)."""
+        buckets: dict[tuple[int, int], set[int]] = {}
+        largest = self._screen.area * BACKGROUND_MAX_SCREEN_SHARE
         for item in self._history:
             if not item.idle or item.t >= before or item.t < before - BACKGROUND_WINDOW_S:
                 continue
+            if item.rect.area > largest:
+                continue
+            bucket = int(item.t / BACKGROUND_BUCKET_S)
             for cell in item.rect.cells():
-                seen.setdefault(cell, []).append(item.t)
+                buckets.setdefault(cell, set()).add(bucket)
+        recent = int((before - BACKGROUND_RECENT_S) / BACKGROUND_BUCKET_S)
+        span = round(BACKGROUND_MIN_SPAN_S / BACKGROUND_BUCKET_S)
         return {
             cell
-            for cell, times in seen.items()
-            if len(times) >= BACKGROUND_MIN_EVENTS and times[-1] - times[0] >= BACKGROUND_MIN_SPAN_S
+            for cell, seen in buckets.items()
+            if len(seen) >= BACKGROUND_MIN_BUCKETS
+            and max(seen) - min(seen) >= span
+            and max(seen) >= recent
         }
 
     def wait(

@@ -1,0 +1,167 @@
+"""The agent paces actions on the screen's changes (X DAMAGE, or frame polling without it).
+
+A real Tk window (tests/guest/tk_effects.py) paints at known delays after a key; the receipt of
+the action must cover the delayed effect, return early when nothing happens, and ignore an
+animation that was already running — on both change trackers.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from io import BytesIO
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from guest import protocol
+from guest.client import AgentClient
+from tests.support.agent import RunningAgent, start_agent
+from tests.support.xvfb import Xvfb
+
+pytestmark = pytest.mark.x11
+
+EFFECTS = Path(__file__).with_name("tk_effects.py")
+SETTLE = protocol.SettleSpec().as_args()
+
+
+@pytest.fixture(scope="module")
+def xserver() -> Iterator[Xvfb]:
+    with Xvfb(1280, 800) as server:
+        yield server
+
+
+@pytest.fixture(scope="module", params=["damage", "poll"])
+def agent(
+    request: pytest.FixtureRequest, xserver: Xvfb, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningAgent]:
+    env = {"CUBICLE_SETTLE_METHOD": request.param}
+    with start_agent(xserver.display, tmp_path_factory.mktemp("agent"), extra_env=env) as running:
+        yield running
+
+
+@pytest.fixture
+def client(agent: RunningAgent) -> Iterator[AgentClient]:
+    with agent.client() as connected:
+        yield connected
+
+
+def _effects(display: str, *args: str) -> subprocess.Popen[str]:
+    process = subprocess.Popen(
+        [sys.executable, str(EFFECTS), *args],
+        env={"DISPLAY": display, "PATH": "/usr/bin:/bin"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+    return process
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    process.terminate()
+    process.wait(timeout=10)
+    if process.stdout is not None:
+        process.stdout.close()
+
+
+@pytest.fixture
+def effects(xserver: Xvfb, client: AgentClient) -> Iterator[None]:
+    process = _effects(xserver.display)
+    client.call("settle", {"quiet_ms": 300, "timeout_ms": 3000})
+    yield
+    _stop(process)
+
+
+def _pixel(client: AgentClient, x: int, y: int) -> tuple[int, ...]:
+    reply = client.call(
+        "screenshot", {"format": "png", "region": {"x": x, "y": y, "width": 1, "height": 1}}
+    )
+    with Image.open(BytesIO(reply.blob)) as image:
+        return tuple(image.convert("RGB").getpixel((0, 0)))  # type: ignore[arg-type]
+
+
+def test_hello_says_which_method_tracks_changes(client: AgentClient, agent: RunningAgent) -> None:
+    hello = client.hello_result or {}
+    assert "receipts" in hello["features"]
+    assert hello["settle_method"] == agent._extra_env["CUBICLE_SETTLE_METHOD"]
+
+
+def test_a_delayed_effect_is_in_the_receipt_and_on_screen_when_the_action_returns(
+    client: AgentClient, effects: None
+) -> None:
+    receipt = client.call("keypress", {"keys": ["d"], "settle": SETTLE}).result["receipt"]
+    assert _pixel(client, 150, 100) == (255, 0, 0), "the red block was not painted yet"
+    assert receipt["changed"] is True and receipt["settled"] is True
+    assert receipt["settle_ms"] >= 250
+    box = receipt["damage"]
+    assert box["x"] <= 0 + 10 and box["y"] <= 10 and box["width"] >= 290 and box["height"] >= 190
+
+
+def test_a_two_stage_effect_is_waited_out_across_its_gap(
+    client: AgentClient, effects: None
+) -> None:
+    receipt = client.call("keypress", {"keys": ["s"], "settle": SETTLE}).result["receipt"]
+    assert _pixel(client, 75, 300) == (0, 0, 255)
+    assert _pixel(client, 225, 300) == (0, 128, 0), "the second stage came after the answer"
+    assert receipt["changed"] is True and receipt["settle_ms"] >= 150
+
+
+def test_nothing_happening_returns_after_the_expect_window(
+    client: AgentClient, effects: None
+) -> None:
+    receipt = client.call("keypress", {"keys": ["x"], "settle": SETTLE}).result["receipt"]
+    assert receipt["changed"] is False and receipt["settled"] is True
+    assert SETTLE["expect_ms"] <= receipt["settle_ms"] < SETTLE["expect_ms"] + 400
+    assert receipt["damage"] is None
+
+
+def test_settling_off_answers_before_the_effect(client: AgentClient, effects: None) -> None:
+    result = client.call("keypress", {"keys": ["d"]}).result
+    assert "receipt" not in result
+    assert _pixel(client, 150, 100) == (255, 255, 255), "answered after the delayed effect"
+    client.call("settle", {"quiet_ms": 400, "timeout_ms": 3000})
+
+
+def test_a_running_animation_does_not_hold_actions_but_new_effects_still_count(
+    xserver: Xvfb, client: AgentClient, agent: RunningAgent
+) -> None:
+    if agent._extra_env["CUBICLE_SETTLE_METHOD"] == "poll":
+        pytest.skip("frame polling cannot tell background animation from effects (documented)")
+    process = _effects(xserver.display, "--animate")
+    try:
+        client.call("wait", {"ms": 2000})  # the agent sees the animation run while idle
+        inert = client.call("keypress", {"keys": ["x"], "settle": SETTLE}).result["receipt"]
+        assert inert["changed"] is False and inert["settled"] is True
+        assert inert["settle_ms"] < SETTLE["expect_ms"] + 400, "the animation held the action"
+        again = client.call("keypress", {"keys": ["x"], "settle": SETTLE}).result["receipt"]
+        assert again["changed"] is False
+        effect = client.call("keypress", {"keys": ["s"], "settle": SETTLE}).result["receipt"]
+        assert effect["changed"] is True and effect["settle_ms"] >= 150
+        assert _pixel(client, 225, 300) == (0, 128, 0)
+    finally:
+        _stop(process)
+
+
+def test_the_same_place_changing_twice_is_seen_twice(client: AgentClient, effects: None) -> None:
+    first = client.call("keypress", {"keys": ["s"], "settle": SETTLE}).result["receipt"]
+    client.call("keypress", {"keys": ["c"], "settle": SETTLE})
+    second = client.call("keypress", {"keys": ["s"], "settle": SETTLE}).result["receipt"]
+    assert first["changed"] and second["changed"], (first, second)
+    assert second["settle_ms"] >= 150
+
+
+def test_bad_settle_arguments_name_the_option_and_the_agent_keeps_serving(
+    client: AgentClient,
+) -> None:
+    for settle, named in (
+        ({"quiet_ms": -5}, "settle.quiet_ms"),
+        ({"cap_ms": 40_000}, "settle.cap_ms must be <= 30000"),
+        ({"expect_ms": 900, "cap_ms": 500}, "settle.expect_ms (900) is over settle.cap_ms"),
+        ({"pause": 1}, "unknown settle option(s) pause"),
+        ([], "argument .settle. must be an object"),
+    ):
+        with pytest.raises(Exception, match=named.replace("(", r"\(").replace(")", r"\)")):
+            client.call("move", {"x": 1, "y": 1, "settle": settle})
+    assert client.call("info").result["features"] == list(protocol.FEATURES)
