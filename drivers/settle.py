@@ -3,7 +3,7 @@
 ``GuestDriver(..., settle=...)`` and ``AsyncGuestDriver`` accept:
 
 * ``True`` (default) — :class:`guest.protocol.SettleSpec` defaults: wait up to ``expect_ms``
-  (300) for a first change, then until the screen has been quiet ``quiet_ms`` (200), at most
+  (300) for a first change, then until the screen has been quiet ``quiet_ms`` (400), at most
   ``cap_ms`` (3000);
 * a :class:`~guest.protocol.SettleSpec`, or a mapping with any of ``expect_ms``, ``quiet_ms``,
   ``cap_ms`` (milliseconds; the others keep their defaults);

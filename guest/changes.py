@@ -290,7 +290,7 @@ class DamageTracker:
         def counts(item: _Damage) -> bool:
             if region is not None and not item.rect.intersects(region):
                 return False
-            return not item.rect.cells() <= background
+            return not background or not item.rect.cells() <= background
 
         return self._wait_history(since, spec, counts)
 

@@ -316,7 +316,7 @@ def register_run(sub: Any) -> None:
         default="on",
         metavar="on|off|expect_ms=N,quiet_ms=N,cap_ms=N",
         help="how each action waits for its effect before the next one and the screenshot "
-        "(default on: expect_ms=300,quiet_ms=200,cap_ms=3000)",
+        "(default on: expect_ms=300,quiet_ms=400,cap_ms=3000)",
     )
     p.add_argument(
         "--out", type=Path, default=None, help="trajectory folder (default runs/run-<time>)"

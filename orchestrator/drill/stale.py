@@ -95,9 +95,15 @@ class StaleCheck:
         self.checked += 1
         self.stale += int(verdict.stale)
         if self.recorder is not None:
+            later = None
+            if verdict.stale:  # keep what the screen became, beside the shot the model got
+                later = f"stale/{self.checked:04d}-later.png"
+                (self.recorder.folder / "stale").mkdir(exist_ok=True)
+                (self.recorder.folder / later).write_bytes(reply.blob)
             self.recorder.event(
                 "stale_check",
                 shot=shot_index,
+                later=later,
                 stale=verdict.stale,
                 changed_box=list(verdict.box) if verdict.box else None,
                 changed_area=verdict.area,

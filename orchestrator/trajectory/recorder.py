@@ -30,8 +30,9 @@ Kinds and their fields:
 - ``check``: ``name``, ``ok``, ``expected``, ``got`` (verification of the guest's state)
 - ``error``: ``where``, ``type``, ``message``
 - ``warning``: ``what`` (``stall``), ``message``, ``actions``
-- ``stale_check``: ``shot``, ``stale``, ``changed_box``, ``changed_area``, ``window_s`` (the drill
-  compared the screenshot the model received with the screen that much later)
+- ``stale_check``: ``shot``, ``stale``, ``changed_box``, ``changed_area``, ``window_s``, ``later``
+  (the drill compared the screenshot the model received with the screen that much later; when
+  stale, ``later`` is the file of what the screen became, under ``stale/``)
 - ``end``: ``ok``, ``final_message``, ``wall_s``
 
 The recorder is thread-safe (the scripted model's hooks run on the HTTP server's thread). The
