@@ -42,12 +42,15 @@ def test_cubicle_drill_passes_with_both_loops_and_its_reports_render(
     stdout, stderr = process.communicate(timeout=300)
     assert process.returncode == 0, f"{stdout}\n{stderr}"
     assert "drill (toolset): PASSED" in stdout and "drill (runner): PASSED" in stdout
+    assert stdout.count("stale model-visible screenshots: 0 of 5 checked") == 2, stdout
     assert cubicle_containers(process.pid) == []
     for loop in ("toolset", "runner"):
         folder = tmp_path / "runs" / loop
         events = read_trajectory(folder)
         shots = [e for e in events if e["kind"] == "screenshot"]
-        assert len(shots) >= 10 and all(s["size"] == [1024, 640] for s in shots)
+        assert len(shots) >= 8 and all(s["size"] == [1024, 640] for s in shots)
+        receipts = [e["receipt"] for e in events if e["kind"] == "action"]
+        assert len(receipts) == 11 and all(r["settled"] for r in receipts)
         dom = render_in_chromium(folder / "report.html", tmp_path / f"profile-{loop}")
         assert len(re.findall(r'<section class="step"', dom)) == len(shots)
         assert all(f'src="{s["file"]}"' in dom for s in shots)
@@ -72,7 +75,8 @@ def test_a_script_typing_the_wrong_text_fails_verification_with_expected_vs_got(
         script_template=template,
     )
     assert not result.ok
-    note, form = result.checks
+    note, form, stale = result.checks
+    assert stale.ok, "typing other text does not make the screenshots stale"
     assert not note.ok and note.got == wrong and note.expected == EXPECTED_NOTE
     assert form.ok, "only the note was typed wrong"
     summary = result.summary()
@@ -94,7 +98,7 @@ def test_a_refused_safety_check_stops_the_run_before_any_of_its_actions(
     )
     assert not result.ok
     assert result.error is not None and "approval" in result.error
-    note, form = result.checks
+    note, form, _stale = result.checks
     assert note.ok, "the steps before the safety check ran"
     assert not form.ok and form.got is None, "the Save click behind the check never ran"
     events = read_trajectory(tmp_path / "out")

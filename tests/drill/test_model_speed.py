@@ -19,16 +19,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
+import openai
 import pytest
-from openai import ComputerToolset, OpenAI
+from openai import AsyncComputerToolset, ComputerToolset, OpenAI
 from openai.types.responses import computer_action as modern
 from PIL import Image, ImageChops
 
-from drivers import ApproveAll, GuestDriver
+from drivers import ApproveAll, AsyncApprovals, AsyncGuestDriver, GuestDriver
 from drivers.errors import SettleOptionError
 from drivers.records import ActionRecord
 from drivers.scripted_model import ScriptedModel, parse_script
 from guest.errors import GuestError
+from guest.protocol import VISIBLE_CHANGE_AREA
 from orchestrator.drill.session import RecordedSession
 from orchestrator.errors import ConfigError
 from orchestrator.run_task import parse_settle, run_task
@@ -421,3 +424,58 @@ def test_settle_off_sends_no_receipt(local_desktop: LocalDesktop) -> None:
         driver.click(modern.Click(type="click", button="left", x=20, y=700))
         assert driver.last_receipt is None
     assert shots.actions[0].receipt is None
+
+
+def test_the_async_driver_paces_the_same_batch_and_shows_its_effect(
+    local_desktop: LocalDesktop, tmp_path: Path
+) -> None:
+    note = tmp_path / "async note.txt"
+    shots = Shots()
+    script = parse_script(
+        {
+            "name": "async-model-speed",
+            "turns": [
+                {
+                    "computer_call": {
+                        "actions": [
+                            {"type": "type", "text": "async ✓\n"},
+                            {"type": "keypress", "keys": ["CTRL", "S"]},
+                            {"type": "keypress", "keys": ["CTRL", "A"]},
+                            {"type": "type", "text": str(note)},
+                            {"type": "keypress", "keys": ["ENTER"]},
+                        ]
+                    }
+                },
+                {"message": "saved"},
+            ],
+        }
+    )
+    assert local_desktop.agent is not None
+    socket_path = local_desktop.agent.socket_path
+
+    async def main() -> None:
+        async with (
+            await AsyncGuestDriver.connect(socket_path, on_action=shots) as driver,
+            openai.AsyncOpenAI(base_url=model.base_url, api_key="k", max_retries=0) as client,
+        ):
+            approvals = AsyncApprovals(ApproveAll(geometry=driver))
+            await driver.screenshot()
+            await AsyncComputerToolset(driver).run(
+                client,
+                {"model": "scripted", "input": "save"},
+                approve_safety_checks=approvals.approve_safety_checks,
+                before_action=approvals.before_action,
+            )
+            receipt = driver.last_receipt
+            assert receipt is not None and receipt.focus_after is not None
+            assert note.name in receipt.focus_after.title
+
+    with _app(local_desktop, "mousepad"):
+        _wait_for_window(local_desktop, "Mousepad")
+        with ScriptedModel(script) as model:
+            anyio.run(main)
+            model.assert_finished()
+    assert note.read_bytes() == "async ✓\n".encode()
+    before, after = shots.images
+    assert _changed_area(before, after) > VISIBLE_CHANGE_AREA  # the typed line, no dialog left
+    assert [a.receipt is not None and a.receipt.settled for a in shots.actions] == [True] * 5

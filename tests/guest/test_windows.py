@@ -30,6 +30,7 @@ def test_windows_lists_mapped_top_levels(client: AgentClient, xserver: Xvfb) -> 
             "id": window.id,
             "title": "Grêmio — 日本",
             "wm_class": ["editor", "Editor"],
+            "type": "normal",
             "x": 40,
             "y": 30,
             "width": 300,
