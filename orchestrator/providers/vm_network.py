@@ -43,12 +43,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from orchestrator.egress import EGRESS_PORT
 from orchestrator.errors import ProviderError
 from orchestrator.network import NetworkPolicy
 from orchestrator.providers.vm_libvirt import libvirt_module, map_libvirt_errors
 
 __all__ = [
-    "EGRESS_PORT",
     "SUBNET_POOL",
     "VmNetwork",
     "bridge_name",
@@ -60,7 +60,6 @@ __all__ = [
     "teardown",
 ]
 
-EGRESS_PORT: Final = 3128
 SUBNET_POOL: Final = ipaddress.IPv4Network("10.231.0.0/16")
 """Where the per-sandbox ``/24`` subnets come from (one per ``allow:`` sandbox)."""
 NAME_PREFIX: Final = "cubicle-"
@@ -229,7 +228,8 @@ def _proxy_user() -> dict[str, Any]:
 
 
 def _proxy_python() -> str:
-    """A Python any user can run (the proxy is standard library only)."""
+    """A Python any user can run: the system one (with Debian's ``python3-h11``,
+    scripts/host-packages/vm.txt) when root, else ours (h11 is a dependency of cubicle)."""
     system = Path("/usr/bin/python3")
     return str(system) if os.geteuid() == 0 and system.exists() else sys.executable
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.egress import EGRESS_PORT
 from orchestrator.network import NetworkPolicy
 from orchestrator.provider import SandboxSpec
 from orchestrator.providers import vm_network
@@ -88,7 +89,7 @@ def test_allow_forwards_exactly_the_allowed_origins(
                 vm_provider,
                 info.id,
                 DIRECT_PROBE,
-                f"{bridge_host}:{vm_network.EGRESS_PORT}",  # control: the proxy is reachable
+                f"{bridge_host}:{EGRESS_PORT}",  # control: the proxy is reachable
                 f"{bridge_host}:{allowed.port}",
                 f"{bridge_host}:{other.port}",
                 f"{bridge_host}:22",
@@ -118,11 +119,11 @@ def test_allow_forwards_exactly_the_allowed_origins(
             log = vm_provider.egress_log(info.id)
         finally:
             vm_provider.destroy(info.id)
-    proxy_url = f"http://{bridge_host}:{vm_network.EGRESS_PORT}"
+    proxy_url = f"http://{bridge_host}:{EGRESS_PORT}"
     assert seen["env"] == {"http": proxy_url, "https": proxy_url}
     assert seen["no_proxy"] == ["localhost,127.0.0.1,::1"] * 2
     # no direct route: only the proxy's port answers on the host side of the bridge
-    assert direct.pop(f"{bridge_host}:{vm_network.EGRESS_PORT}") == "connected", direct
+    assert direct.pop(f"{bridge_host}:{EGRESS_PORT}") == "connected", direct
     assert str(direct.pop("dns")).startswith("gaierror"), direct
     for target, outcome in direct.items():
         assert outcome != "connected", (target, direct)

@@ -1,0 +1,136 @@
+"""The egress proxy as deployed — orchestrator/egress.py run standalone by ``python -I`` (ours,
+and the system python3 with Debian's python3-h11, which Docker's image and the VM host use) —
+against local upstream servers: tunnels, bodies in both framings, 100-continue, HTTP/1.0, and a
+clear, logged refusal for every malformed request."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.egress import egress_proxy, statuses, upstream
+
+SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin")
+
+
+def _has_h11(python: str | None) -> bool:
+    if python is None:
+        return False
+    done = subprocess.run([python, "-I", "-c", "import h11"], capture_output=True, check=False)
+    return done.returncode == 0
+
+
+PYTHONS = [
+    pytest.param(sys.executable, id="venv"),
+    pytest.param(
+        SYSTEM_PYTHON or "/usr/bin/python3",
+        id="system",
+        marks=pytest.mark.skipif(
+            not _has_h11(SYSTEM_PYTHON),
+            reason="the system python3 lacks h11: run scripts/ensure-host-packages",
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("python", PYTHONS)
+def test_connect_tunnels_to_the_allowed_origin_only(python: str) -> None:
+    with (
+        upstream("allowed") as allowed,
+        upstream("other") as other,
+        egress_proxy(f"127.0.0.1:{allowed.port}", python=python) as proxy,
+    ):
+        inner = b"GET /inside HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        tunnelled = proxy.exchange(
+            f"CONNECT 127.0.0.1:{allowed.port} HTTP/1.1\r\nHost: x\r\n\r\n".encode(), then=inner
+        )
+        refused = proxy.exchange(
+            f"CONNECT 127.0.0.1:{other.port} HTTP/1.1\r\nHost: x\r\n\r\n".encode() + inner
+        )
+        decisions = proxy.decisions(2)
+    assert statuses(tunnelled) == [200, 200], tunnelled
+    assert tunnelled.endswith(b"allowed GET /inside")
+    assert statuses(refused) == [403], refused
+    assert allowed.paths == ["/inside"]
+    assert other.paths == []
+    assert [(d["decision"], d["method"], d["port"]) for d in decisions] == [
+        ("allow", "CONNECT", allowed.port),
+        ("refuse", "CONNECT", other.port),
+    ]
+
+
+@pytest.mark.parametrize("python", PYTHONS)
+def test_request_bodies_and_protocol_versions(python: str) -> None:
+    with upstream("up") as up, egress_proxy(f"127.0.0.1:{up.port}", python=python) as proxy:
+        base = f"http://127.0.0.1:{up.port}"
+        sized = proxy.exchange(
+            f"POST {base}/sized HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+            "Connection: close\r\n\r\nhello".encode()
+        )
+        chunked = proxy.exchange(
+            f"PUT {base}/chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+            "Connection: close\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n".encode()
+        )
+        http10 = proxy.exchange(f"GET {base}/old HTTP/1.0\r\n\r\n".encode())
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=15) as sock:
+            sock.sendall(
+                f"POST {base}/continue HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+                "Expect: 100-continue\r\nConnection: close\r\n\r\n".encode()
+            )
+            interim = sock.recv(65536)  # the proxy says go on before it has the body
+            sock.sendall(b"ok")
+            rest = b""
+            while chunk := sock.recv(65536):
+                rest += chunk
+    assert statuses(sized) == [200] and sized.endswith(b"up POST /sized"), sized
+    assert statuses(chunked) == [200] and chunked.endswith(b"up PUT /chunked"), chunked
+    assert statuses(http10) == [200] and http10.endswith(b"up GET /old"), http10
+    assert statuses(interim) == [100], interim
+    assert statuses(rest) == [200], rest
+    assert [(s.path, s.body) for s in up.seen] == [
+        ("/sized", b"hello"),
+        ("/chunked", b"abcde"),
+        ("/old", b""),
+        ("/continue", b"ok"),
+    ]
+
+
+MALFORMED = {
+    "not http": (b"NONSENSE\r\n\r\n", 400),
+    "origin-form": (b"GET / HTTP/1.1\r\nHost: example.com\r\n\r\n", 400),
+    "https must be tunnelled": (b"GET https://127.0.0.1/ HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+    "other scheme": (b"GET ftp://127.0.0.1/ HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+    "user info": (b"GET http://u@127.0.0.1/ HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+    "connect without port": (b"CONNECT 127.0.0.1 HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+    "port too big": (b"GET http://127.0.0.1:99999/ HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+    "fullwidth port": ("CONNECT a:\uff18\uff10 HTTP/1.1\r\nHost: a\r\n\r\n".encode(), 400),
+    "non-ascii target": (b"GET http://a:\xb9/ HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+    "no host header": (b"GET http://127.0.0.1/ HTTP/1.1\r\n\r\n", 400),
+    "bad header": (b"GET http://127.0.0.1/ HTTP/1.1\r\nHost a\r\n\r\n", 400),
+    "head too large": (
+        b"GET http://127.0.0.1/ HTTP/1.1\r\nHost: a\r\nX: " + b"y" * 100_000 + b"\r\n\r\n",
+        431,
+    ),
+    "half a head, then close": (b"GET http://127.0.0.1/ HTTP/1.1\r\nHo", 400),
+}
+
+
+@pytest.mark.parametrize("name", MALFORMED)
+def test_malformed_requests_are_answered_and_logged(name: str) -> None:
+    data, status = MALFORMED[name]
+    with upstream("up") as up, egress_proxy("127.0.0.1") as proxy:
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=15) as sock:
+            sock.sendall(data)
+            sock.shutdown(socket.SHUT_WR)
+            reply = b""
+            while chunk := sock.recv(65536):
+                reply += chunk
+        [decision] = proxy.decisions(1)
+    assert statuses(reply) == [status], reply
+    assert decision["decision"] == "refuse", decision
+    assert decision["reason"], decision
+    assert up.seen == []

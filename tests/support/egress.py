@@ -1,0 +1,174 @@
+"""A real egress proxy (orchestrator/egress.py run standalone with ``python -I``, as deployed) on
+127.0.0.1, upstream HTTP servers that record what reaches them, and a raw client; no outside
+network. Waits are on events (the proxy's output lines), never on sleeps."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import re
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+EGRESS = Path(__file__).resolve().parents[2] / "orchestrator" / "egress.py"
+WAIT_S = 15.0
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    host: str | None
+    body: bytes
+
+
+@dataclass
+class Upstream:
+    """An HTTP/1.1 server on 127.0.0.1 answering every request with ``token`` and recording it."""
+
+    token: str
+    port: int = 0
+    seen: list[Seen] = field(default_factory=list)
+
+    @property
+    def paths(self) -> list[str]:
+        return [s.path for s in self.seen]
+
+
+@contextmanager
+def upstream(token: str) -> Iterator[Upstream]:
+    record = Upstream(token)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                body = _read_chunked(self.rfile)
+            record.seen.append(Seen(self.command, self.path, self.headers.get("Host"), body))
+            reply = f"{token} {self.command} {self.path}".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        do_GET = do_POST = do_PUT = _answer
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    record.port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield record
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def _read_chunked(rfile: object) -> bytes:
+    body = b""
+    while True:
+        size = int(rfile.readline().split(b";")[0], 16)  # type: ignore[attr-defined]
+        if size == 0:
+            rfile.readline()  # type: ignore[attr-defined]
+            return body
+        body += rfile.read(size)  # type: ignore[attr-defined]
+        rfile.readline()  # type: ignore[attr-defined]
+
+
+class RunningProxy:
+    """The proxy subprocess; :meth:`decisions` waits for its decision lines."""
+
+    def __init__(self, process: subprocess.Popen[str], port: int) -> None:
+        self.process = process
+        self.port = port
+        self.lines: list[dict[str, object]] = []
+        self.stderr: list[str] = []
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            with self._changed:
+                self.lines.append(json.loads(line))
+                self._changed.notify_all()
+
+    def decisions(self, count: int) -> list[dict[str, object]]:
+        """The decision records once there are at least ``count`` (fails after WAIT_S)."""
+        with self._changed:
+            self._changed.wait_for(lambda: len(self._decisions()) >= count, WAIT_S)
+            found = self._decisions()
+        assert len(found) >= count, (count, found)
+        return found
+
+    def _decisions(self) -> list[dict[str, object]]:
+        return [line for line in self.lines if "decision" in line]
+
+    def exchange(self, data: bytes, *, then: bytes = b"") -> bytes:
+        """Send ``data`` (then ``then`` once a first reply arrived) on one connection; return
+        everything the proxy sent until it closed the connection."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=WAIT_S) as sock:
+            sock.sendall(data)
+            received = b""
+            if then:
+                received = sock.recv(65536)
+                sock.sendall(then)
+            while chunk := sock.recv(65536):
+                received += chunk
+            return received
+
+
+def statuses(raw: bytes) -> list[int]:
+    """The status codes of the HTTP/1.1 responses in ``raw`` (bodies here never hold one)."""
+    return [int(code) for code in re.findall(rb"HTTP/1\.[01] (\d{3}) ", raw)]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def egress_proxy(*allow: str, python: str = sys.executable) -> Iterator[RunningProxy]:
+    """Run the proxy with ``python -I`` allowing ``allow`` (``HOST[:PORT]``); stopped (by its
+    pid) on exit."""
+    port = free_port()
+    argv = [python, "-I", str(EGRESS), "--listen", f"127.0.0.1:{port}"]
+    for origin in allow:
+        argv += ["--allow", origin]
+    process = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1
+    )
+    try:
+        assert process.stdout is not None and process.stderr is not None
+        first = process.stdout.readline()
+        assert '"listening"' in first, first + process.stderr.read()
+        yield RunningProxy(process, port)
+        assert process.poll() is None, "the proxy died: " + process.stderr.read()
+    finally:
+        process.terminate()
+        try:
+            process.wait(WAIT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
