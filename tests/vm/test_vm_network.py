@@ -202,7 +202,11 @@ def test_gc_removes_network_pieces_whose_run_directory_is_gone(
     run.mkdir(parents=True)
     try:
         vm_network.setup(
-            vm_provider.conn, sandbox_id, NetworkPolicy.parse("allow:example.com"), run
+            vm_provider.conn,
+            sandbox_id,
+            NetworkPolicy.parse("allow:example.com"),
+            run,
+            proxy_home=vm_provider.home,
         )
         assert sorted(_network_leftovers(vm_provider, sandbox_id)) == ["network", "proxy", "rule"]
     finally:
