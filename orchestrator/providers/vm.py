@@ -7,8 +7,9 @@ warm slot's golden overlay), ``agent.sock`` (the channel; one connection at a ti
 ``console.log`` (the guest's serial console: init, X, agent) and ``labels.json`` (the owner and
 expiry, so ``gc`` can remove the directory even when the domain never started). The domain
 carries the same labels in its ``<metadata>``. Run directories and warm states are root's and
-QEMU's group's alone (:mod:`orchestrator.providers.vm_files`). :meth:`VmProvider.destroy` removes the domain and
-the directory (and an ``allow:`` sandbox's network pieces, below); nothing else is created.
+QEMU's group's alone (:mod:`orchestrator.providers.vm_files`). :meth:`VmProvider.destroy`
+removes the domain and the directory (and an ``allow:`` or ``open`` sandbox's network pieces,
+below); nothing else is created.
 
 Warm starts: see :mod:`orchestrator.providers.vm_warm_start` (restore and save) and
 :mod:`orchestrator.providers.vm_warm` (saved golden states, one live restore per
