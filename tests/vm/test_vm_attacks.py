@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import secrets
-import socket
 import stat
 import subprocess
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,48 +17,12 @@ from orchestrator.network import NetworkPolicy
 from orchestrator.provider import SandboxSpec
 from orchestrator.providers.vm import VmProvider
 from tests.support.guest_probes import DIRECT_PROBE
+from tests.support.listener import Listener, host_addresses
 
 pytestmark = [pytest.mark.attack, pytest.mark.vm, pytest.mark.slow]
 
 QEMU_SLIRP_HOST = "10.0.2.2"
 """Where QEMU user-mode networking (the old ``open``) shows the host's 127.0.0.1 to the guest."""
-
-
-class Listener:
-    """A TCP listener on the host that counts accepted connections."""
-
-    def __init__(self, address: str) -> None:
-        self.sock = socket.create_server((address, 0))
-        self.port: int = self.sock.getsockname()[1]
-        self.accepted = 0
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            conn.close()
-
-    def close(self) -> None:
-        self.sock.close()
-        self._thread.join(timeout=5)
-
-
-def host_addresses() -> list[str]:
-    """The host's IPv4 addresses other than loopback (bridges included)."""
-    done = subprocess.run(
-        ["ip", "-4", "-j", "addr", "show"], capture_output=True, text=True, check=True
-    )
-    return [
-        a["local"]
-        for link in json.loads(done.stdout)
-        for a in link["addr_info"]
-        if not a["local"].startswith("127.")
-    ]
 
 
 def guest_run(provider: VmProvider, sandbox_id: str, code: str, *args: str) -> dict[str, Any]:
@@ -105,12 +67,11 @@ def _others_may(path: Path) -> int:
     return stat.S_IMODE(path.lstat().st_mode) & 0o007
 
 
-def _as_nobody(*argv: str) -> subprocess.CompletedProcess[str]:
+def _as_nobody(*argv: str) -> subprocess.CompletedProcess[bytes]:
     """Run ``argv`` as the unprivileged user ``nobody`` (no groups)."""
     return subprocess.run(
         ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *argv],
         capture_output=True,
-        text=True,
         timeout=60,
         check=False,
     )
@@ -154,8 +115,14 @@ def test_row6_other_users_cannot_read_a_running_sandbox(
     finally:
         vm_provider.destroy(info.id)
     for what, done in nobody.items():
-        assert done.returncode != 0 and secret not in done.stdout, (what, done)
-        assert "Permission denied" in done.stderr, (what, done.stderr)
+        leaked = secret.encode() in done.stdout
+        assert done.returncode != 0 and not leaked, (
+            what,
+            "nobody could",
+            leaked,
+            done.stdout[:200],
+        )
+        assert b"Permission denied" in done.stderr, (what, done.stderr)
     assert exposed == []
     assert home_mode & 0o007 == 0o001  # others may only pass through (to the proxy script)
 
