@@ -4,7 +4,6 @@ network. Waits are on events (the proxy's output lines), never on sleeps."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import re
 import socket
@@ -12,81 +11,18 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+
+from tests.orchestrator.support import Server, http_server
 
 EGRESS = Path(__file__).resolve().parents[2] / "orchestrator" / "egress.py"
 WAIT_S = 15.0
 
 
-@dataclass
-class Seen:
-    method: str
-    path: str
-    host: str | None
-    body: bytes
-
-
-@dataclass
-class Upstream:
-    """An HTTP/1.1 server on 127.0.0.1 answering every request with ``token`` and recording it."""
-
-    token: str
-    port: int = 0
-    seen: list[Seen] = field(default_factory=list)
-
-    @property
-    def paths(self) -> list[str]:
-        return [s.path for s in self.seen]
-
-
-@contextmanager
-def upstream(token: str) -> Iterator[Upstream]:
-    record = Upstream(token)
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def _answer(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else b""
-            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                body = _read_chunked(self.rfile)
-            record.seen.append(Seen(self.command, self.path, self.headers.get("Host"), body))
-            reply = f"{token} {self.command} {self.path}".encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
-
-        do_GET = do_POST = do_PUT = _answer
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    record.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield record
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
-
-
-def _read_chunked(rfile: object) -> bytes:
-    body = b""
-    while True:
-        size = int(rfile.readline().split(b";")[0], 16)  # type: ignore[attr-defined]
-        if size == 0:
-            rfile.readline()  # type: ignore[attr-defined]
-            return body
-        body += rfile.read(size)  # type: ignore[attr-defined]
-        rfile.readline()  # type: ignore[attr-defined]
+def upstream(token: str) -> AbstractContextManager[Server]:
+    """An upstream HTTP/1.1 server on 127.0.0.1 recording every request it gets."""
+    return http_server(token, "127.0.0.1")
 
 
 class RunningProxy:

@@ -9,6 +9,7 @@ import os
 import stat
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -157,12 +158,7 @@ def test_allow_network_gives_the_domain_a_nic_and_the_guest_its_address_and_prox
     tmp_path: Path,
 ) -> None:
     sandbox_id = "vm-0123456789"
-    network = VmNetwork(
-        sandbox_id,
-        network_name(sandbox_id),
-        bridge_name(sandbox_id),
-        ipaddress.IPv4Network("10.231.7.0/24"),
-    )
+    network = _vm_network(sandbox_id, "10.231.7.0/24", "allow")
     root = ET.fromstring(
         domain_xml(_plan(tmp_path, network=network.name, extra_cmdline=network.cmdline()))
     )
@@ -179,15 +175,18 @@ def test_allow_network_gives_the_domain_a_nic_and_the_guest_its_address_and_prox
     assert bridge_name(sandbox_id) == "cbvm-0123456789"  # Linux allows 15 characters
 
 
-def test_open_network_routes_and_resolves_through_the_host_side_of_its_bridge() -> None:
-    sandbox_id = "vm-0123456789"
-    network = VmNetwork(
+def _vm_network(sandbox_id: str, subnet: str, mode: Literal["allow", "open"]) -> VmNetwork:
+    return VmNetwork(
         sandbox_id,
         network_name(sandbox_id),
         bridge_name(sandbox_id),
-        ipaddress.IPv4Network("10.231.9.0/24"),
-        "open",
+        ipaddress.IPv4Network(subnet),
+        mode,
     )
+
+
+def test_open_network_routes_and_resolves_through_the_host_side_of_its_bridge() -> None:
+    network = _vm_network("vm-0123456789", "10.231.9.0/24", "open")
     assert network.cmdline() == ("cubicle.net=10.231.9.2/24,10.231.9.1,10.231.9.1",)
 
 
