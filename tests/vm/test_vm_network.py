@@ -117,6 +117,8 @@ def test_allow_forwards_exactly_the_allowed_origins(
                 check=False,
             )
             log = vm_provider.egress_log(info.id)
+            run = vm_provider.home / "run" / info.id
+            open_to_others = [p.name for p in [run, *run.iterdir()] if p.lstat().st_mode & 0o007]
         finally:
             vm_provider.destroy(info.id)
     proxy_url = f"http://{bridge_host}:{EGRESS_PORT}"
@@ -134,6 +136,7 @@ def test_allow_forwards_exactly_the_allowed_origins(
     assert seen[urls["allowed name"]][0] == 502, seen  # allowed, but it resolves nowhere here
     assert "403" in str(seen[urls["https tunnel to other port"]][1]), seen
     assert bridge_v6 == [], "the host has an IPv6 address on the isolated bridge"
+    assert open_to_others == [], "other users may use these files of the sandbox (proxy log …)"
     assert allowed.paths == ["/ok"]
     assert other.paths == []
     decisions = [json.loads(line) for line in log.splitlines() if '"decision"' in line]
