@@ -97,6 +97,9 @@ IDLE_TIMEOUT_S: Final = 300.0
 CONNECT_TIMEOUT_S: Final = 15.0
 DEFAULT_PORTS: Final = (80, 443)
 CHUNK: Final = 16 * 1024
+"""Read size while h11 parses (small, so an oversized head is caught near its limit)."""
+TUNNEL_CHUNK: Final = 64 * 1024
+"""Read size of an established tunnel (opaque bytes)."""
 LOG_TARGET_CHARS: Final = 200
 HOP_BY_HOP: Final = frozenset(
     {
@@ -569,7 +572,7 @@ class Proxy:
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
-        while data := await asyncio.wait_for(reader.read(CHUNK), IDLE_TIMEOUT_S):
+        while data := await asyncio.wait_for(reader.read(TUNNEL_CHUNK), IDLE_TIMEOUT_S):
             writer.write(data)
             await writer.drain()
         if writer.can_write_eof():
