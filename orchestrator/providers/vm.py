@@ -198,6 +198,15 @@ class VmProvider(Provider):
             )
         except ImageMissing as exc:
             checks.append(DoctorCheck("image", False, str(exc), exc.hint))
+        problem = vm_network.proxy_python_check()
+        checks.append(
+            DoctorCheck(
+                "egress proxy",
+                problem is None,
+                problem or "its Python imports h11",
+                "scripts/ensure-host-packages (python3-h11)" if problem else None,
+            )
+        )
         for tool in ("qemu-img", "qemu-system-x86_64"):
             found = shutil.which(tool)
             checks.append(

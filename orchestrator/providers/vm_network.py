@@ -265,6 +265,17 @@ def _proxy_user() -> dict[str, Any]:
     return {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
 
 
+def proxy_python_check() -> str | None:
+    """``None`` when the proxy's Python can import h11, else what is wrong (for doctor)."""
+    python = _proxy_python()
+    done = subprocess.run(
+        [python, "-I", "-c", "import h11"], capture_output=True, text=True, check=False
+    )
+    if done.returncode == 0:
+        return None
+    return f"{python} cannot import h11, which the allow: egress proxy needs"
+
+
 def _proxy_python() -> str:
     """A Python any user can run: the system one (with Debian's ``python3-h11``,
     scripts/host-packages/vm.txt) when root, else ours (h11 is a dependency of cubicle)."""
