@@ -419,18 +419,22 @@ class Proxy:
         client_address = str(peer[0]) if isinstance(peer, tuple) else "?"
         client = _Peer(h11.SERVER, reader, writer)
         try:
-            while await self._one_request(client, client_address):
+            first = True
+            while await self._one_request(client, client_address, first=first):
                 client.conn.start_next_cycle()
+                first = False
         except (ConnectionError, TimeoutError, OSError, h11.ProtocolError):
             pass
         finally:
             await client.close()
 
-    async def _one_request(self, client: _Peer, address: str) -> bool:
+    async def _one_request(self, client: _Peer, address: str, *, first: bool) -> bool:
         """Read, judge and answer one request; True when the connection may carry another."""
-        fresh = client.conn.their_state is h11.IDLE and not client.conn.trailing_data[0]
+        # a new connection has HEAD_TIMEOUT_S for its whole first head (no slow drip); a
+        # kept-alive one may first stay idle
+        deadline = HEAD_TIMEOUT_S if first else IDLE_TIMEOUT_S
         try:
-            event = await client.next_event(HEAD_TIMEOUT_S if fresh else IDLE_TIMEOUT_S)
+            event = await asyncio.wait_for(client.next_event(IDLE_TIMEOUT_S), deadline)
         except h11.RemoteProtocolError as exc:
             reason = f"malformed request: {exc}"
             self.log(Decision("refuse", "", 0, reason), address, "?", "")
@@ -438,7 +442,7 @@ class Proxy:
             return False
         except TimeoutError:
             if client.conn.trailing_data[0]:
-                reason = f"no complete request head within {HEAD_TIMEOUT_S:.0f} s"
+                reason = f"no complete request head within {deadline:.0f} s"
                 self.log(Decision("refuse", "", 0, reason), address, "?", "")
                 await self._reply(client, 408, reason)
             return False
