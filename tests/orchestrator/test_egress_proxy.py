@@ -11,6 +11,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.support.egress import egress_proxy, statuses, upstream
 
@@ -134,3 +136,45 @@ def test_malformed_requests_are_answered_and_logged(name: str) -> None:
     assert decision["decision"] == "refuse", decision
     assert decision["reason"], decision
     assert up.seen == []
+
+
+TEXT = st.text(st.characters(codec="latin-1", exclude_characters="\r\n"), max_size=30)
+TARGETS = st.one_of(
+    TEXT,
+    st.builds(lambda host, port: f"{host}:{port}", TEXT, TEXT),
+    st.builds(lambda host, rest: f"http://{host}{rest}", TEXT, TEXT),
+    st.builds(lambda port, rest: f"http://127.0.0.1:{port}{rest}", TEXT, TEXT),
+)
+HEADS = st.builds(
+    lambda method, target, version, headers: (
+        f"{method} {target} {version}\r\n" + "".join(f"{h}\r\n" for h in headers) + "\r\n"
+    ).encode("latin-1"),
+    st.sampled_from(["GET", "CONNECT", "POST", "get", "", "GET GET"]) | TEXT,
+    TARGETS,
+    st.sampled_from(["HTTP/1.1", "HTTP/1.0", "HTTP/2", "", "HTTP/1.1 x"]),
+    st.lists(st.sampled_from(["Host: a", "Content-Length: 0", "Expect: x"]) | TEXT, max_size=4),
+)
+
+
+def test_fuzzed_requests_always_get_an_answer_and_a_log_line() -> None:
+    """Whatever request head arrives, the proxy answers it and logs exactly one decision (and
+    stays up): no request escapes judgement or crashes a handler."""
+    with upstream("up") as up, egress_proxy(f"127.0.0.1:{up.port}") as proxy:
+        count = 0
+
+        @settings(max_examples=150, deadline=None)
+        @given(head=HEADS)
+        def one(head: bytes) -> None:
+            nonlocal count
+            with socket.create_connection(("127.0.0.1", proxy.port), timeout=15) as sock:
+                sock.sendall(head)
+                sock.shutdown(socket.SHUT_WR)
+                reply = b""
+                while chunk := sock.recv(65536):
+                    reply += chunk
+            count += 1
+            decisions = proxy.decisions(count)
+            assert len(decisions) == count, (head, decisions[-2:])
+            assert len(statuses(reply)) == 1, (head, reply)
+
+        one()
