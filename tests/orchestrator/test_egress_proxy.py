@@ -125,12 +125,7 @@ MALFORMED = {
 def test_malformed_requests_are_answered_and_logged(name: str) -> None:
     data, status = MALFORMED[name]
     with upstream("up") as up, egress_proxy("127.0.0.1") as proxy:
-        with socket.create_connection(("127.0.0.1", proxy.port), timeout=15) as sock:
-            sock.sendall(data)
-            sock.shutdown(socket.SHUT_WR)
-            reply = b""
-            while chunk := sock.recv(65536):
-                reply += chunk
+        reply = proxy.exchange(data, end=True)
         [decision] = proxy.decisions(1)
     assert statuses(reply) == [status], reply
     assert decision["decision"] == "refuse", decision
@@ -166,12 +161,7 @@ def test_fuzzed_requests_always_get_an_answer_and_a_log_line() -> None:
         @given(head=HEADS)
         def one(head: bytes) -> None:
             nonlocal count
-            with socket.create_connection(("127.0.0.1", proxy.port), timeout=15) as sock:
-                sock.sendall(head)
-                sock.shutdown(socket.SHUT_WR)
-                reply = b""
-                while chunk := sock.recv(65536):
-                    reply += chunk
+            reply = proxy.exchange(head, end=True)
             count += 1
             decisions = proxy.decisions(count)
             assert len(decisions) == count, (head, decisions[-2:])

@@ -55,15 +55,17 @@ class RunningProxy:
     def _decisions(self) -> list[dict[str, object]]:
         return [line for line in self.lines if "decision" in line]
 
-    def exchange(self, data: bytes, *, then: bytes = b"") -> bytes:
-        """Send ``data`` (then ``then`` once a first reply arrived) on one connection; return
-        everything the proxy sent until it closed the connection."""
+    def exchange(self, data: bytes, *, then: bytes = b"", end: bool = False) -> bytes:
+        """Send ``data`` (then ``then`` once a first reply arrived; with ``end``, then close our
+        sending side) on one connection; return everything the proxy sent until it closed."""
         with socket.create_connection(("127.0.0.1", self.port), timeout=WAIT_S) as sock:
             sock.sendall(data)
             received = b""
             if then:
                 received = sock.recv(65536)
                 sock.sendall(then)
+            if end:
+                sock.shutdown(socket.SHUT_WR)
             while chunk := sock.recv(65536):
                 received += chunk
             return received
