@@ -12,34 +12,13 @@ from typing import Literal
 from orchestrator import egress
 from orchestrator.errors import ConfigError
 
-__all__ = ["NetworkPolicy", "Origin"]
+__all__ = ["NetworkPolicy", "Origin", "normalize_host", "parse_origin"]
 
 Mode = Literal["none", "allow", "open"]
 
 
-@dataclass(frozen=True, order=True)
-class Origin:
-    """An allowed destination: a lower-case IDNA (ASCII) host name or an IP literal, and a port.
-
-    ``port`` ``None`` means the scheme defaults 80 and 443.
-    """
-
-    host: str
-    port: int | None = None
-
-    def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return host if self.port is None else f"{host}:{self.port}"
-
-    def allows(self, host: str, port: int) -> bool:
-        """True when a connection to ``host:port`` is exactly this origin (no suffix matching)."""
-        try:
-            wanted = normalize_host(host)
-        except ConfigError:
-            return False
-        if wanted != self.host:
-            return False
-        return port in (80, 443) if self.port is None else port == self.port
+Origin = egress.Origin
+"""The one origin type (defined by the standalone egress proxy, :mod:`orchestrator.egress`)."""
 
 
 def normalize_host(raw: str) -> str:
@@ -58,34 +37,15 @@ def normalize_host(raw: str) -> str:
 
 
 def parse_origin(text: str) -> Origin:
-    """Parse ``HOST``, ``HOST:PORT``, ``[V6]`` or ``[V6]:PORT``; no scheme, path or user info."""
-    item = text.strip()
-    if not item:
-        raise ConfigError("empty origin in allow list")
-    if any(c in item for c in "/@?#\\ \t") or "://" in item:
-        raise ConfigError(
-            f"invalid origin {text!r}: give HOST or HOST:PORT, without scheme or path"
-        )
-    host, port_text = item, None
-    if item.startswith("["):
-        end = item.find("]")
-        if end < 0:
-            raise ConfigError(f"invalid origin {text!r}: unclosed '['")
-        host, rest = item[: end + 1], item[end + 1 :]
-        if rest:
-            if not rest.startswith(":"):
-                raise ConfigError(f"invalid origin {text!r}: unexpected {rest!r} after ']'")
-            port_text = rest[1:]
-    elif item.count(":") == 1:
-        host, port_text = item.split(":")
-    elif item.count(":") > 1:
-        host = item  # a bare IPv6 literal
-    port: int | None = None
-    if port_text is not None:
-        if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
-            raise ConfigError(f"invalid origin {text!r}: port must be 1-65535, got {port_text!r}")
-        port = int(port_text)
-    return Origin(normalize_host(host), port)
+    """Parse ``HOST``, ``HOST:PORT``, ``[V6]`` or ``[V6]:PORT``; no scheme, path or user info
+    (:func:`orchestrator.egress.parse_origin`, the one parser).
+
+    :raises ConfigError: naming the text and what is wrong with it.
+    """
+    try:
+        return egress.parse_origin(text)
+    except egress.InvalidOrigin as exc:
+        raise ConfigError(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -127,4 +87,4 @@ class NetworkPolicy:
         """Whether a connection to ``host:port`` is permitted by this policy."""
         if self.mode == "open":
             return True
-        return self.mode == "allow" and any(origin.allows(host, port) for origin in self.allow)
+        return self.mode == "allow" and egress.decide(self.allow, host, port).allowed

@@ -27,12 +27,12 @@ import docker
 import docker.models.containers
 
 from orchestrator import labels as L
+from orchestrator.egress import EGRESS_PORT
 from orchestrator.network import NetworkPolicy
 from orchestrator.providers.docker_errors import map_docker_errors
 
-__all__ = ["EGRESS_PORT", "GuestNetwork", "egress_name", "network_name", "setup_network"]
+__all__ = ["GuestNetwork", "egress_name", "network_name", "setup_network"]
 
-EGRESS_PORT: Final = 3128
 EGRESS_MEMORY: Final = "128m"
 EGRESS_PIDS: Final = 64
 
@@ -81,7 +81,8 @@ def setup_network(
             labels={**labels, L.ROLE: "network"},
         )
     command = [
-        "/opt/cubicle/venv/bin/python",
+        "/usr/bin/python3",  # the system Python, with Debian's python3-h11 (guest-packages.txt)
+        "-I",
         "/opt/cubicle/egress.py",
         "--listen",
         f"0.0.0.0:{EGRESS_PORT}",

@@ -6,24 +6,29 @@ Per sandbox ``vm-XXXXXXXXXX`` the provider creates, under ``<home>/run/<id>/`` (
 warm slot's golden overlay), ``agent.sock`` (the channel; one connection at a time),
 ``console.log`` (the guest's serial console: init, X, agent) and ``labels.json`` (the owner and
 expiry, so ``gc`` can remove the directory even when the domain never started). The domain
-carries the same labels in its ``<metadata>``. :meth:`VmProvider.destroy` removes the domain and
-the directory (and an ``allow:`` sandbox's network pieces, below); nothing else is created.
+carries the same labels in its ``<metadata>``. Run directories and warm states are root's and
+QEMU's group's alone (:mod:`orchestrator.providers.vm_files`). :meth:`VmProvider.destroy`
+removes the domain and the directory (and an ``allow:`` or ``open`` sandbox's network pieces,
+below); nothing else is created.
 
 Warm starts: see :mod:`orchestrator.providers.vm_warm_start` (restore and save) and
 :mod:`orchestrator.providers.vm_warm` (saved golden states, one live restore per
 slot, cold boot when every slot is busy or the network policy needs a NIC).
 
-Network: ``none`` (default) → no NIC at all, the guest has only ``lo``. ``open`` → QEMU user-mode
-networking. ``allow:HOST[:PORT],...`` → a NIC on a per-sandbox isolated libvirt network whose
-only reachable peer is a host egress proxy that forwards exactly those origins and logs every
-decision (:mod:`orchestrator.providers.vm_network`; :meth:`VmProvider.egress_log`). ``allow:``
-sandboxes always cold-boot (the saved warm states have no NIC).
+Network: ``none`` (default) → no NIC at all, the guest has only ``lo``. ``open`` → a NIC on a
+per-sandbox NAT'd libvirt network: the guest reaches what the host reaches, never the host's
+loopback (QEMU user-mode networking only on macOS, where libvirt has no bridges).
+``allow:HOST[:PORT],...`` → a NIC on a per-sandbox isolated libvirt network whose only reachable
+peer is a host egress proxy that forwards exactly those origins and logs every decision
+(:mod:`orchestrator.providers.vm_network`; :meth:`VmProvider.egress_log`). ``allow:`` and
+``open`` sandboxes always cold-boot (the saved warm states have no NIC).
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
 import io
 import json
 import logging
@@ -31,6 +36,7 @@ import math
 import os
 import secrets
 import shutil
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -64,6 +70,7 @@ from orchestrator.providers.vm_domain import (
     labels_from_xml,
     probe_accelerator,
 )
+from orchestrator.providers.vm_files import HOME_MODE, FileAccess, qemu_access
 from orchestrator.providers.vm_libvirt import (
     DEFAULT_URI,
     is_no_domain,
@@ -87,6 +94,8 @@ MIN_MEMORY_MB = 512
 KEEP_BUILDS = 3
 """How many of the newest image builds :meth:`VmProvider.build_image` keeps."""
 SCREEN_LIMITS = (64, 8192)
+_USER_NET_ONLY = sys.platform == "darwin"
+"""macOS libvirt has no bridges: ``open`` falls back to QEMU user-mode networking there."""
 
 
 def _not_black(png: bytes) -> bool:
@@ -189,6 +198,15 @@ class VmProvider(Provider):
             )
         except ImageMissing as exc:
             checks.append(DoctorCheck("image", False, str(exc), exc.hint))
+        problem = vm_network.proxy_python_check()
+        checks.append(
+            DoctorCheck(
+                "egress proxy",
+                problem is None,
+                problem or "its Python imports h11",
+                "scripts/ensure-host-packages (python3-h11)" if problem else None,
+            )
+        )
         for tool in ("qemu-img", "qemu-system-x86_64"):
             found = shutil.which(tool)
             checks.append(
@@ -312,19 +330,38 @@ class VmProvider(Provider):
             screen=spec.screen,
             accelerator=self.accelerator,
             labels=labels,
-            user_network=spec.network.mode == "open",
+            user_network=spec.network.mode == "open" and _USER_NET_ONLY,
             network=network.name if network is not None else None,
             extra_cmdline=network.cmdline() if network is not None else (),
             pids_limit=spec.pids_limit,
         )
 
+    @functools.cached_property
+    def files(self) -> FileAccess:
+        """Who may touch this backend's files besides root: QEMU's group (:mod:`vm_files`)."""
+        with map_libvirt_errors("read the host capabilities"):
+            return qemu_access(self.conn, self.accelerator.domain_type)
+
     def _new_run_dir(self, sandbox_id: str, labels: dict[str, str]) -> Path:
+        """``<home>/run/<id>/`` (must not exist) with ``labels.json``; private to root and QEMU's
+        group, like ``<home>/run/`` (see :mod:`orchestrator.providers.vm_files`)."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.home.chmod(HOME_MODE)
+        self.files.directories(self.home, self.home / "run")
         run = self._run_dir(sandbox_id)
-        run.mkdir(parents=True, mode=0o755)
-        for directory in (self.home, self.home / "run"):
-            directory.chmod(0o755)  # QEMU (libvirt-qemu) must reach the files inside
-        (run / "labels.json").write_text(json.dumps(labels, indent=2) + "\n")
+        run.mkdir(mode=0o700)
+        self.files.restrict(run, 0o750)
+        self.write_labels(run, labels)
         return run
+
+    def seal_socket(self, run: Path) -> None:
+        """Make the agent socket QEMU created (mode per its umask) its owner's and group's only."""
+        with contextlib.suppress(FileNotFoundError):
+            self.files.restrict(run / "agent.sock", 0o660)
+
+    def write_labels(self, run: Path, labels: dict[str, str]) -> None:
+        """``labels.json`` of a run directory (read by gc when no domain exists)."""
+        self.files.write_text(run / "labels.json", json.dumps(labels, indent=2) + "\n", 0o600)
 
     def create(self, spec: SandboxSpec) -> SandboxInfo:
         self._validate(spec)
@@ -348,10 +385,12 @@ class VmProvider(Provider):
         labels = self._labels(sandbox_id, spec, image, "cold")
         run = self._new_run_dir(sandbox_id, labels)
         overlay = run / "overlay.qcow2"
-        vm_image.create_overlay(image.base, overlay)
+        vm_image.create_overlay(image.base, overlay, self.files)
         network = None
-        if spec.network.mode == "allow":
-            network = vm_network.setup(self.conn, sandbox_id, spec.network, run)
+        if spec.network.mode == "allow" or (spec.network.mode == "open" and not _USER_NET_ONLY):
+            network = vm_network.setup(
+                self.conn, sandbox_id, spec.network, run, proxy_home=self.home
+            )
         plan = self._plan(
             f"cubicle-{sandbox_id}",
             run=run,
@@ -363,6 +402,7 @@ class VmProvider(Provider):
         )
         with map_libvirt_errors(f"start the domain of sandbox {sandbox_id}"):
             dom = self.conn.createXML(domain_xml(plan), 0)
+        self.seal_socket(run)
         return self._info(dom, labels)
 
     def warm_up(

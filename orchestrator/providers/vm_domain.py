@@ -3,8 +3,9 @@
 One :class:`DomainPlan` describes a sandbox domain: a transient domain that direct-boots the
 image's PVH ``vmlinux`` + tiny initramfs from a per-sandbox qcow2 overlay, with a virtio-serial
 unix channel to the agent, the serial console in a file, no NIC unless the network policy is
-``open`` (QEMU user networking) or ``allow:`` (a NIC on the sandbox's isolated libvirt network,
-:mod:`orchestrator.providers.vm_network`), and the labels of :mod:`orchestrator.labels` (owner
+``open`` or ``allow:`` (a NIC on the sandbox's own libvirt network,
+:mod:`orchestrator.providers.vm_network`; QEMU user networking for ``open`` only on macOS, where
+libvirt has no bridges), and the labels of :mod:`orchestrator.labels` (owner
 pid/start/host, expiry …) as ``<cubicle:label key=… value=…/>`` elements so ``gc`` finds orphans.
 
 Accelerator (:func:`probe_accelerator`): KVM only when the host has real VT-x/AMD-V
@@ -41,7 +42,8 @@ AGENT_PORT = "org.cubicle.agent"
 METADATA_NS = "https://cubicle.invalid/xmlns/libvirt/1"
 METADATA_PREFIX = "cubicle"
 USER_NET = ("10.0.2.15/24", "10.0.2.2", "10.0.2.3")
-"""Guest address, gateway and DNS of QEMU user-mode networking (policy ``open``)."""
+"""Guest address, gateway and DNS of QEMU user-mode networking (policy ``open`` on macOS only: it
+shows the host's loopback to the guest at 10.0.2.2)."""
 
 AccelKind = Literal["kvm", "tcg", "hvf"]
 
@@ -109,6 +111,7 @@ class DomainPlan:
     accelerator: Accelerator
     labels: Mapping[str, str] = field(default_factory=dict)
     user_network: bool = False
+    """A QEMU user-mode NIC (``open`` on macOS)."""
     network: str | None = None
     """A libvirt network to attach a virtio NIC to (the isolated network of ``allow:``)."""
     extra_cmdline: tuple[str, ...] = ()

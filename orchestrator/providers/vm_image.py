@@ -37,6 +37,7 @@ from orchestrator.errors import ImageBuildError, ImageMissing, ProviderError
 from orchestrator.provider import Progress
 from orchestrator.providers import vm_boot
 from orchestrator.providers.vm_boot import run_step as _run
+from orchestrator.providers.vm_files import HOME_MODE, FileAccess
 
 __all__ = [
     "DEBIAN_MIRROR",
@@ -312,9 +313,9 @@ def build(*, progress: Progress, force: bool = False, home: Path | None = None) 
                 hint="run: scripts/ensure-host-packages (see scripts/host-packages/vm.txt)",
             )
     home.mkdir(parents=True, exist_ok=True)
-    for directory in (home, home.parent):
-        if directory.is_dir():
-            os.chmod(directory, 0o755)  # noqa: S103 — QEMU (libvirt-qemu) must read
+    if home.parent.is_dir():
+        os.chmod(home.parent, 0o755)  # noqa: S103 — QEMU (libvirt-qemu) must pass through
+    os.chmod(home, HOME_MODE)  # pass through only: run/ and warm/ are QEMU's group's alone
     started = time.monotonic()
     timings: dict[str, float] = {}
     packages = guest_packages(root)
@@ -376,9 +377,10 @@ def build(*, progress: Progress, force: bool = False, home: Path | None = None) 
     return load_image(ref, home)
 
 
-def create_overlay(backing: Path, overlay: Path) -> None:
+def create_overlay(backing: Path, overlay: Path, access: FileAccess) -> None:
     """A qcow2 overlay at ``overlay`` backed by the qcow2 ``backing`` (base disk or a golden
-    overlay); the caller owns (removes) it.
+    overlay), mode ``0660`` for its owner and QEMU's group only (``access``), never readable by
+    others; the caller owns (removes) it.
 
     :raises ProviderError: with qemu-img's words.
     """
@@ -403,3 +405,4 @@ def create_overlay(backing: Path, overlay: Path) -> None:
             f"qemu-img could not create the overlay {overlay} on {backing}: "
             f"{done.stderr.decode('utf-8', 'replace').strip()}"
         )
+    access.restrict(overlay, 0o660)

@@ -1,20 +1,33 @@
-"""The ``allow:`` network of a VM sandbox: an isolated libvirt network, host firewall rules and a
-host egress proxy (:mod:`orchestrator.egress`), created per sandbox and removed by name.
+"""The network of an ``allow:`` or ``open`` VM sandbox: its own libvirt network and host firewall
+rules (and for ``allow:`` a host egress proxy, :mod:`orchestrator.egress`), created per sandbox
+and removed by name.
 
-Per sandbox ``vm-XXXXXXXXXX``:
+Per sandbox ``vm-XXXXXXXXXX``, a transient libvirt network ``cubicle-vm-XXXXXXXXXX`` on bridge
+``cbvm-XXXXXXXXXX`` with the host at ``10.231.N.1/24`` (a free ``/24`` of :data:`SUBNET_POOL`)
+and the guest at ``10.231.N.2`` (set by its init from the kernel command line; no DHCP), and
+iptables rules tagged with the comment ``cubicle-vm-XXXXXXXXXX``:
 
-- a transient libvirt network ``cubicle-vm-XXXXXXXXXX`` with no ``<forward>`` (isolated), no
-  DHCP and no DNS, on bridge ``cbvm-XXXXXXXXXX`` with the host at ``10.231.N.1/24`` (a free
-  ``/24`` of :data:`SUBNET_POOL`); the guest is ``10.231.N.2`` (set by its init from the kernel
-  command line), with no default route and a resolver that does not answer (``127.0.0.1``);
-- iptables rules (comment ``cubicle-vm-XXXXXXXXXX``) at the top of ``INPUT``/``FORWARD``: from
-  the bridge the host accepts only TCP to the proxy's address and port and rejects the rest
-  (an isolated libvirt network alone still lets the guest reach every host service on the
-  bridge address), nothing is forwarded to or from the bridge; ip6tables drops all IPv6 from
-  the bridge (link-local addresses);
-- the egress proxy: ``python3 -I <run>/egress.py --listen 10.231.N.1:3128 --allow … --label
-  vm-XXXXXXXXXX``, a host process (as ``nobody`` when started by root) in its own session,
-  its decisions in ``<run>/egress.log`` and its pid + start time in ``<run>/egress.json``.
+``allow:``
+  - the network is isolated (no ``<forward>``) with no DNS; the guest has no default route and a
+    resolver that does not answer (``127.0.0.1``);
+  - at the top of ``INPUT``/``FORWARD``: from the bridge the host accepts only TCP to the
+    proxy's address and port and rejects the rest (an isolated libvirt network alone still lets
+    the guest reach every host service on the bridge address); nothing is forwarded to or from
+    the bridge;
+  - the egress proxy: ``python3 -I <home>/proxy/<hash>/egress.py --listen 10.231.N.1:3128
+    --allow … --label vm-XXXXXXXXXX``, a host process (as ``nobody`` when started by root) in
+    its own session, its decisions in ``<run>/egress.log`` and its pid + start time in
+    ``<run>/egress.json``.
+``open``
+  - the network NATs to the host's uplinks (``<forward mode='nat'>``, libvirt's own rules) with
+    libvirt's DNS forwarder on ``10.231.N.1``; the guest's default route and resolver are
+    ``10.231.N.1``: it reaches what the host reaches, and host services listening on a
+    non-loopback address (as a Docker ``open`` container does through its bridge gateway);
+  - never the host's loopback: the kernel does not route ``127.0.0.0/8`` from a bridge, and a
+    ``raw``-table rule drops such packets before any DNAT could send them elsewhere. (QEMU
+    user-mode networking, the old ``open``, maps ``10.0.2.2`` to the host's ``127.0.0.1``.)
+
+Both: ip6tables drops all IPv6 from the bridge (link-local addresses).
 
 Who cleans up: :func:`teardown` (called by ``VmProvider.destroy``) and :func:`collect` (called by
 ``VmProvider.gc`` with the ids still in use) find every piece by the sandbox id alone — the
@@ -25,6 +38,7 @@ creator killed half-way leaves nothing that gc cannot find.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import ipaddress
 import json
 import os
@@ -41,14 +55,14 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
+from orchestrator.egress import EGRESS_PORT
 from orchestrator.errors import ProviderError
 from orchestrator.network import NetworkPolicy
 from orchestrator.providers.vm_libvirt import libvirt_module, map_libvirt_errors
 
 __all__ = [
-    "EGRESS_PORT",
     "SUBNET_POOL",
     "VmNetwork",
     "bridge_name",
@@ -60,7 +74,6 @@ __all__ = [
     "teardown",
 ]
 
-EGRESS_PORT: Final = 3128
 SUBNET_POOL: Final = ipaddress.IPv4Network("10.231.0.0/16")
 """Where the per-sandbox ``/24`` subnets come from (one per ``allow:`` sandbox)."""
 NAME_PREFIX: Final = "cubicle-"
@@ -95,6 +108,7 @@ class VmNetwork:
     name: str
     bridge: str
     subnet: ipaddress.IPv4Network
+    mode: Literal["allow", "open"] = "allow"
 
     @property
     def host_address(self) -> ipaddress.IPv4Address:
@@ -109,30 +123,37 @@ class VmNetwork:
         return f"http://{self.host_address}:{EGRESS_PORT}"
 
     def cmdline(self) -> tuple[str, ...]:
-        """Kernel command line items read by ``images/vm/cubicle-init``: address/prefix, no
-        gateway, a resolver that does not answer, and the proxy URL for HTTP(S)_PROXY."""
-        return (
-            f"cubicle.net={self.guest_address}/{self.subnet.prefixlen},,127.0.0.1",
-            f"cubicle.proxy={self.proxy_url}",
-        )
+        """Kernel command line items read by ``images/vm/cubicle-init``: address/prefix,
+        gateway, resolver and (``allow:``) the proxy URL for HTTP(S)_PROXY. ``allow:`` has no
+        gateway and a resolver that does not answer; ``open`` routes and resolves through the
+        host's address on the bridge."""
+        address = f"{self.guest_address}/{self.subnet.prefixlen}"
+        if self.mode == "open":
+            return (f"cubicle.net={address},{self.host_address},{self.host_address}",)
+        return (f"cubicle.net={address},,127.0.0.1", f"cubicle.proxy={self.proxy_url}")
 
 
 # --------------------------------------------------------------------------- setup
 
 
-def setup(conn: Any, sandbox_id: str, policy: NetworkPolicy, run: Path) -> VmNetwork:
-    """Create the network, the firewall rules and the proxy of an ``allow:`` sandbox.
+def setup(
+    conn: Any, sandbox_id: str, policy: NetworkPolicy, run: Path, *, proxy_home: Path
+) -> VmNetwork:
+    """Create the network and the firewall rules of an ``allow:`` or ``open`` sandbox, and the
+    proxy of an ``allow:`` one.
 
-    ``run`` is the sandbox's run directory (it must exist). On failure the caller tears down
-    (:func:`teardown` finds every piece by ``sandbox_id``).
+    ``run`` is the sandbox's run directory (it must exist); ``proxy_home`` is where the proxy
+    script is copied for ``nobody`` to read (:func:`proxy_script`). On failure the caller tears
+    down (:func:`teardown` finds every piece by ``sandbox_id``).
 
     :raises ProviderError: naming the piece that could not be made.
     """
-    if policy.mode != "allow":
-        raise ValueError(f"vm_network.setup is for allow: policies, got {policy}")
-    network = _create_network(conn, sandbox_id)
+    if policy.mode not in ("allow", "open"):
+        raise ValueError(f"vm_network.setup is for allow: and open policies, got {policy}")
+    network = _create_network(conn, sandbox_id, "open" if policy.mode == "open" else "allow")
     _add_rules(network)
-    _start_proxy(network, policy, run)
+    if network.mode == "allow":
+        _start_proxy(network, policy, run, proxy_script(proxy_home))
     return network
 
 
@@ -151,7 +172,9 @@ def _used_subnets(conn: Any) -> set[ipaddress.IPv4Network]:
     return {n for n in used if isinstance(n, ipaddress.IPv4Network)}
 
 
-def _create_network(conn: Any, sandbox_id: str, attempts: int = 8) -> VmNetwork:
+def _create_network(
+    conn: Any, sandbox_id: str, mode: Literal["allow", "open"], attempts: int = 8
+) -> VmNetwork:
     libvirt = libvirt_module()
     name, bridge = network_name(sandbox_id), bridge_name(sandbox_id)
     if os.geteuid() == 0:  # libvirt writes <bridge>.macs here; Debian makes it only for 'default'
@@ -160,11 +183,13 @@ def _create_network(conn: Any, sandbox_id: str, attempts: int = 8) -> VmNetwork:
     free = [s for s in SUBNET_POOL.subnets(new_prefix=24) if s not in used]
     last = "no free /24 left"
     for subnet in random.sample(free, min(attempts, len(free))):
-        network = VmNetwork(sandbox_id, name, bridge, subnet)
+        network = VmNetwork(sandbox_id, name, bridge, subnet, mode)
         root = ET.Element("network")
         ET.SubElement(root, "name").text = name
+        if mode == "open":
+            ET.SubElement(root, "forward", mode="nat")
         ET.SubElement(root, "bridge", name=bridge, stp="off", delay="0")
-        ET.SubElement(root, "dns", enable="no")
+        ET.SubElement(root, "dns", enable="yes" if mode == "open" else "no")
         ET.SubElement(root, "ip", address=str(network.host_address), prefix="24")
         try:
             conn.networkCreateXML(ET.tostring(root, encoding="unicode"))
@@ -188,32 +213,44 @@ def _iptables(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([path, "-w", *args], capture_output=True, text=True, check=False)
 
 
-def _rules(network: VmNetwork) -> list[tuple[str, list[str]]]:
-    """(tool, rule) pairs, in the order they end up at the top of their chains."""
+Rule = tuple[str, str, str, list[str]]
+"""(tool, table, chain, rule spec) of one firewall rule."""
+TABLE_CHAINS: Final = (("filter", "INPUT"), ("filter", "FORWARD"), ("raw", "PREROUTING"))
+"""Where a sandbox's rules live (gc scans these)."""
+
+
+def _rules(network: VmNetwork) -> list[Rule]:
+    """The sandbox's rules, in the order they end up at the top of their chains."""
     tag = ["-m", "comment", "--comment", rule_comment(network.sandbox_id)]
     bridge = network.bridge
+    ipv6 = [
+        ("ip6tables", "filter", "INPUT", ["-i", bridge, *tag, "-j", "DROP"]),
+        ("ip6tables", "filter", "FORWARD", ["-i", bridge, *tag, "-j", "DROP"]),
+        ("ip6tables", "filter", "FORWARD", ["-o", bridge, *tag, "-j", "DROP"]),
+    ]
+    if network.mode == "open":
+        loopback = ["-i", bridge, "-d", "127.0.0.0/8", *tag, "-j", "DROP"]
+        return [("iptables", "raw", "PREROUTING", loopback), *ipv6]
     proxy = [
         "-d", str(network.host_address), "-p", "tcp", "--dport", str(EGRESS_PORT),
     ]  # fmt: skip
     return [
-        ("iptables", ["INPUT", "-i", bridge, *proxy, *tag, "-j", "ACCEPT"]),
-        ("iptables", ["INPUT", "-i", bridge, *tag, "-j", "REJECT"]),
-        ("iptables", ["FORWARD", "-i", bridge, *tag, "-j", "REJECT"]),
-        ("iptables", ["FORWARD", "-o", bridge, *tag, "-j", "REJECT"]),
-        ("ip6tables", ["INPUT", "-i", bridge, *tag, "-j", "DROP"]),
-        ("ip6tables", ["FORWARD", "-i", bridge, *tag, "-j", "DROP"]),
-        ("ip6tables", ["FORWARD", "-o", bridge, *tag, "-j", "DROP"]),
+        ("iptables", "filter", "INPUT", ["-i", bridge, *proxy, *tag, "-j", "ACCEPT"]),
+        ("iptables", "filter", "INPUT", ["-i", bridge, *tag, "-j", "REJECT"]),
+        ("iptables", "filter", "FORWARD", ["-i", bridge, *tag, "-j", "REJECT"]),
+        ("iptables", "filter", "FORWARD", ["-o", bridge, *tag, "-j", "REJECT"]),
+        *ipv6,
     ]
 
 
 def _add_rules(network: VmNetwork) -> None:
     # inserted bottom-up at position 1, so they end in _rules' order above everything else
-    for tool, (chain, *rule) in reversed(_rules(network)):
-        done = _iptables(tool, "-I", chain, "1", *rule)
+    for tool, table, chain, rule in reversed(_rules(network)):
+        done = _iptables(tool, "-t", table, "-I", chain, "1", *rule)
         if done.returncode != 0:
             raise ProviderError(
                 f"{tool} refused a rule of sandbox {network.sandbox_id} "
-                f"({chain} {' '.join(rule)}): {done.stderr.strip()}"
+                f"(-t {table} {chain} {' '.join(rule)}): {done.stderr.strip()}"
             )
 
 
@@ -228,16 +265,48 @@ def _proxy_user() -> dict[str, Any]:
     return {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
 
 
+def proxy_python_check() -> str | None:
+    """``None`` when the proxy's Python can import h11, else what is wrong (for doctor)."""
+    python = _proxy_python()
+    done = subprocess.run(
+        [python, "-I", "-c", "import h11"], capture_output=True, text=True, check=False
+    )
+    if done.returncode == 0:
+        return None
+    return f"{python} cannot import h11, which the allow: egress proxy needs"
+
+
 def _proxy_python() -> str:
-    """A Python any user can run (the proxy is standard library only)."""
+    """A Python any user can run: the system one (with Debian's ``python3-h11``,
+    scripts/host-packages/vm.txt) when root, else ours (h11 is a dependency of cubicle)."""
     system = Path("/usr/bin/python3")
     return str(system) if os.geteuid() == 0 and system.exists() else sys.executable
 
 
-def _start_proxy(network: VmNetwork, policy: NetworkPolicy, run: Path) -> None:
-    script = run / "egress.py"
-    shutil.copyfile(EGRESS_SOURCE, script)
-    script.chmod(0o644)
+def proxy_script(home: Path) -> Path:
+    """``<home>/proxy/<hash>/egress.py``: a copy of the proxy that ``nobody`` can read (the run
+    directories cannot be entered by other users), one per version of its source."""
+    source = EGRESS_SOURCE.read_bytes()
+    directory = home / "proxy" / hashlib.sha256(source).hexdigest()[:16]
+    script = directory / "egress.py"
+    if script.is_file() and script.read_bytes() == source:
+        return script
+    directory.mkdir(parents=True, exist_ok=True)
+    for path in (home / "proxy", directory):
+        path.chmod(0o755)
+    partial = directory / f".egress-{os.getpid()}.tmp"
+    partial.write_bytes(source)
+    partial.chmod(0o644)
+    partial.replace(script)
+    return script
+
+
+def _private_file(path: Path) -> int:
+    """Open ``path`` for appending, created ``0600`` (root's alone; QEMU does not need it)."""
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+
+
+def _start_proxy(network: VmNetwork, policy: NetworkPolicy, run: Path, script: Path) -> None:
     argv = [
         _proxy_python(),
         "-I",
@@ -250,7 +319,7 @@ def _start_proxy(network: VmNetwork, policy: NetworkPolicy, run: Path) -> None:
     for origin in policy.allow:
         argv += ["--allow", str(origin)]
     log_path = run / "egress.log"
-    with log_path.open("ab") as log_file:
+    with os.fdopen(_private_file(log_path), "ab") as log_file:
         proxy = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -261,9 +330,8 @@ def _start_proxy(network: VmNetwork, policy: NetworkPolicy, run: Path) -> None:
             **_proxy_user(),
         )
     _CHILDREN[proxy.pid] = proxy
-    (run / "egress.json").write_text(
-        json.dumps({"pid": proxy.pid, "start_time": _start_time(proxy.pid)}) + "\n"
-    )
+    with os.fdopen(_private_file(run / "egress.json"), "w") as record:
+        record.write(json.dumps({"pid": proxy.pid, "start_time": _start_time(proxy.pid)}) + "\n")
     deadline = time.monotonic() + PROXY_READY_S
     while time.monotonic() < deadline:
         if '"event": "listening"' in log_path.read_text(errors="replace"):
@@ -349,13 +417,14 @@ def _stop_proxy(sandbox_id: str, run: Path | None) -> None:
             _stop(pid)
 
 
-def _tagged_rules() -> Iterator[tuple[str, str, list[str]]]:
-    """(tool, sandbox id, rule spec for ``-D``) of every cubicle VM rule in INPUT/FORWARD."""
+def _tagged_rules() -> Iterator[tuple[str, str, str, list[str]]]:
+    """(tool, sandbox id, table, rule spec for ``-D``) of every cubicle VM rule in the chains of
+    :data:`TABLE_CHAINS`."""
     for tool in ("iptables", "ip6tables"):
         if shutil.which(tool) is None:
             continue
-        for chain in ("INPUT", "FORWARD"):
-            listed = _iptables(tool, "-S", chain)
+        for table, chain in TABLE_CHAINS:
+            listed = _iptables(tool, "-t", table, "-S", chain)
             for line in listed.stdout.splitlines():
                 words = shlex.split(line)  # parses iptables' own output; nothing is run by a shell
                 if len(words) < 2 or words[0] != "-A" or "--comment" not in words[:-1]:
@@ -364,16 +433,16 @@ def _tagged_rules() -> Iterator[tuple[str, str, list[str]]]:
                 if comment.startswith(NAME_PREFIX) and _ID.fullmatch(
                     comment.removeprefix(NAME_PREFIX)
                 ):
-                    yield tool, comment.removeprefix(NAME_PREFIX), words[1:]
+                    yield tool, comment.removeprefix(NAME_PREFIX), table, words[1:]
 
 
 def _remove_rules(sandbox_ids: set[str]) -> None:
     failures = []
-    for tool, sandbox_id, rule in _tagged_rules():
+    for tool, sandbox_id, table, rule in _tagged_rules():
         if sandbox_id in sandbox_ids:
-            done = _iptables(tool, "-D", *rule)
+            done = _iptables(tool, "-t", table, "-D", *rule)
             if done.returncode != 0:
-                failures.append(f"{tool} -D {' '.join(rule)}: {done.stderr.strip()}")
+                failures.append(f"{tool} -t {table} -D {' '.join(rule)}: {done.stderr.strip()}")
     if failures:
         raise ProviderError("could not remove firewall rules: " + "; ".join(failures))
 
@@ -415,7 +484,7 @@ def leftovers(conn: Any) -> dict[str, set[str]]:
             for n in names
             if n.startswith(NAME_PREFIX) and _ID.fullmatch(n.removeprefix(NAME_PREFIX))
         },
-        "rule": {sandbox_id for _tool, sandbox_id, _rule in _tagged_rules()},
+        "rule": {sandbox_id for _tool, sandbox_id, _table, _rule in _tagged_rules()},
         "proxy": {sandbox_id for _pid, sandbox_id in _proxy_processes()},
     }
 

@@ -8,9 +8,12 @@ vCPUs, pids limit, accelerator) — a different screen size needs its own golden
 
 Files of a slot, ``<home>/warm/<image ref>/<key>/slot<N>/``::
 
-    golden.qcow2   the golden guest's overlay of the base; frozen (0444) once saved
-    state.save     libvirt's saved memory/device state (dom.save); read-only, shared
+    golden.qcow2   the golden guest's overlay of the base; frozen (0440) once saved
+    state.save     libvirt's saved memory/device state (dom.save); read-only (0440), shared
     meta.json      written last (the commit mark): image ref + build time, key, name, saved_at
+
+Like run directories, slots are root's and QEMU's group's alone (``0750`` directories; see
+:mod:`orchestrator.providers.vm_files`).
 
 Each warm sandbox gets a new overlay backed by ``golden.qcow2``; the state is only read.
 A slot whose ``meta.json`` names another image build is stale and is rebuilt (a cold boot then
@@ -28,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.providers.vm_files import FileAccess
 from orchestrator.providers.vm_image import VmImage
 
 __all__ = ["WarmKey", "WarmSlot", "slots_for"]
@@ -94,10 +98,14 @@ class WarmSlot:
         """Remove a stale or half-made slot (never while its domain runs: the caller checks)."""
         shutil.rmtree(self.directory, ignore_errors=True)
 
-    def commit(self, image: VmImage, key: WarmKey, uuid: str) -> None:
+    def freeze(self, access: FileAccess) -> None:
+        """Make the golden overlay and the state read-only for root and QEMU's group only."""
+        access.restrict(self.golden, 0o440)
+        access.restrict(self.state, 0o440)
+
+    def commit(self, image: VmImage, key: WarmKey, uuid: str, access: FileAccess) -> None:
         """Freeze the golden overlay and state, then write meta.json (the commit mark)."""
-        self.golden.chmod(0o444)
-        self.state.chmod(0o444)
+        self.freeze(access)
         meta = {
             "image_ref": image.ref,
             "image_built_at": image.manifest.get("built_at"),
@@ -107,7 +115,7 @@ class WarmSlot:
             "saved_at": time.time(),
         }
         partial = self.meta_path.with_suffix(".tmp")
-        partial.write_text(json.dumps(meta, indent=2) + "\n")
+        access.write_text(partial, json.dumps(meta, indent=2) + "\n")
         partial.replace(self.meta_path)
 
 

@@ -9,7 +9,6 @@ None. A warm sandbox's clean-up is the provider's ``destroy``, like any other sa
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import shutil
@@ -68,9 +67,12 @@ class WarmStarter:
             run = self.provider._run_dir(sandbox_id)
             if not run.exists():
                 self.provider._new_run_dir(sandbox_id, labels)
+            files = self.provider.files
+            files.directories(self.provider.home, slot.directory)  # slots saved by older versions
+            slot.freeze(files)
             overlay = run / "overlay.qcow2"
             overlay.unlink(missing_ok=True)
-            vm_image.create_overlay(slot.golden, overlay)
+            vm_image.create_overlay(slot.golden, overlay, files)
             try:
                 saved = self.provider.conn.saveImageGetXMLDesc(str(slot.state), 0)
                 xml = retarget_saved_xml(
@@ -91,7 +93,8 @@ class WarmStarter:
                     # drop the slot and cold-boot; the next warm_up/create makes it again
                     slot.reset()
                 continue
-            (run / "labels.json").write_text(json.dumps(labels, indent=2) + "\n")
+            self.provider.write_labels(run, labels)
+            self.provider.seal_socket(run)
             with map_libvirt_errors(f"look up the restored domain {slot.name}"):
                 dom = self.provider.conn.lookupByName(slot.name)
             return self.provider._info(dom, labels)
@@ -150,14 +153,11 @@ class WarmStarter:
                 f"warm slot {slot.name} is running: another process is saving it or uses it"
             )
         slot.reset()
-        slot.directory.mkdir(parents=True)
-        for directory in slot.directory.parents:
-            if directory == self.provider.home.parent:
-                break
-            directory.chmod(0o755)
+        self.provider.home.mkdir(parents=True, exist_ok=True)
+        self.provider.files.directories(self.provider.home, slot.directory)
         run = self.provider._new_run_dir(golden_id, labels)
         try:
-            vm_image.create_overlay(image.base, slot.golden)
+            vm_image.create_overlay(image.base, slot.golden, self.provider.files)
             plan = self.provider._plan(
                 slot.name,
                 run=run,
@@ -172,7 +172,7 @@ class WarmStarter:
             uuid = dom.UUIDString()
             with map_libvirt_errors(f"save the golden domain {slot.name}"):
                 dom.save(str(slot.state))
-            slot.commit(image, self.provider.warm_key(spec), uuid)
+            slot.commit(image, self.provider.warm_key(spec), uuid, self.provider.files)
         except BaseException:
             self.provider.destroy(golden_id)
             slot.reset()

@@ -9,10 +9,26 @@ from __future__ import annotations
 __all__ = ["DIRECT_PROBE"]
 
 DIRECT_PROBE = """
-import json, socket, sys
+import json, socket, struct, sys
+def default_gateway():
+    try:
+        with open("/proc/net/route") as table:
+            for line in table.read().splitlines()[1:]:
+                fields = line.split()
+                if fields[1] == "00000000":
+                    return socket.inet_ntoa(struct.pack("<L", int(fields[2], 16)))
+    except OSError:
+        pass
+    return None
+gateway = default_gateway()
 results = {}
 for target in sys.argv[1:]:
     host, port = target.rsplit(":", 1)
+    if host == "GATEWAY":
+        if gateway is None:
+            results[target] = "no default route"
+            continue
+        host = gateway
     try:
         socket.create_connection((host, int(port)), timeout=3).close()
         results[target] = "connected"
@@ -23,7 +39,9 @@ try:
     results["dns"] = "resolved"
 except OSError as exc:
     results["dns"] = type(exc).__name__ + ": " + str(exc)
+results["gateway"] = gateway
 print(json.dumps(results))
 """
-"""``python3 -c DIRECT_PROBE HOST:PORT ...``: try a direct TCP connection to each target and one
-DNS lookup; prints ``{target: "connected" | "<error>", "dns": "resolved" | "<error>"}``."""
+"""``python3 -c DIRECT_PROBE HOST:PORT ...``: try a direct TCP connection to each target (host
+``GATEWAY``: the guest's default gateway) and one DNS lookup; prints ``{target: "connected" |
+"<error>", "dns": "resolved" | "<error>", "gateway": address or null}``."""

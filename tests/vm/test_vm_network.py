@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.egress import EGRESS_PORT
 from orchestrator.network import NetworkPolicy
 from orchestrator.provider import SandboxSpec
 from orchestrator.providers import vm_network
@@ -88,7 +89,7 @@ def test_allow_forwards_exactly_the_allowed_origins(
                 vm_provider,
                 info.id,
                 DIRECT_PROBE,
-                f"{bridge_host}:{vm_network.EGRESS_PORT}",  # control: the proxy is reachable
+                f"{bridge_host}:{EGRESS_PORT}",  # control: the proxy is reachable
                 f"{bridge_host}:{allowed.port}",
                 f"{bridge_host}:{other.port}",
                 f"{bridge_host}:22",
@@ -116,13 +117,15 @@ def test_allow_forwards_exactly_the_allowed_origins(
                 check=False,
             )
             log = vm_provider.egress_log(info.id)
+            run = vm_provider.home / "run" / info.id
+            open_to_others = [p.name for p in [run, *run.iterdir()] if p.lstat().st_mode & 0o007]
         finally:
             vm_provider.destroy(info.id)
-    proxy_url = f"http://{bridge_host}:{vm_network.EGRESS_PORT}"
+    proxy_url = f"http://{bridge_host}:{EGRESS_PORT}"
     assert seen["env"] == {"http": proxy_url, "https": proxy_url}
     assert seen["no_proxy"] == ["localhost,127.0.0.1,::1"] * 2
     # no direct route: only the proxy's port answers on the host side of the bridge
-    assert direct.pop(f"{bridge_host}:{vm_network.EGRESS_PORT}") == "connected", direct
+    assert direct.pop(f"{bridge_host}:{EGRESS_PORT}") == "connected", direct
     assert str(direct.pop("dns")).startswith("gaierror"), direct
     for target, outcome in direct.items():
         assert outcome != "connected", (target, direct)
@@ -133,6 +136,7 @@ def test_allow_forwards_exactly_the_allowed_origins(
     assert seen[urls["allowed name"]][0] == 502, seen  # allowed, but it resolves nowhere here
     assert "403" in str(seen[urls["https tunnel to other port"]][1]), seen
     assert bridge_v6 == [], "the host has an IPv6 address on the isolated bridge"
+    assert open_to_others == [], "other users may use these files of the sandbox (proxy log …)"
     assert allowed.paths == ["/ok"]
     assert other.paths == []
     decisions = [json.loads(line) for line in log.splitlines() if '"decision"' in line]
@@ -201,7 +205,11 @@ def test_gc_removes_network_pieces_whose_run_directory_is_gone(
     run.mkdir(parents=True)
     try:
         vm_network.setup(
-            vm_provider.conn, sandbox_id, NetworkPolicy.parse("allow:example.com"), run
+            vm_provider.conn,
+            sandbox_id,
+            NetworkPolicy.parse("allow:example.com"),
+            run,
+            proxy_home=vm_provider.home,
         )
         assert sorted(_network_leftovers(vm_provider, sandbox_id)) == ["network", "proxy", "rule"]
     finally:

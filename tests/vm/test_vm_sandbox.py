@@ -8,10 +8,8 @@ import io
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -27,21 +25,11 @@ from orchestrator.providers import vm_image
 from orchestrator.providers.vm import VmProvider
 from orchestrator.providers.vm_warm import slots_for
 from orchestrator.sandbox import Sandbox
+from tests.support.guest_probes import DIRECT_PROBE
+from tests.support.listener import Listener, host_addresses
 from tests.vm.conftest import REPO, assert_gone, qemu_pids_using
 
 pytestmark = [pytest.mark.vm, pytest.mark.slow]
-
-NET_PROBE = """
-import json, os, socket, sys
-host, port = sys.argv[1], int(sys.argv[2])
-result = {"interfaces": sorted(os.listdir("/sys/class/net"))}
-try:
-    socket.create_connection((host, port), timeout=5).close()
-    result["connect"] = "ok"
-except OSError as exc:
-    result["connect"] = f"{type(exc).__name__}: {exc}"
-print(json.dumps(result))
-"""
 
 
 def test_up_screenshot_exec_down_through_sandbox(
@@ -136,39 +124,17 @@ def test_warm_sandbox_clock_follows_the_host(
         vm_provider.destroy(info.id)
 
 
-class _Listener:
-    """A TCP listener on the host's loopback that counts accepted connections."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.accepted = 0
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            conn.close()
-
-    def close(self) -> None:
-        self.sock.close()
-        self._thread.join(timeout=5)
-
-
-def _probe(provider: VmProvider, network: str, port: int, created: list[str]) -> dict[str, Any]:
+def _probe(provider: VmProvider, network: str, target: str, created: list[str]) -> dict[str, Any]:
     info = provider.create(SandboxSpec(network=NetworkPolicy.parse(network)))
     created.append(info.id)
     try:
         provider.wait_ready(info.id, timeout=240)
-        # 10.0.2.2 is the host's loopback as QEMU user networking presents it
-        done = provider.exec(info.id, ["python3", "-c", NET_PROBE, "10.0.2.2", str(port)])
+        done = provider.exec(info.id, ["python3", "-c", DIRECT_PROBE, target])
         assert done.exit_code == 0, done.stderr
         result: dict[str, Any] = json.loads(done.stdout)
+        interfaces = provider.exec(info.id, ["ls", "/sys/class/net"])
+        result["interfaces"] = sorted(interfaces.stdout.split())
+        result["connect"] = result.pop(target)
         return result
     finally:
         provider.destroy(info.id)
@@ -177,15 +143,17 @@ def _probe(provider: VmProvider, network: str, port: int, created: list[str]) ->
 def test_network_none_is_proven_from_inside_the_guest(
     vm_provider: VmProvider, leak_check: list[str]
 ) -> None:
-    listener = _Listener()
+    listener = Listener("0.0.0.0")
     try:
-        isolated = _probe(vm_provider, "none", listener.port, leak_check)
+        host = host_addresses()[0]
+        isolated = _probe(vm_provider, "none", f"{host}:{listener.port}", leak_check)
         assert isolated["interfaces"] == ["lo"]
         assert isolated["connect"].startswith("OSError"), isolated  # Network is unreachable
         assert listener.accepted == 0
-        # control: the same probe with a NIC reaches the listener, so the probe can tell
-        opened = _probe(vm_provider, "open", listener.port, leak_check)
-        assert "eth0" in opened["interfaces"] and opened["connect"] == "ok", opened
+        # control: the same probe with a NIC reaches the listener (through the host side of the
+        # open sandbox's network, its default gateway), so the probe can tell
+        opened = _probe(vm_provider, "open", f"GATEWAY:{listener.port}", leak_check)
+        assert "eth0" in opened["interfaces"] and opened["connect"] == "connected", opened
         assert listener.accepted == 1
     finally:
         listener.close()

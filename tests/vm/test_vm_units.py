@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
+import stat
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -24,6 +27,7 @@ from orchestrator.providers.vm_domain import (
     probe_accelerator,
     retarget_saved_xml,
 )
+from orchestrator.providers.vm_files import FileAccess
 from orchestrator.providers.vm_image import VmImage, image_ref, load_image
 from orchestrator.providers.vm_network import VmNetwork, bridge_name, network_name
 from orchestrator.providers.vm_warm import WarmKey, slots_for
@@ -116,8 +120,10 @@ def test_warm_slot_is_stale_for_another_build(tmp_path: Path) -> None:
     slot.directory.mkdir(parents=True)
     slot.golden.write_bytes(b"")
     slot.state.write_bytes(b"")
-    slot.commit(image, WarmKey((1280, 800), 2048, 2, 1024, "tcg"), "uuid")
+    slot.commit(image, WarmKey((1280, 800), 2048, 2, 1024, "tcg"), "uuid", FileAccess(None))
     assert slot.valid_for(image)
+    for path, mode in ((slot.golden, 0o400), (slot.state, 0o400), (slot.meta_path, 0o600)):
+        assert stat.S_IMODE(path.stat().st_mode) == mode, path
     rebuilt = VmImage(
         image.ref, tmp_path, tmp_path / "b", tmp_path / "k", tmp_path / "i", {"built_at": 2.0}
     )
@@ -152,12 +158,7 @@ def test_allow_network_gives_the_domain_a_nic_and_the_guest_its_address_and_prox
     tmp_path: Path,
 ) -> None:
     sandbox_id = "vm-0123456789"
-    network = VmNetwork(
-        sandbox_id,
-        network_name(sandbox_id),
-        bridge_name(sandbox_id),
-        ipaddress.IPv4Network("10.231.7.0/24"),
-    )
+    network = _vm_network(sandbox_id, "10.231.7.0/24", "allow")
     root = ET.fromstring(
         domain_xml(_plan(tmp_path, network=network.name, extra_cmdline=network.cmdline()))
     )
@@ -172,6 +173,35 @@ def test_allow_network_gives_the_domain_a_nic_and_the_guest_its_address_and_prox
     assert "cubicle.net=10.231.7.2/24,,127.0.0.1" in words  # no gateway, a dead resolver
     assert "cubicle.proxy=http://10.231.7.1:3128" in words
     assert bridge_name(sandbox_id) == "cbvm-0123456789"  # Linux allows 15 characters
+
+
+def _vm_network(sandbox_id: str, subnet: str, mode: Literal["allow", "open"]) -> VmNetwork:
+    return VmNetwork(
+        sandbox_id,
+        network_name(sandbox_id),
+        bridge_name(sandbox_id),
+        ipaddress.IPv4Network(subnet),
+        mode,
+    )
+
+
+def test_open_network_routes_and_resolves_through_the_host_side_of_its_bridge() -> None:
+    network = _vm_network("vm-0123456789", "10.231.9.0/24", "open")
+    assert network.cmdline() == ("cubicle.net=10.231.9.2/24,10.231.9.1,10.231.9.1",)
+
+
+def test_file_access_keeps_others_out(tmp_path: Path) -> None:
+    """Directories 0750 and files of the given mode, in the QEMU group; owner-only without one."""
+    group = FileAccess(os.getgid())
+    made = group.directories(tmp_path, tmp_path / "warm" / "ref" / "slot0")
+    group.write_text(made / "meta.json", "{}", 0o640)
+    for path in (tmp_path / "warm", tmp_path / "warm" / "ref", made):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o750, path
+        assert path.stat().st_gid == os.getgid()
+    assert stat.S_IMODE((made / "meta.json").stat().st_mode) == 0o640
+    alone = FileAccess(None)
+    alone.write_text(tmp_path / "labels.json", "{}", 0o640)
+    assert stat.S_IMODE((tmp_path / "labels.json").stat().st_mode) == 0o600
 
 
 def test_allow_policy_passes_validation(tmp_path: Path) -> None:

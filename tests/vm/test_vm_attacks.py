@@ -1,0 +1,166 @@
+"""Attacks on a VM sandbox's neighbours (issue 15, rows 5 and 6), from inside a real guest:
+``open`` has no path to the host's loopback services, and no other local user can read a
+sandbox's disk, files or saved states."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import socket
+import stat
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.network import NetworkPolicy
+from orchestrator.provider import SandboxSpec
+from orchestrator.providers.vm import VmProvider
+from tests.support.guest_probes import DIRECT_PROBE
+from tests.support.listener import Listener, host_addresses
+
+pytestmark = [pytest.mark.attack, pytest.mark.vm, pytest.mark.slow]
+
+QEMU_SLIRP_HOST = "10.0.2.2"
+"""Where QEMU user-mode networking (the old ``open``) shows the host's 127.0.0.1 to the guest."""
+
+
+def guest_run(provider: VmProvider, sandbox_id: str, code: str, *args: str) -> dict[str, Any]:
+    done = provider.exec(sandbox_id, ["python3", "-c", code, *args], timeout=90)
+    assert done.exit_code == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def test_row5_open_vm_has_no_path_to_host_loopback(
+    vm_provider: VmProvider, leak_check: list[str]
+) -> None:
+    loopback = Listener("127.0.0.1")  # a host service meant for the host alone
+    public = Listener("0.0.0.0")  # control: a host service on every address
+    try:
+        info = vm_provider.create(SandboxSpec(network=NetworkPolicy.parse("open")))
+        leak_check.append(info.id)
+        try:
+            vm_provider.wait_ready(info.id, timeout=240)
+            targets = [
+                f"{host}:{loopback.port}"
+                for host in [QEMU_SLIRP_HOST, "GATEWAY", *host_addresses()]
+            ]
+            seen = guest_run(vm_provider, info.id, DIRECT_PROBE, *targets, f"GATEWAY:{public.port}")
+        finally:
+            vm_provider.destroy(info.id)
+    finally:
+        loopback.close()
+        public.close()
+    assert seen["gateway"], seen  # open: the guest has a route out
+    # the host's loopback service: no address leads to it
+    for target in targets:
+        assert seen[target] != "connected", (target, seen)
+    assert loopback.accepted == 0
+    # control: open still reaches host services that listen beyond loopback, so the probe can
+    # tell (and 'open' is a real network, as the README says)
+    assert seen[f"GATEWAY:{public.port}"] == "connected", seen
+    assert public.accepted == 1
+    if _host_resolves("deb.debian.org"):  # names resolve as on the host (libvirt's forwarder)
+        assert seen["dns"] == "resolved", seen
+
+
+def _host_resolves(name: str) -> bool:
+    try:
+        socket.getaddrinfo(name, 80)
+    except OSError:
+        return False
+    return True
+
+
+def _others_may(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode) & 0o007
+
+
+def _as_nobody(*argv: str) -> subprocess.CompletedProcess[bytes]:
+    """Run ``argv`` as the unprivileged user ``nobody`` (no groups)."""
+    return subprocess.run(
+        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *argv],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_row6_other_users_cannot_read_a_running_sandbox(
+    vm_provider: VmProvider, leak_check: list[str]
+) -> None:
+    secret = "cubicle-secret-" + secrets.token_hex(16)
+    info = vm_provider.create(SandboxSpec())
+    leak_check.append(info.id)
+    try:
+        vm_provider.wait_ready(info.id, timeout=240)
+        wrote = vm_provider.exec(
+            info.id,
+            ["python3", "-c", PLANT, "/home/cubicle/secret.txt", secret],
+            timeout=90,
+        )
+        assert wrote.exit_code == 0, wrote.stderr
+        run = vm_provider.home / "run" / info.id
+        overlay = run / "overlay.qcow2"
+        # control: the secret is on the host, in the sandbox's overlay (root can read it)
+        assert secret.encode() in overlay.read_bytes()
+        nobody = {
+            "read the overlay": _as_nobody("cat", str(overlay)),
+            "list the run folder": _as_nobody("ls", str(run)),
+            "read the console log": _as_nobody("cat", str(run / "console.log")),
+            "list the run folders": _as_nobody("ls", str(vm_provider.home / "run")),
+            "list the warm states": _as_nobody("ls", str(vm_provider.home / "warm")),
+        }
+        slot = None
+        if info.detail["start"].startswith("warm:"):
+            slot = _slot_directory(vm_provider, info.id)
+        exposed = [
+            f"{oct(stat.S_IMODE(p.lstat().st_mode))} {p}"
+            for root in [run, *([slot] if slot else [])]
+            for p in [root, *root.rglob("*")]
+            if _others_may(p)
+        ]
+        home_mode = stat.S_IMODE(vm_provider.home.stat().st_mode)
+    finally:
+        vm_provider.destroy(info.id)
+    for what, done in nobody.items():
+        leaked = secret.encode() in done.stdout
+        assert done.returncode != 0 and not leaked, (
+            what,
+            "nobody could",
+            leaked,
+            done.stdout[:200],
+        )
+        assert b"Permission denied" in done.stderr, (what, done.stderr)
+    assert exposed == []
+    assert home_mode & 0o007 == 0o001  # others may only pass through (to the proxy script)
+
+
+PLANT = """
+import os, sys
+path, secret = sys.argv[1], sys.argv[2]
+with open(path, "w") as file:
+    file.write((secret + "\\n") * 64)
+    file.flush()
+    os.fsync(file.fileno())
+os.sync()
+"""
+
+
+def _slot_directory(provider: VmProvider, sandbox_id: str) -> Path:
+    """The warm slot directory whose golden overlay backs the sandbox's overlay."""
+    done = subprocess.run(
+        [
+            "qemu-img",
+            "info",
+            "-U",
+            "--output=json",
+            str(provider.home / "run" / sandbox_id / "overlay.qcow2"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return Path(json.loads(done.stdout)["backing-filename"]).parent
