@@ -292,7 +292,7 @@ class DamageTracker:
                 return False
             return not background or not item.rect.cells() <= background
 
-        return self._wait_history(since, spec, counts)
+        return _quiet_period(self._changed, self._history, since, spec, counts)
 
     def close(self) -> None:
         self._stop.set()
@@ -302,12 +302,6 @@ class DamageTracker:
             self._display.close()
         except Exception as exc:  # the X server is already gone
             log.debug("closing the damage connection: %s", exc)
-
-    def _wait_history(
-        self, since: float, spec: protocol.SettleSpec, counts: Callable[[_Damage], bool]
-    ) -> SettleOutcome:
-        """The quiet-period state machine over the damage history."""
-        return _quiet_period(self._changed, self._history, since, spec, counts)
 
 
 def _quiet_period(
