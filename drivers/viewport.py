@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from drivers.errors import CoordinateOutOfView, ViewportError
+from guest.geometry import Rect
 
 __all__ = ["Point", "Rect", "ViewGeometry", "Viewport"]
 
@@ -43,26 +44,6 @@ def _round_half_up(value: float) -> int:
 
 def _round_half_away(value: float) -> int:
     return int(math.copysign(math.floor(abs(value) + 0.5), value))
-
-
-@dataclass(frozen=True)
-class Rect:
-    """A rectangle in native screen pixels: top-left ``(x, y)`` and a positive size."""
-
-    x: int
-    y: int
-    width: int
-    height: int
-
-    def contains(self, x: int, y: int) -> bool:
-        return self.x <= x < self.x + self.width and self.y <= y < self.y + self.height
-
-    def as_region(self) -> dict[str, int]:
-        """The ``region`` argument of the protocol's ``screenshot`` op."""
-        return {"x": self.x, "y": self.y, "width": self.width, "height": self.height}
-
-    def __str__(self) -> str:
-        return f"{self.width}x{self.height}+{self.x}+{self.y}"
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ import select
 import threading
 import time
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -53,20 +53,18 @@ from Xlib.ext import damage
 
 from guest import protocol
 from guest.errors import GuestError
+from guest.geometry import Rect
 
 __all__ = [
     "ChangeTracker",
     "DamageTracker",
     "PollingTracker",
-    "Rect",
     "SettleOutcome",
     "open_tracker",
 ]
 
 log = logging.getLogger("guest.changes")
 
-CELL_PX: Final = 32
-"""Side of the square cells background activity is tracked in (pixels)."""
 BACKGROUND_WINDOW_S: Final = 5.0
 """How far back idle damage is looked at to find background activity (seconds)."""
 BACKGROUND_BUCKET_S: Final = 0.1
@@ -90,51 +88,6 @@ POLL_INTERVAL_S: Final = 0.03
 
 
 @dataclass(frozen=True)
-class Rect:
-    """A rectangle in native screen pixels."""
-
-    x: int
-    y: int
-    width: int
-    height: int
-
-    @property
-    def area(self) -> int:
-        return self.width * self.height
-
-    def union(self, other: Rect) -> Rect:
-        left, top = min(self.x, other.x), min(self.y, other.y)
-        right = max(self.x + self.width, other.x + other.width)
-        bottom = max(self.y + self.height, other.y + other.height)
-        return Rect(left, top, right - left, bottom - top)
-
-    def intersects(self, other: Rect) -> bool:
-        return (
-            self.x < other.x + other.width
-            and other.x < self.x + self.width
-            and self.y < other.y + other.height
-            and other.y < self.y + self.height
-        )
-
-    def cells(self) -> set[tuple[int, int]]:
-        """The :data:`CELL_PX` cells this rectangle touches."""
-        if self.width <= 0 or self.height <= 0:
-            return set()
-        return {
-            (cx, cy)
-            for cx in range(self.x // CELL_PX, (self.x + self.width - 1) // CELL_PX + 1)
-            for cy in range(self.y // CELL_PX, (self.y + self.height - 1) // CELL_PX + 1)
-        }
-
-    def as_dict(self) -> dict[str, int]:
-        return {"x": self.x, "y": self.y, "width": self.width, "height": self.height}
-
-    @classmethod
-    def of(cls, region: Mapping[str, int]) -> Rect:
-        return cls(region["x"], region["y"], region["width"], region["height"])
-
-
-@dataclass(frozen=True)
 class SettleOutcome:
     """What one wait saw. ``box`` is the bounding box of the counted damage (None: none)."""
 
@@ -151,7 +104,7 @@ class SettleOutcome:
             "changed": self.changed,
             "settled": self.settled,
             "settle_ms": self.waited_ms,
-            "damage": None if self.box is None else self.box.as_dict(),
+            "damage": None if self.box is None else self.box.as_region(),
             "damage_events": self.events,
             "method": self.method,
         }

@@ -18,8 +18,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from guest import __version__, protocol, system
-from guest.changes import ChangeTracker, Rect, open_tracker
+from guest.changes import ChangeTracker, open_tracker
 from guest.errors import GuestError, ProtocolError
+from guest.geometry import Rect
 from guest.screen import Screen
 from guest.windows import active_window, list_windows
 from guest.xinput import XInput
@@ -63,7 +64,7 @@ class Agent:
         try:
             self.changes: ChangeTracker = open_tracker(
                 display_name,
-                lambda rect: self.screen.grab_image(None if rect is None else rect.as_dict()),
+                lambda rect: self.screen.grab_image(None if rect is None else rect.as_region()),
                 force_poll=force_poll,
             )
         except BaseException:
@@ -294,7 +295,7 @@ class Agent:
             "settled": outcome.settled and quiet <= timeout,
             "waited_ms": outcome.waited_ms,
             "changed": outcome.changed,
-            "damage": None if outcome.box is None else outcome.box.as_dict(),
+            "damage": None if outcome.box is None else outcome.box.as_region(),
         }, b""
 
     def _windows(self, _args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:

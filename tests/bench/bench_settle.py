@@ -11,6 +11,7 @@ with no new input). Targets on Docker: p50 <= 300 ms, >= 6x faster than the 2 s 
 from __future__ import annotations
 
 import io
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +31,8 @@ REPEAT = 8
 BASELINE_SLEEP_S = 2.0
 STALE_WINDOW_S = 3.0
 SETTLE = protocol.SettleSpec().as_args()
+DEBUG_DIR = os.environ.get("CUBICLE_BENCH_STALE_DIR")
+"""Set: stale screenshots and what the screen became are saved there (to see why)."""
 
 
 def _shot(client: AgentClient) -> Image.Image:
@@ -39,8 +42,14 @@ def _shot(client: AgentClient) -> Image.Image:
 
 def _stale(client: AgentClient, seen: Image.Image) -> bool:
     time.sleep(STALE_WINDOW_S)
-    box = ImageChops.difference(seen, _shot(client)).getbbox()
-    return box is not None and (box[2] - box[0]) * (box[3] - box[1]) > protocol.VISIBLE_CHANGE_AREA
+    later = _shot(client)
+    box = ImageChops.difference(seen, later).getbbox()
+    stale = box is not None and (box[2] - box[0]) * (box[3] - box[1]) > protocol.VISIBLE_CHANGE_AREA
+    if stale and DEBUG_DIR:
+        stamp = time.monotonic_ns()
+        seen.save(f"{DEBUG_DIR}/{stamp}-seen.png")
+        later.save(f"{DEBUG_DIR}/{stamp}-later-{box}.png")
+    return stale
 
 
 def _scenario(

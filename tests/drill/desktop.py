@@ -17,6 +17,7 @@ from typing import Self
 
 from guest.client import AgentClient
 from tests.support.agent import RunningAgent, start_agent
+from tests.support.processes import stop_process
 from tests.support.xvfb import Xvfb
 
 __all__ = ["LocalDesktop", "missing_apps"]
@@ -80,13 +81,8 @@ class LocalDesktop:
         if agent is not None:
             agent.stop()
         openbox, self._openbox = self._openbox, None
-        if openbox is not None and openbox.poll() is None:
-            openbox.terminate()
-            try:
-                openbox.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                openbox.kill()
-                openbox.wait(timeout=5)
+        if openbox is not None:
+            stop_process(openbox, timeout=5)
         xvfb, self._xvfb = self._xvfb, None
         if xvfb is not None:
             xvfb.stop()

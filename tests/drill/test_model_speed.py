@@ -38,6 +38,7 @@ from orchestrator.run_task import parse_settle, run_task
 from orchestrator.trajectory import read_trajectory
 from orchestrator.trajectory.recorder import TrajectoryRecorder
 from tests.drill.desktop import LocalDesktop
+from tests.support.processes import stop_process
 
 pytestmark = [pytest.mark.x11, pytest.mark.slow]
 
@@ -111,12 +112,7 @@ def _app(desktop: LocalDesktop, *argv: str) -> Iterator[subprocess.Popen[bytes]]
     try:
         yield process
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        stop_process(process)
 
 
 def _wait_for_window(desktop: LocalDesktop, title: str) -> None:

@@ -19,6 +19,7 @@ from PIL import Image
 from guest import protocol
 from guest.client import AgentClient
 from tests.support.agent import RunningAgent, start_agent
+from tests.support.processes import stop_process
 from tests.support.xvfb import Xvfb
 
 pytestmark = pytest.mark.x11
@@ -59,19 +60,12 @@ def _effects(display: str, *args: str) -> subprocess.Popen[str]:
     return process
 
 
-def _stop(process: subprocess.Popen[str]) -> None:
-    process.terminate()
-    process.wait(timeout=10)
-    if process.stdout is not None:
-        process.stdout.close()
-
-
 @pytest.fixture
 def effects(xserver: Xvfb, client: AgentClient) -> Iterator[None]:
     process = _effects(xserver.display)
     client.call("settle", {"quiet_ms": 300, "timeout_ms": 3000})
     yield
-    _stop(process)
+    stop_process(process)
 
 
 def _pixel(client: AgentClient, x: int, y: int) -> tuple[int, ...]:
@@ -141,7 +135,7 @@ def test_a_running_animation_does_not_hold_actions_but_new_effects_still_count(
         assert effect["changed"] is True and effect["settle_ms"] >= 150
         assert _pixel(client, 225, 300) == (0, 128, 0)
     finally:
-        _stop(process)
+        stop_process(process)
 
 
 def test_the_same_place_changing_twice_is_seen_twice(client: AgentClient, effects: None) -> None:

@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import Self
 
 from guest.client import AgentClient, connect_unix
+from tests.support.processes import stop_process
 
 __all__ = ["AgentStartError", "RunningAgent", "start_agent"]
 
@@ -115,14 +116,7 @@ class RunningAgent:
         process, self._process = self._process, None
         if process is None:
             return None
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
-        return process.returncode
+        return stop_process(process)
 
     def __enter__(self) -> Self:
         return self if self._process is not None else self.start()

@@ -13,6 +13,8 @@ import time
 from types import TracebackType
 from typing import Self
 
+from tests.support.processes import stop_process
+
 __all__ = ["Xvfb", "XvfbUnavailable"]
 
 
@@ -95,12 +97,7 @@ class Xvfb:
         process, self._process = self._process, None
         if process is None or process.poll() is not None:
             return
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
+        stop_process(process, timeout=5)
 
     def __enter__(self) -> Self:
         return self.start() if self._process is None else self

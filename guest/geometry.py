@@ -1,0 +1,66 @@
+"""Rectangles in native screen pixels, shared by the agent and the host drivers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = ["CELL_PX", "Rect"]
+
+CELL_PX: Final = 32
+"""Side of the square cells :meth:`Rect.cells` divides the screen into (pixels)."""
+
+
+@dataclass(frozen=True)
+class Rect:
+    """A rectangle in native screen pixels: top-left ``(x, y)``, ``width`` x ``height``."""
+
+    x: int
+    y: int
+    width: int
+    height: int
+
+    def contains(self, x: int, y: int) -> bool:
+        return self.x <= x < self.x + self.width and self.y <= y < self.y + self.height
+
+    def as_region(self) -> dict[str, int]:
+        """The protocol's ``region`` form (``screenshot``, ``settle``, receipts' ``damage``)."""
+        return {"x": self.x, "y": self.y, "width": self.width, "height": self.height}
+
+    @classmethod
+    def of(cls, region: Mapping[str, int]) -> Rect:
+        """From the protocol's ``region`` form."""
+        return cls(region["x"], region["y"], region["width"], region["height"])
+
+    @property
+    def area(self) -> int:
+        return self.width * self.height
+
+    def union(self, other: Rect) -> Rect:
+        """The bounding box of both."""
+        left, top = min(self.x, other.x), min(self.y, other.y)
+        right = max(self.x + self.width, other.x + other.width)
+        bottom = max(self.y + self.height, other.y + other.height)
+        return Rect(left, top, right - left, bottom - top)
+
+    def intersects(self, other: Rect) -> bool:
+        return (
+            self.x < other.x + other.width
+            and other.x < self.x + self.width
+            and self.y < other.y + other.height
+            and other.y < self.y + self.height
+        )
+
+    def cells(self) -> set[tuple[int, int]]:
+        """The :data:`CELL_PX` grid cells this rectangle touches."""
+        if self.width <= 0 or self.height <= 0:
+            return set()
+        return {
+            (cx, cy)
+            for cx in range(self.x // CELL_PX, (self.x + self.width - 1) // CELL_PX + 1)
+            for cy in range(self.y // CELL_PX, (self.y + self.height - 1) // CELL_PX + 1)
+        }
+
+    def __str__(self) -> str:
+        return f"{self.width}x{self.height}+{self.x}+{self.y}"
