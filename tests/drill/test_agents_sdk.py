@@ -18,12 +18,13 @@ from typing import Any
 
 import anyio
 import pytest
-from agents import Agent, ComputerTool, OpenAIResponsesModel, RunConfig, Runner
+from agents import Agent, ComputerTool, ModelSettings, OpenAIResponsesModel, RunConfig, Runner
 from agents.exceptions import UserError
 from PIL import Image, ImageChops
 
 from drivers import AsyncGuestDriver, FilePolicy, GuestDriver, Viewport
-from drivers.agents_computer import AsyncCubicleComputer, CubicleComputer
+from drivers.agents_computer import ActionDenied, AsyncCubicleComputer, CubicleComputer
+from drivers.errors import ActionRejected, CoordinateOutOfView
 from drivers.policy_file import parse_policy
 from drivers.scripted_model import ScriptedModel, parse_script
 from orchestrator.agents_run import AgentsRunRecording
@@ -226,3 +227,77 @@ def test_runner_run_async_saves_a_note_with_one_check_approved_and_one_denied(
         with pytest.raises(UserError, match="not acknowledged"):
             anyio.run(main, model)
     _check_outcome(note, out, model)
+
+
+PREVIEW_TOOL = {
+    "type": "computer_use_preview",
+    "environment": "ubuntu",
+    "display_width": 1024,
+    "display_height": 640,
+}
+
+
+@pytest.mark.parametrize(
+    ("action", "error", "asked"),
+    [
+        ({"type": "type", "text": "my Password is hunter2"}, ActionDenied, True),
+        ({"type": "click", "button": "left", "x": 1024, "y": 10}, CoordinateOutOfView, False),
+        ({"type": "keypress", "keys": ["CTRL", "Hyperdrive"]}, ActionRejected, False),
+    ],
+    ids=["denied-by-policy", "outside-the-view", "unknown-key"],
+)
+def test_the_preview_tool_and_what_our_computer_refuses_before_sending(
+    local_desktop: LocalDesktop,
+    tmp_path: Path,
+    action: dict[str, Any],
+    error: type[Exception],
+    asked: bool,
+) -> None:
+    """A ``computer-use-preview`` model gets the preview tool with our view's size; legacy
+    single actions run; refused actions stop the run and reach the guest never."""
+    script = {
+        "name": "preview",
+        "model_view": {"width": 1024, "height": 640},
+        "turns": [
+            {"computer_call": {"action": {"type": "move", "x": 1023, "y": 639}}},
+            {"computer_call": {"action": action}},
+            {"message": "never reached"},
+        ],
+    }
+    policy = FilePolicy(parse_policy(POLICY))
+
+    async def main(model: ScriptedModel) -> None:
+        assert local_desktop.agent is not None
+        async with (
+            AgentsRunRecording(
+                tmp_path / "out",
+                task="t",
+                model="computer-use-preview",
+                safety_policy=policy,
+                action_policy=policy,
+            ) as rec,
+            await AsyncGuestDriver.connect(
+                local_desktop.agent.socket_path, viewport=VIEW, on_action=rec.on_action
+            ) as driver,
+            AsyncCubicleComputer(driver, before_action=rec.before_action) as computer,
+        ):
+            client = rec.openai_client(base_url=model.base_url, api_key="offline")
+            agent = Agent(
+                name="desk",
+                model=OpenAIResponsesModel("computer-use-preview", client),
+                model_settings=ModelSettings(truncation="auto"),
+                tools=[ComputerTool(computer=computer, on_safety_check=rec.async_on_safety_check)],
+            )
+            await Runner.run(agent, "go", run_config=NO_TRACING)
+
+    with ScriptedModel(parse_script(script)) as model, pytest.raises(error):
+        anyio.run(main, model)
+    assert model.failures == [] and model.turns_served == 2
+    assert all(request["tools"] == [PREVIEW_TOOL] for request in model.requests)
+    assert model.requests[0]["truncation"] == "auto"
+    events = read_trajectory(tmp_path / "out")
+    actions = [(e["type"], e["outcome"], e.get("native")) for e in events if e["kind"] == "action"]
+    refused = [] if asked else [(action["type"], "rejected", None)]
+    assert actions == [("move", "done", {"x": 1279, "y": 799}), *refused]
+    decisions = [(d.action, d.approved) for d in policy.log if d.subject == "action"]
+    assert decisions == [("move", True), *([(action["type"], False)] if asked else [])]
