@@ -11,8 +11,11 @@ saved file's bytes, the trajectory and report.html (:mod:`orchestrator.agents_ru
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +35,7 @@ from orchestrator.trajectory import read_trajectory
 from tests.drill.desktop import LocalDesktop
 from tests.drill.test_model_speed import _app, _wait_for_window
 
-pytestmark = [pytest.mark.x11, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 POLICY = """
 version = 1
@@ -64,7 +67,11 @@ def _script(note: Path) -> dict[str, Any]:
         "turns": [
             {
                 "computer_call": {
-                    "actions": [{"type": "type", "text": TEXT}],
+                    "actions": [
+                        # a held modifier reaches the driver (the SDK passes keys=)
+                        {"type": "move", "x": 512, "y": 320, "keys": ["shift"]},
+                        {"type": "type", "text": TEXT},
+                    ],
                     "pending_safety_checks": [approved],
                 }
             },
@@ -129,10 +136,12 @@ def _check_outcome(note: Path, out: Path, model: ScriptedModel) -> None:
     ]
     assert "check 1" in checks[0][2]
     actions = [e for e in events if e["kind"] == "action"]
-    assert [a["type"] for a in actions] == ["type", "keypress", "keypress", "type", "keypress"]
-    assert actions[0]["text"] == TEXT and actions[1]["keys"] == ["ctrl", "s"]
+    kinds = [a["type"] for a in actions]
+    assert kinds == ["move", "type", "keypress", "keypress", "type", "keypress"]
+    assert actions[0]["keys"] == ["shift"] and actions[0]["native"] == {"x": 640, "y": 400}
+    assert actions[1]["text"] == TEXT and actions[2]["keys"] == ["ctrl", "s"]
     assert all(a["outcome"] == "done" and a["receipt"]["settled"] for a in actions)
-    assert actions[0]["receipt"]["changed"] is True
+    assert actions[1]["receipt"]["changed"] is True
     turns = [e for e in events if e["kind"] == "model_turn"]
     assert len(turns) == 4 and turns[-1]["calls"][0]["pending_safety_checks"][0]["id"] == "sc_no"
     shots = [e for e in events if e["kind"] == "screenshot"]
@@ -158,6 +167,7 @@ def sync_runner_loop() -> Iterator[None]:
     asyncio.set_event_loop(None)
 
 
+@pytest.mark.x11
 @pytest.mark.usefixtures("sync_runner_loop")
 def test_runner_run_sync_saves_a_note_with_one_check_approved_and_one_denied(
     local_desktop: LocalDesktop, tmp_path: Path
@@ -195,6 +205,7 @@ def test_runner_run_sync_saves_a_note_with_one_check_approved_and_one_denied(
     assert [d.approved for d in policy.log if d.subject == "safety_checks"] == [True, False]
 
 
+@pytest.mark.x11
 def test_runner_run_async_saves_a_note_with_one_check_approved_and_one_denied(
     local_desktop: LocalDesktop, tmp_path: Path
 ) -> None:
@@ -237,6 +248,7 @@ PREVIEW_TOOL = {
 }
 
 
+@pytest.mark.x11
 @pytest.mark.parametrize(
     ("action", "error", "asked"),
     [
@@ -301,3 +313,43 @@ def test_the_preview_tool_and_what_our_computer_refuses_before_sending(
     assert actions == [("move", "done", {"x": 1279, "y": 799}), *refused]
     decisions = [(d.action, d.approved) for d in policy.log if d.subject == "action"]
     assert decisions == [("move", True), *([(action["type"], False)] if asked else [])]
+
+
+@pytest.mark.docker
+def test_the_example_runs_offline_on_a_docker_sandbox_and_leaves_nothing_behind(
+    docker_image: str, tmp_path: Path, cubicle_containers: Callable[[int], list[str]]
+) -> None:
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
+    example = Path(__file__).resolve().parents[2] / "examples" / "agents_sdk.py"
+    process = subprocess.Popen(
+        [sys.executable, str(example), "--out", str(out)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=600)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, stderr[-3000:]
+    lines = stdout.splitlines()
+    assert lines[0] == "Done."
+    assert "safety_checks None True None" in lines
+    # the model's (512, 320) in its 1024x640 view was clicked at screen (640, 400)
+    assert "action click True ((640, 400),)" in lines
+    events = read_trajectory(out)
+    actions = [(e["type"], e["native"], e["outcome"]) for e in events if e["kind"] == "action"]
+    assert actions == [
+        ("move", {"x": 640, "y": 400}, "done"),
+        ("click", {"x": 640, "y": 400}, "done"),
+        ("keypress", None, "done"),
+    ]
+    (end,) = [e for e in events if e["kind"] == "end"]
+    assert end["ok"] is True and end["final_message"] == "Done."
+    assert (out / "report.html").is_file()
+    assert cubicle_containers(process.pid) == []
