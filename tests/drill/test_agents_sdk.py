@@ -339,7 +339,7 @@ def test_the_example_runs_offline_on_a_docker_sandbox_and_leaves_nothing_behind(
     assert process.returncode == 0, stderr[-3000:]
     lines = stdout.splitlines()
     assert lines[0] == "Done."
-    assert "safety_checks None True None" in lines
+    assert "safety_checks None True ()" in lines
     # the model's (512, 320) in its 1024x640 view was clicked at screen (640, 400)
     assert "action click True ((640, 400),)" in lines
     events = read_trajectory(out)
