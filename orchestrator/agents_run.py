@@ -158,6 +158,8 @@ class AgentsRunRecording:
         try:
             if exc is not None:
                 self.error = error_chain(exc)
+                if self.session.stalled is not None:  # what made before_action refuse
+                    self.error = f"{self.session.stalled} ({self.error})"
                 self.recorder.event("error", where="run", type=type(exc).__name__, message=str(exc))
             elif self.session.stalled is not None:
                 self.error = self.session.stalled

@@ -25,7 +25,7 @@ from agents import Agent, ComputerTool, ModelSettings, OpenAIResponsesModel, Run
 from agents.exceptions import UserError
 from PIL import Image, ImageChops
 
-from drivers import AsyncGuestDriver, FilePolicy, GuestDriver, Viewport
+from drivers import AsyncGuestDriver, FilePolicy, GuestDriver, NonInteractive, Viewport
 from drivers.agents_computer import ActionDenied, AsyncCubicleComputer, CubicleComputer
 from drivers.errors import ActionRejected, CoordinateOutOfView
 from drivers.policy_file import parse_policy
@@ -112,7 +112,7 @@ def _agent(
     )
 
 
-def _check_outcome(note: Path, out: Path, model: ScriptedModel) -> None:
+def _check_outcome(note: Path, out: Path, model: ScriptedModel, *, streamed: bool = False) -> None:
     # the approved call ran and the note was saved; the denied call's actions never ran
     assert note.read_bytes() == TEXT.encode()
     assert model.turns_served == 4 and model.failures == []
@@ -143,7 +143,10 @@ def _check_outcome(note: Path, out: Path, model: ScriptedModel) -> None:
     assert all(a["outcome"] == "done" and a["receipt"]["settled"] for a in actions)
     assert actions[1]["receipt"]["changed"] is True
     turns = [e for e in events if e["kind"] == "model_turn"]
-    assert len(turns) == 4 and turns[-1]["calls"][0]["pending_safety_checks"][0]["id"] == "sc_no"
+    assert len(turns) == 4
+    if not streamed:  # a streamed turn's body is the SDK's: only its status is recorded
+        assert turns[-1]["calls"][0]["pending_safety_checks"][0]["id"] == "sc_no"
+    assert [r.get("stream", False) for r in model.requests] == [streamed] * 4
     shots = [e for e in events if e["kind"] == "screenshot"]
     assert len(shots) == 4  # before the run, then one per executed call
     first, typed = (Image.open(out / s["file"]).convert("RGB") for s in shots[:2])
@@ -206,8 +209,9 @@ def test_runner_run_sync_saves_a_note_with_one_check_approved_and_one_denied(
 
 
 @pytest.mark.x11
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
 def test_runner_run_async_saves_a_note_with_one_check_approved_and_one_denied(
-    local_desktop: LocalDesktop, tmp_path: Path
+    local_desktop: LocalDesktop, tmp_path: Path, streamed: bool
 ) -> None:
     note = tmp_path / "agents async note.txt"
     out = tmp_path / "out"
@@ -227,8 +231,14 @@ def test_runner_run_async_saves_a_note_with_one_check_approved_and_one_denied(
         ):
             agent = _agent(computer, rec.async_on_safety_check, model, rec)
             await rec.abegin(driver)
-            result = await Runner.run(agent, "save a note", run_config=NO_TRACING)
-            rec.finish(result.final_output)
+            if streamed:
+                streaming = Runner.run_streamed(agent, "save a note", run_config=NO_TRACING)
+                async for _ in streaming.stream_events():
+                    pass
+                rec.finish(streaming.final_output)
+            else:
+                result = await Runner.run(agent, "save a note", run_config=NO_TRACING)
+                rec.finish(result.final_output)
 
     with (
         _app(local_desktop, "mousepad"),
@@ -237,7 +247,7 @@ def test_runner_run_async_saves_a_note_with_one_check_approved_and_one_denied(
         _wait_for_window(local_desktop, "Mousepad")
         with pytest.raises(UserError, match="not acknowledged"):
             anyio.run(main, model)
-    _check_outcome(note, out, model)
+    _check_outcome(note, out, model, streamed=streamed)
 
 
 PREVIEW_TOOL = {
@@ -353,3 +363,40 @@ def test_the_example_runs_offline_on_a_docker_sandbox_and_leaves_nothing_behind(
     assert end["ok"] is True and end["final_message"] == "Done."
     assert (out / "report.html").is_file()
     assert cubicle_containers(process.pid) == []
+
+
+@pytest.mark.x11
+@pytest.mark.usefixtures("sync_runner_loop")
+def test_a_stalled_agent_is_stopped_and_the_stall_recorded(
+    local_desktop: LocalDesktop, tmp_path: Path
+) -> None:
+    inert = {"type": "click", "button": "left", "x": 16, "y": 560}  # the empty desktop
+    script = parse_script(
+        {
+            "name": "stall",
+            "turns": [{"computer_call": {"actions": [inert, inert]}} for _ in range(4)]
+            + [{"message": "never reached"}],
+        }
+    )
+    out = tmp_path / "out"
+    with ScriptedModel(script, raise_on_exit=False) as model, pytest.raises(ActionDenied):  # noqa: SIM117
+        with (
+            AgentsRunRecording(
+                out, task="t", model="scripted", safety_policy=NonInteractive(), stall_limit=3
+            ) as rec,
+            local_desktop.connect() as client,
+            GuestDriver(client, viewport=VIEW, on_action=rec.on_action) as driver,
+            CubicleComputer(driver, before_action=rec.before_action) as computer,
+        ):
+            rec.begin(driver)
+            Runner.run_sync(
+                _agent(computer, rec.on_safety_check, model, rec), "t", run_config=NO_TRACING
+            )
+    events = read_trajectory(out)
+    assert [e["what"] for e in events if e["kind"] == "warning"] == ["stall"]
+    actions = [e for e in events if e["kind"] == "action"]
+    assert len(actions) == 3, "the agent went on acting after the stall"
+    assert all(a["receipt"]["changed"] is False for a in actions)
+    (end,) = [e for e in events if e["kind"] == "end"]
+    assert end["ok"] is False and end["error"].startswith("stalled: 3 state-changing actions")
+    assert "ActionDenied" in end["error"]
