@@ -162,14 +162,26 @@ def _valid(kind: str, action: object, driver: DriverBase) -> bool:
 
 
 D = TypeVar("D", bound=DriverBase)
+B = TypeVar("B")
 
 
-class _Meta(Generic[D]):
-    """``environment`` and ``dimensions``, shared by both computers (the preview tool's
-    ``computer_use_preview`` payload needs them; the GA ``computer`` tool ignores them)."""
+class _Meta(Generic[D, B]):
+    """What both computers share: construction, ``environment`` and ``dimensions`` (the
+    preview tool's ``computer_use_preview`` payload needs them; the GA ``computer`` tool
+    ignores them) and the driver."""
 
-    _driver: D
-    _environment: Environment
+    def __init__(
+        self,
+        driver: D,
+        *,
+        before_action: B | None = None,
+        environment: Environment = "ubuntu",
+        owns_driver: bool = False,
+    ) -> None:
+        self._driver = driver
+        self._before_action = before_action
+        self._environment = environment
+        self._owns_driver = owns_driver
 
     @property
     def environment(self) -> Environment:
@@ -188,7 +200,7 @@ class _Meta(Generic[D]):
         return self._driver
 
 
-class CubicleComputer(_Meta[GuestDriver], Computer):
+class CubicleComputer(_Meta[GuestDriver, BeforeAction], Computer):
     """``agents.Computer`` over a :class:`~drivers.computer.GuestDriver`.
 
     :param driver: the driver; the caller owns it unless ``owns_driver``.
@@ -201,19 +213,6 @@ class CubicleComputer(_Meta[GuestDriver], Computer):
     guest answered (bounded by the driver's deadlines). Use :class:`AsyncCubicleComputer` to keep
     the loop free.
     """
-
-    def __init__(
-        self,
-        driver: GuestDriver,
-        *,
-        before_action: BeforeAction | None = None,
-        environment: Environment = "ubuntu",
-        owns_driver: bool = False,
-    ) -> None:
-        self._driver = driver
-        self._before_action = before_action
-        self._environment = environment
-        self._owns_driver = owns_driver
 
     def close(self) -> None:
         """Close the driver if this computer owns it. Idempotent; never touches the guest."""
@@ -286,26 +285,13 @@ class CubicleComputer(_Meta[GuestDriver], Computer):
         self._driver.drag(action)
 
 
-class AsyncCubicleComputer(_Meta[AsyncGuestDriver], AsyncComputer):
+class AsyncCubicleComputer(_Meta[AsyncGuestDriver, AsyncBeforeAction], AsyncComputer):
     """``agents.AsyncComputer`` over an :class:`~drivers.async_computer.AsyncGuestDriver`.
 
     Parameters as :class:`CubicleComputer`; ``before_action`` may also be async (e.g.
     :meth:`drivers.approvals.AsyncApprovals.before_action`, which keeps a terminal prompt off
     the event loop).
     """
-
-    def __init__(
-        self,
-        driver: AsyncGuestDriver,
-        *,
-        before_action: AsyncBeforeAction | None = None,
-        environment: Environment = "ubuntu",
-        owns_driver: bool = False,
-    ) -> None:
-        self._driver = driver
-        self._before_action = before_action
-        self._environment = environment
-        self._owns_driver = owns_driver
 
     async def aclose(self) -> None:
         """Close the driver if this computer owns it. Idempotent; never touches the guest."""
