@@ -82,7 +82,12 @@ def run(
     with (
         Sandbox.create("docker", network=network, screen=(1280, 800)) as sandbox,
         AgentsRunRecording(
-            out, task=task, model=model, safety_policy=policy, action_policy=policy
+            out,
+            task=task,
+            model=model,
+            safety_policy=policy,
+            # a policy file decides every action too; a terminal prompt only the safety checks
+            action_policy=policy if isinstance(policy, FilePolicy) else None,
         ) as recording,
         sandbox.connect() as client,
         GuestDriver(client, viewport=VIEW, on_action=recording.on_action) as driver,
