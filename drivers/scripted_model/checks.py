@@ -3,7 +3,9 @@
 The request answering turn ``n`` (after a ``computer_call`` turn ``n-1``) must end with the
 ``computer_call_output`` for that call's ``call_id``, carrying a ``data:image/png;base64,``
 screenshot of the expected size (PNG header decoded) and ``acknowledged_safety_checks`` equal to
-the scripted checks (none when none were scripted).
+the scripted checks (none when none were scripted). Every request declares exactly one computer
+tool: the GA ``computer`` or the preview ``computer_use_preview``, whose ``environment`` must be
+valid and whose display size must be the script's ``model_view`` when it has one.
 """
 
 from __future__ import annotations
@@ -22,10 +24,20 @@ def check_request(script: Script, prefix: str, index: int, body: object) -> str 
     if not isinstance(body, dict):
         return f"the request body is a {type(body).__name__}, expected a JSON object"
     tools = body.get("tools")
-    if not isinstance(tools, list) or not any(
-        isinstance(t, dict) and t.get("type") in ("computer", "computer_use_preview") for t in tools
-    ):
+    listed = tools if isinstance(tools, list) else []
+    computer = [
+        t
+        for t in listed
+        if isinstance(t, dict) and t.get("type") in ("computer", "computer_use_preview")
+    ]
+    if not computer:
         return f"the request declares no computer tool (tools={tools!r:.80})"
+    if len(computer) > 1:
+        return f"the request declares {len(computer)} computer tools; the API takes one"
+    if computer[0]["type"] == "computer_use_preview":
+        problem = _check_preview_tool(script, computer[0])
+        if problem is not None:
+            return problem
     items = body.get("input")
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]
@@ -35,6 +47,30 @@ def check_request(script: Script, prefix: str, index: int, body: object) -> str 
     if previous is None or not previous.is_call:
         return None
     return _check_output(script, prefix, previous, items[-1])
+
+
+PREVIEW_ENVIRONMENTS = ("windows", "mac", "linux", "ubuntu", "browser")
+"""The ``environment`` values the ``computer_use_preview`` tool takes."""
+
+
+def _check_preview_tool(script: Script, tool: dict[str, Any]) -> str | None:
+    """The preview tool (the Agents SDK sends it for ``computer-use-preview`` models) declares
+    the environment and the display size; the size must be the script's ``model_view``."""
+    environment = tool.get("environment")
+    if environment not in PREVIEW_ENVIRONMENTS:
+        return (
+            f"the computer_use_preview tool's environment is {environment!r:.40}; "
+            f"expected one of {', '.join(PREVIEW_ENVIRONMENTS)}"
+        )
+    size = (tool.get("display_width"), tool.get("display_height"))
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in size):
+        return f"the computer_use_preview tool's display size is {size!r:.60}, not two pixel counts"
+    if script.model_view is not None and size != script.model_view:
+        return (
+            f"the computer_use_preview tool declares a {size[0]}x{size[1]} display, "
+            f"but the model sees {script.model_view[0]}x{script.model_view[1]} screenshots"
+        )
+    return None
 
 
 def _check_output(script: Script, prefix: str, previous: Turn, last: Any) -> str | None:

@@ -231,6 +231,22 @@ class RecordedSession:
             event_hooks={"request": [self._on_request], "response": [self._on_response]},
         )
 
+    def async_http_client(self, *, trust_env: bool = True) -> httpx2.AsyncClient:
+        """:meth:`http_client` for ``openai.AsyncOpenAI`` (e.g. the Agents SDK's model)."""
+
+        async def on_request(request: httpx2.Request) -> None:
+            self._on_request(request)
+
+        async def on_response(response: httpx2.Response) -> None:
+            if "json" in response.headers.get("content-type", ""):
+                await response.aread()  # a streamed (SSE) body is left to the SDK
+            self._on_response(response)
+
+        return openai.DefaultAsyncHttpxClient(
+            trust_env=trust_env,
+            event_hooks={"request": [on_request], "response": [on_response]},
+        )
+
     def _on_request(self, request: httpx2.Request) -> None:
         self._request_started[id(request)] = time.monotonic()
 

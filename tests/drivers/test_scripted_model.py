@@ -232,3 +232,60 @@ def test_a_script_that_is_not_json_names_the_file(tmp_path: Path) -> None:
     path.write_text("{turns: [")
     with pytest.raises(ScriptError, match="not valid JSON"):
         load_script(path)
+
+
+@pytest.mark.parametrize(
+    ("tools", "problem"),
+    [
+        (
+            [
+                {
+                    "type": "computer_use_preview",
+                    "environment": "ubuntu",
+                    "display_width": 64,
+                    "display_height": 40,
+                }
+            ],
+            "declares a 64x40 display, but the model sees 64x36",
+        ),
+        (
+            [
+                {
+                    "type": "computer_use_preview",
+                    "environment": "amiga",
+                    "display_width": 64,
+                    "display_height": 36,
+                }
+            ],
+            "environment is 'amiga'",
+        ),
+        (
+            [
+                {
+                    "type": "computer_use_preview",
+                    "environment": "linux",
+                    "display_width": "64",
+                    "display_height": 36,
+                }
+            ],
+            "not two pixel counts",
+        ),
+        ([{"type": "computer"}, {"type": "computer"}], "declares 2 computer tools"),
+    ],
+    ids=["wrong-display-size", "unknown-environment", "size-not-int", "two-tools"],
+)
+def test_the_computer_tool_declared_is_checked(
+    client: Callable[[ScriptedModel], openai.OpenAI], tools: list[Any], problem: str
+) -> None:
+    model = ScriptedModel(parse_script(SCRIPT), raise_on_exit=False)
+    with model:
+        with pytest.raises(openai.BadRequestError, match=problem):
+            client(model).responses.create(model="m", input="go", tools=tools)
+        preview: Any = {
+            "type": "computer_use_preview",
+            "environment": "linux",
+            "display_width": 64,
+            "display_height": 36,
+        }
+        client(model).responses.create(model="m", input="go", tools=[preview])  # on script
+    assert model.turns_served == 1 and len(model.failures) == 1
