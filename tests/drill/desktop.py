@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -20,7 +22,7 @@ from tests.support.agent import RunningAgent, start_agent
 from tests.support.processes import stop_process
 from tests.support.xvfb import Xvfb
 
-__all__ = ["LocalDesktop", "missing_apps"]
+__all__ = ["LocalDesktop", "app", "missing_apps", "wait_for_window"]
 
 REPO = Path(__file__).resolve().parents[2]
 OPENBOX_RC = REPO / "images" / "docker" / "openbox-rc.xml"
@@ -97,3 +99,36 @@ class LocalDesktop:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+@contextmanager
+def app(desktop: LocalDesktop, *argv: str) -> Iterator[subprocess.Popen[bytes]]:
+    """Run ``argv`` on ``desktop`` as its user would (its display and home); end it on exit."""
+    assert desktop.agent is not None
+    env = {
+        **os.environ,
+        "DISPLAY": desktop.agent.display,
+        "HOME": str(desktop.home),
+        "XDG_CONFIG_HOME": str(desktop.home / ".config"),
+        "XDG_CACHE_HOME": str(desktop.home / ".cache"),
+        "NO_AT_BRIDGE": "1",
+    }
+    process = subprocess.Popen(
+        list(argv), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        yield process
+    finally:
+        stop_process(process)
+
+
+def wait_for_window(desktop: LocalDesktop, title: str) -> None:
+    """Set-up before the first model turn: the app's window is up and drawn."""
+    with desktop.connect() as client:
+        for _ in range(300):
+            windows = client.call("windows", {}).result["windows"]
+            if any(title in w["title"] and w["focused"] for w in windows):
+                client.call("settle", {"quiet_ms": 500, "timeout_ms": 10_000}, timeout=20)
+                return
+            client.call("wait", {"ms": 100})
+    raise AssertionError(f"no focused window titled like {title!r}")

@@ -32,8 +32,7 @@ from drivers.policy_file import parse_policy
 from drivers.scripted_model import ScriptedModel, parse_script
 from orchestrator.agents_run import AgentsRunRecording
 from orchestrator.trajectory import read_trajectory
-from tests.drill.desktop import LocalDesktop
-from tests.drill.test_model_speed import _app, _wait_for_window
+from tests.drill.desktop import LocalDesktop, app, wait_for_window
 
 pytestmark = pytest.mark.slow
 
@@ -198,10 +197,10 @@ def test_runner_run_sync_saves_a_note_with_one_check_approved_and_one_denied(
             rec.finish(result.final_output)
 
     with (
-        _app(local_desktop, "mousepad"),
+        app(local_desktop, "mousepad"),
         ScriptedModel(parse_script(_script(note))) as model,
     ):
-        _wait_for_window(local_desktop, "Mousepad")
+        wait_for_window(local_desktop, "Mousepad")
         with pytest.raises(UserError, match="not acknowledged"):
             run(model)
     _check_outcome(note, out, model)
@@ -241,10 +240,10 @@ def test_runner_run_async_saves_a_note_with_one_check_approved_and_one_denied(
                 rec.finish(result.final_output)
 
     with (
-        _app(local_desktop, "mousepad"),
+        app(local_desktop, "mousepad"),
         ScriptedModel(parse_script(_script(note))) as model,
     ):
-        _wait_for_window(local_desktop, "Mousepad")
+        wait_for_window(local_desktop, "Mousepad")
         with pytest.raises(UserError, match="not acknowledged"):
             anyio.run(main, model)
     _check_outcome(note, out, model, streamed=streamed)

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import http.server
 import io
-import os
-import subprocess
 import threading
 import urllib.parse
 from collections.abc import Iterator
@@ -37,8 +35,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.run_task import parse_settle, run_task
 from orchestrator.trajectory import read_trajectory
 from orchestrator.trajectory.recorder import TrajectoryRecorder
-from tests.drill.desktop import LocalDesktop
-from tests.support.processes import stop_process
+from tests.drill.desktop import LocalDesktop, app, wait_for_window
 
 pytestmark = [pytest.mark.x11, pytest.mark.slow]
 
@@ -96,38 +93,6 @@ def _run(desktop: LocalDesktop, turns: list[dict[str, Any]], shots: Shots) -> st
 
 
 @contextmanager
-def _app(desktop: LocalDesktop, *argv: str) -> Iterator[subprocess.Popen[bytes]]:
-    assert desktop.agent is not None
-    env = {
-        **os.environ,
-        "DISPLAY": desktop.agent.display,
-        "HOME": str(desktop.home),
-        "XDG_CONFIG_HOME": str(desktop.home / ".config"),
-        "XDG_CACHE_HOME": str(desktop.home / ".cache"),
-        "NO_AT_BRIDGE": "1",
-    }
-    process = subprocess.Popen(
-        list(argv), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        yield process
-    finally:
-        stop_process(process)
-
-
-def _wait_for_window(desktop: LocalDesktop, title: str) -> None:
-    """Set-up before the first model turn: the app's window is up and drawn."""
-    with desktop.connect() as client:
-        for _ in range(300):
-            windows = client.call("windows", {}).result["windows"]
-            if any(title in w["title"] and w["focused"] for w in windows):
-                client.call("settle", {"quiet_ms": 500, "timeout_ms": 10_000}, timeout=20)
-                return
-            client.call("wait", {"ms": 100})
-    raise AssertionError(f"no focused window titled like {title!r}")
-
-
-@contextmanager
 def _web_server() -> Iterator[tuple[str, list[dict[str, list[str]]]]]:
     submitted: list[dict[str, list[str]]] = []
 
@@ -157,7 +122,7 @@ def _web_server() -> Iterator[tuple[str, list[dict[str, list[str]]]]]:
 
 def _chromium(desktop: LocalDesktop, *args: str) -> Any:
     # a browser run by a test on the host as root: outside the guest's no --no-sandbox rule
-    return _app(
+    return app(
         desktop,
         "chromium",
         "--no-sandbox",
@@ -183,8 +148,8 @@ def test_mousepad_type_then_save_through_the_dialog_in_one_call_each(
     note = tmp_path / "saved note.txt"
     text = "Grêmio — 日本語 ✓ <tag> & 100%\nline two\n"
     shots = Shots()
-    with _app(local_desktop, "mousepad"):
-        _wait_for_window(local_desktop, "Mousepad")
+    with app(local_desktop, "mousepad"):
+        wait_for_window(local_desktop, "Mousepad")
         _run(
             local_desktop,
             [
@@ -230,7 +195,7 @@ def test_chromium_ctrl_l_url_enter_shows_the_page_in_the_very_next_screenshot(
 ) -> None:
     shots = Shots()
     with _web_server() as (base, _), _chromium(local_desktop, "about:blank"):
-        _wait_for_window(local_desktop, "Chromium")
+        wait_for_window(local_desktop, "Chromium")
         _run(
             local_desktop,
             [
@@ -260,7 +225,7 @@ def test_a_web_form_click_type_tab_type_enter_submits_in_one_call(
 ) -> None:
     shots = Shots()
     with _web_server() as (base, submitted), _chromium(local_desktop, "--kiosk", f"{base}/form"):
-        _wait_for_window(local_desktop, "Form page")
+        wait_for_window(local_desktop, "Form page")
         _run(
             local_desktop,
             [
@@ -301,8 +266,8 @@ def test_no_change_returns_after_the_expect_window_and_animation_does_not_pin_th
         "step(); root.mainloop()\n"
     )
     shots = Shots()
-    with _app(local_desktop, "python3", "-c", animation):
-        _wait_for_window(local_desktop, "Spinner")
+    with app(local_desktop, "python3", "-c", animation):
+        wait_for_window(local_desktop, "Spinner")
         with local_desktop.connect() as client:  # let the agent see the animation run idle
             client.call("wait", {"ms": 2500})
         _run(
@@ -466,8 +431,8 @@ def test_the_async_driver_paces_the_same_batch_and_shows_its_effect(
             assert receipt is not None and receipt.focus_after is not None
             assert note.name in receipt.focus_after.title
 
-    with _app(local_desktop, "mousepad"):
-        _wait_for_window(local_desktop, "Mousepad")
+    with app(local_desktop, "mousepad"):
+        wait_for_window(local_desktop, "Mousepad")
         with ScriptedModel(script) as model:
             anyio.run(main)
             model.assert_finished()
