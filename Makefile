@@ -5,11 +5,12 @@ PY := $(VENV)/bin/python
 CUBICLE := $(PY) -m orchestrator.cli
 PYTEST_ARGS ?=
 
-.PHONY: help host venv engine image vm-host vm-image drill test bench lint fmt
+.PHONY: help host venv engine image vm-host vm-image drill test attack bench lint fmt
 
 help:
 	@echo "make drill   run the offline keyless drill on the default (Docker) backend"
 	@echo "make test    run the whole test suite"
+	@echo "make attack  run the attack/regression tests (marker attack)"
 	@echo "make bench   run the benchmarks (ours vs peers, with ratios)"
 	@echo "make lint    ruff + mypy"
 	@echo "make vm-image  build the VM guest image (libvirt/QEMU backend)"
@@ -40,6 +41,9 @@ drill: image
 
 test: lint image vm-image
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+attack: image vm-image
+	$(PY) -m pytest -m attack $(PYTEST_ARGS)
 
 bench: image vm-image
 	$(PY) -m tests.bench
