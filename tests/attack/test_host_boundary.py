@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +23,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.provider import SandboxSpec
 from orchestrator.providers.docker import DockerProvider
 from tests.orchestrator.conftest import Tracker
+from tests.support.unix_server import unix_server
 
 pytestmark = [pytest.mark.attack]
 
@@ -51,35 +51,15 @@ def test_row2_the_guest_has_no_host_folder_to_fill(
 def host_listener(path: Path) -> Iterator[list[bytes]]:
     """A unix socket on the host recording what every connection to it sends."""
     received: list[bytes] = []
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(str(path))
-    server.listen(4)
-    server.settimeout(0.2)
-    stop = threading.Event()
 
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            with conn:
-                conn.settimeout(1.0)
-                try:
-                    received.append(conn.recv(65536))
-                except OSError:
-                    received.append(b"")
+    def record(conn: socket.socket) -> None:
+        try:
+            received.append(conn.recv(65536))
+        except OSError:
+            received.append(b"")
 
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
+    with unix_server(path, record):
         yield received
-    finally:
-        stop.set()
-        thread.join(timeout=5)
-        server.close()
 
 
 @pytest.mark.docker

@@ -122,12 +122,18 @@ def _exec_paths(report: Report, provider: DockerProvider) -> None:
         report.ratio(info, peer)
 
 
-def run(report: Report) -> None:
+def docker_or_skip() -> DockerProvider:
+    """The Docker provider, or :class:`Report.Skip` saying why the engine or image is missing."""
     provider = DockerProvider()
     try:
         provider.default_image()
     except (EngineUnavailable, ImageMissing) as exc:
-        raise report.Skip(f"{exc} ({exc.hint})") from None
+        raise Report.Skip(f"{exc} ({exc.hint})") from None
+    return provider
+
+
+def run(report: Report) -> None:
+    provider = docker_or_skip()
     _cycles(report)
     _exec_paths(report, provider)
     _footprint(report, provider)

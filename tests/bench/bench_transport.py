@@ -17,9 +17,8 @@ import anyio
 
 from drivers.async_client import AsyncAgentClient, connect_unix_async
 from guest.client import AgentClient
-from orchestrator.errors import EngineUnavailable, ImageMissing
-from orchestrator.providers.docker import DockerProvider
 from orchestrator.sandbox import Sandbox
+from tests.bench.bench_docker import docker_or_skip
 from tests.bench.report import Report, Sample
 from tests.support.agent import start_agent
 from tests.support.xvfb import Xvfb, XvfbUnavailable
@@ -74,11 +73,7 @@ async def _async_clicks(report: Report, name: str, client: AsyncAgentClient) -> 
 
 
 def run(report: Report) -> None:
-    provider = DockerProvider()
-    try:
-        provider.default_image()
-    except (EngineUnavailable, ImageMissing) as exc:
-        raise report.Skip(f"{exc} ({exc.hint})") from None
+    docker_or_skip()
     if shutil.which("Xvfb") is None:
         raise Report.Skip("Xvfb is not installed (scripts/host-packages/x11.txt)")
     with tempfile.TemporaryDirectory(prefix="cbl-bench-") as scratch:

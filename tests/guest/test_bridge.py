@@ -8,12 +8,12 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from guest.bridge import EXIT_UNREACHABLE
+from tests.support.unix_server import unix_server
 
 
 @contextmanager
@@ -23,27 +23,14 @@ def echo_server(path: Path) -> Iterator[list[str]]:
     The server speaks only after it is spoken to, like the agent.
     """
     events: list[str] = []
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(str(path))
-    server.listen(1)
 
-    def serve() -> None:
-        try:
-            conn, _ = server.accept()
-        except OSError:
-            return
-        with conn:
-            while data := conn.recv(65536):
-                conn.sendall(data)
-            events.append("eof")
+    def echo(conn: socket.socket) -> None:
+        while data := conn.recv(65536):
+            conn.sendall(data)
+        events.append("eof")
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
+    with unix_server(path, echo):
         yield events
-    finally:
-        server.close()
-        thread.join(timeout=5)
 
 
 def bridge(path: Path, *extra: str) -> subprocess.Popen[bytes]:
