@@ -11,7 +11,8 @@ Contract (read by :mod:`orchestrator.providers.docker_exec`):
   ``PATH`` (retrying until ``--wait`` seconds pass, while the agent starts), sends those bytes and
   forwards both directions until either side ends. Stdout carries only the agent's bytes.
 - EOF on stdin half-closes the socket (the agent ends the connection); EOF from the agent ends
-  the bridge. Exit status 0 then.
+  the bridge. Exit status 0 then. The two directions run independently (one on a thread), so
+  the bridge never stops reading one side because the other is full.
 - When the agent cannot be reached it writes one line to stderr saying why and exits 3; a bad
   command line exits 2.
 
@@ -23,9 +24,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import selectors
 import socket
 import sys
+import threading
 import time
 from typing import Final
 
@@ -58,30 +59,24 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def forward(sock: socket.socket, first: bytes, stdin: int = 0, stdout: int = 1) -> None:
-    """Send ``first``, then copy ``stdin`` → ``sock`` and ``sock`` → ``stdout`` until the agent
-    closes (a closed stdin only half-closes the socket)."""
-    sock.sendall(first)
-    selector = selectors.DefaultSelector()
-    selector.register(stdin, selectors.EVENT_READ, "in")
-    selector.register(sock, selectors.EVENT_READ, "sock")
+def _pump_stdin(sock: socket.socket, stdin: int) -> None:
+    """stdin → agent until stdin ends, then half-close (the agent then ends the connection)."""
     try:
-        while True:
-            for key, _ in selector.select():
-                if key.data == "in":
-                    data = os.read(stdin, CHUNK)
-                    if data:
-                        sock.sendall(data)
-                    else:
-                        selector.unregister(stdin)
-                        sock.shutdown(socket.SHUT_WR)
-                else:
-                    data = sock.recv(CHUNK)
-                    if not data:
-                        return
-                    _write_all(stdout, data)
-    finally:
-        selector.close()
+        while data := os.read(stdin, CHUNK):
+            sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass  # the agent went away: the other direction sees it and ends the bridge
+
+
+def forward(sock: socket.socket, first: bytes, stdin: int = 0, stdout: int = 1) -> None:
+    """Send ``first``, then copy ``stdin`` → ``sock`` (on a thread) and ``sock`` → ``stdout``
+    until the agent closes. Each direction blocks only on itself: a large reply and a large
+    request in flight at once cannot deadlock."""
+    sock.sendall(first)
+    threading.Thread(target=_pump_stdin, args=(sock, stdin), daemon=True).start()
+    while data := sock.recv(CHUNK):
+        _write_all(stdout, data)
 
 
 def main(argv: list[str] | None = None) -> int:
