@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 import struct
 import time
 
@@ -101,3 +102,14 @@ def test_a_gone_sandbox_is_named(sandboxes: Tracker) -> None:
     sandbox.provider.destroy(sandbox.id)
     with pytest.raises(SandboxNotFound, match=sandbox.id):
         sandbox.connect(timeout=2)
+
+
+@pytest.mark.docker
+def test_large_binary_payloads_cross_the_exec_stream_intact(sandboxes: Tracker) -> None:
+    sandbox = sandboxes.create()
+    data = os.urandom(8 * 1024 * 1024)
+    with sandbox.connect() as client:
+        written = client.call("write_file", {"path": "/tmp/blob"}, blob=data, timeout=60)
+        assert written.result["size"] == len(data)
+        back = client.call("read_file", {"path": "/tmp/blob"}, timeout=60)
+    assert back.blob == data
