@@ -23,7 +23,13 @@ import anyio
 from anyio.abc import ByteStream
 
 from guest import protocol
-from guest.client import DEFAULT_TIMEOUT_S, AgentConnectionError, AgentTimeout, Reply
+from guest.client import (
+    DEFAULT_TIMEOUT_S,
+    AgentConnectionError,
+    AgentTimeout,
+    Reply,
+    StreamCodec,
+)
 from guest.errors import ProtocolError
 
 __all__ = ["AsyncAgentClient", "connect_unix_async"]
@@ -37,12 +43,20 @@ class AsyncAgentClient:
     :param stream: a connected stream (e.g. from :func:`anyio.connect_unix`).
     :param name: how errors name the peer (a sandbox id, a socket path).
     :param timeout: default deadline of each request, seconds.
+    :param codec: the carrier's framing around the agent's bytes (see
+        :class:`guest.client.StreamCodec`; None: the stream carries them as they are).
     """
 
     def __init__(
-        self, stream: ByteStream, *, name: str = "agent", timeout: float = DEFAULT_TIMEOUT_S
+        self,
+        stream: ByteStream,
+        *,
+        name: str = "agent",
+        timeout: float = DEFAULT_TIMEOUT_S,
+        codec: StreamCodec | None = None,
     ) -> None:
         self._stream = stream
+        self._codec = codec
         self._name = name
         self._timeout = timeout
         self._decoder = protocol.FrameDecoder()
@@ -135,7 +149,7 @@ class AsyncAgentClient:
 
     async def _send(self, data: bytes, op: str) -> None:
         try:
-            await self._stream.send(data)
+            await self._stream.send(self._codec.encode(data) if self._codec else data)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
             raise AgentConnectionError(f"sending {op} to {self._name} failed: {exc!r}") from exc
 
@@ -148,13 +162,17 @@ class AsyncAgentClient:
             try:
                 data = await self._stream.receive(_RECEIVE_BYTES)
             except anyio.EndOfStream:
+                reason = self._codec.closed_reason() if self._codec else None
                 raise AgentConnectionError(
                     f"{self._name} closed the connection before answering {op}"
+                    + (f": {reason}" if reason else "")
                 ) from None
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
                 raise AgentConnectionError(
                     f"receiving the reply to {op} from {self._name} failed: {exc!r}"
                 ) from exc
+            if self._codec:
+                data = self._codec.decode(data)
             self._pending.extend(self._decoder.feed(data))
 
 

@@ -2,8 +2,11 @@
 
 Drop it into the SDK unchanged::
 
-    driver = GuestDriver.connect("/run/cubicle/agent.sock", viewport=Viewport.fit(1280, 800))
+    driver = GuestDriver(sandbox.connect(), viewport=Viewport.fit(1280, 800), owns_client=True)
     ComputerToolset(driver).run(client, params, approve_safety_checks=..., before_action=...)
+
+(:meth:`GuestDriver.connect` takes a host socket path, for an agent that has one: a VM's channel,
+an agent run by hand.)
 
 Every action is validated completely and mapped from model pixels to screen pixels
 (:mod:`drivers.viewport`) *before* anything is sent; a coordinate outside the last screenshot is

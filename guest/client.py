@@ -1,7 +1,9 @@
 """Blocking client for the guest agent protocol (:mod:`guest.protocol`).
 
-One :class:`AgentClient` owns one connected stream (a unix socket to the agent, or the unix
-socket a hypervisor exposes for a virtio-serial port) and sends one request at a time. Every call
+One :class:`AgentClient` owns one connected stream and sends one request at a time. The stream is
+a socket: a unix socket to the agent, the unix socket a hypervisor exposes for a virtio-serial
+port, or an engine's exec stream to a bridge inside the guest (:mod:`guest.bridge`) — the last
+frames the agent's bytes in its own way, which a :class:`StreamCodec` undoes. Every call
 has a deadline; a call that times out or hits a broken frame leaves the client *broken* (the
 stream may hold half a reply), and later calls raise :class:`AgentConnectionError` — reconnect.
 
@@ -19,12 +21,20 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 from guest import protocol
 from guest.errors import CubicleError, ProtocolError
 
-__all__ = ["AgentClient", "AgentConnectionError", "AgentTimeout", "Reply", "connect_unix"]
+__all__ = [
+    "AgentClient",
+    "AgentConnectionError",
+    "AgentTimeout",
+    "Reply",
+    "StreamCodec",
+    "connect_unix",
+    "open_unix",
+]
 
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -35,6 +45,31 @@ class AgentConnectionError(CubicleError, ConnectionError):
 
 class AgentTimeout(CubicleError, TimeoutError):
     """The agent did not answer within the deadline."""
+
+
+class StreamCodec(Protocol):
+    """How a carrier stream wraps the agent's bytes (e.g. Docker's multiplexed exec stream).
+
+    The clients (sync and async) call :meth:`encode` on every chunk they send, :meth:`decode` on
+    every chunk they receive, and :meth:`closed_reason` when the stream ends, so a transport adds
+    its framing without the clients knowing which transport it is. A codec is stateful and
+    belongs to one stream.
+    """
+
+    def encode(self, data: bytes) -> bytes:
+        """The bytes to put on the carrier for ``data`` of the agent protocol."""
+        ...
+
+    def decode(self, data: bytes) -> bytes:
+        """The agent-protocol bytes carried in ``data`` (possibly ``b""``).
+
+        :raises ProtocolError: the carrier's own framing is broken.
+        """
+        ...
+
+    def closed_reason(self) -> str | None:
+        """Why the far end stopped, when the carrier said (a bridge's error line), else None."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -51,12 +86,20 @@ class AgentClient:
     :param sock: a connected stream socket; the client takes ownership and closes it.
     :param name: how errors name the peer (a sandbox id, a socket path).
     :param timeout: default deadline of each request, seconds.
+    :param codec: the carrier's framing around the agent's bytes (None: the socket carries them
+        as they are).
     """
 
     def __init__(
-        self, sock: socket.socket, *, name: str = "agent", timeout: float = DEFAULT_TIMEOUT_S
+        self,
+        sock: socket.socket,
+        *,
+        name: str = "agent",
+        timeout: float = DEFAULT_TIMEOUT_S,
+        codec: StreamCodec | None = None,
     ) -> None:
         self._sock = sock
+        self._codec = codec
         self._name = name
         self._timeout = timeout
         self._decoder = protocol.FrameDecoder()
@@ -146,7 +189,7 @@ class AgentClient:
             )
 
     def _send(self, data: bytes, deadline: float, op: str) -> None:
-        view = memoryview(data)
+        view = memoryview(self._codec.encode(data) if self._codec else data)
         while view:
             self._sock.settimeout(self._remaining(deadline, op, "sending"))
             try:
@@ -174,9 +217,13 @@ class AgentClient:
                     f"receiving the reply to {op} from {self._name} failed: {exc}"
                 ) from exc
             if not data:
+                reason = self._codec.closed_reason() if self._codec else None
                 raise AgentConnectionError(
                     f"{self._name} closed the connection before answering {op}"
+                    + (f": {reason}" if reason else "")
                 )
+            if self._codec:
+                data = self._codec.decode(data)
             self._pending.extend(self._decoder.feed(data))
 
     def _remaining(self, deadline: float, op: str, stage: str) -> float:
@@ -202,6 +249,15 @@ def connect_unix(
 
     :raises AgentConnectionError: nothing accepted at ``path`` within ``timeout`` seconds.
     """
+    sock = open_unix(path, timeout=timeout)
+    return AgentClient(sock, name=name or os.fspath(path), timeout=request_timeout)
+
+
+def open_unix(path: str | os.PathLike[str], *, timeout: float = 10.0) -> socket.socket:
+    """A stream socket connected to ``path``, retrying until it accepts or ``timeout`` s pass.
+
+    :raises AgentConnectionError: nothing accepted at ``path`` within ``timeout`` seconds.
+    """
     deadline = time.monotonic() + timeout
     last: OSError | None = None
     while True:
@@ -209,7 +265,8 @@ def connect_unix(
         try:
             sock.settimeout(max(0.05, deadline - time.monotonic()))
             sock.connect(os.fspath(path))
-            return AgentClient(sock, name=name or os.fspath(path), timeout=request_timeout)
+            sock.settimeout(None)
+            return sock
         except OSError as exc:
             sock.close()
             last = exc

@@ -67,6 +67,7 @@ __all__ = [
     "SettleSpec",
     "encode_frame",
     "error_reply",
+    "json_string_bytes",
     "ok_reply",
     "parse_reply",
     "request",
@@ -85,7 +86,9 @@ MAX_FILE_BYTES: Final = 32 * 1024 * 1024
 MAX_TEXT_CHARS: Final = 100_000
 """Longest text one ``type`` request may carry (characters)."""
 MAX_EXEC_OUTPUT_BYTES: Final = 1024 * 1024
-"""Each of stdout/stderr of ``exec`` is cut at this size; the reply then says ``*_truncated``."""
+"""Each of stdout/stderr of ``exec`` is cut so that it takes at most this many bytes *as sent*
+(the JSON string in the frame, escapes included: a NUL byte costs 6); the reply then says
+``*_truncated``. Both together stay well inside :data:`MAX_JSON_BYTES`."""
 SCROLL_PIXELS_PER_CLICK: Final = 100
 """``scroll`` distances are pixels; one X wheel click (buttons 4-7) stands for this many. The
 remainder of a division is carried to the next scroll on the same axis, never dropped."""
@@ -148,6 +151,12 @@ def encode_frame(message: Mapping[str, Any], blob: bytes = b"") -> bytes:
             f"frame blob is {len(blob)} bytes, over the limit of {MAX_BLOB_BYTES} bytes"
         )
     return FRAME_HEADER.pack(MAGIC, len(data), len(blob)) + data + blob
+
+
+def json_string_bytes(text: str) -> int:
+    """How many bytes ``text`` takes inside a frame's JSON (as :func:`encode_frame` writes it),
+    without the quotes."""
+    return len(json.dumps(text, ensure_ascii=False).encode("utf-8")) - 2
 
 
 class FrameDecoder:

@@ -1,8 +1,9 @@
 """Orchestration helpers inside the guest: run a program, read and write files.
 
 ``run`` takes an argument list and never a shell. The process gets its own process group, and a
-timeout kills the whole group. Output is read as it arrives, and only the first
-:data:`protocol.MAX_EXEC_OUTPUT_BYTES` of each stream are kept; the reply says what was cut.
+timeout kills the whole group. Output is read as it arrives, and each stream is cut to what fits
+in :data:`protocol.MAX_EXEC_OUTPUT_BYTES` *as sent* (JSON escapes counted); the reply says what
+was cut, and the rest of the reply is never lost to an oversized frame.
 File writes are atomic: a temp file in the same directory, then rename.
 """
 
@@ -23,7 +24,7 @@ from typing import IO, Any, Final, cast
 from guest import protocol
 from guest.errors import GuestError
 
-__all__ = ["read_file", "run", "write_file"]
+__all__ = ["fit_output", "read_file", "run", "write_file"]
 
 DEFAULT_EXEC_TIMEOUT_MS: Final = 30_000
 MAX_EXEC_TIMEOUT_MS: Final = 3_600_000
@@ -121,15 +122,33 @@ def run(
     for reader in readers:
         reader.join(timeout=5)
     out, err = readers
+    stdout_text, stdout_cut = fit_output(bytes(out.data))
+    stderr_text, stderr_cut = fit_output(bytes(err.data))
     return {
         "exit_code": None if timed_out else process.returncode,
-        "stdout": bytes(out.data).decode("utf-8", "replace"),
-        "stderr": bytes(err.data).decode("utf-8", "replace"),
-        "stdout_truncated": out.truncated,
-        "stderr_truncated": err.truncated,
+        "stdout": stdout_text,
+        "stderr": stderr_text,
+        "stdout_truncated": out.truncated or stdout_cut,
+        "stderr_truncated": err.truncated or stderr_cut,
         "timed_out": timed_out,
         "duration_ms": round((time.monotonic() - start) * 1000),
     }
+
+
+def fit_output(data: bytes, limit: int = protocol.MAX_EXEC_OUTPUT_BYTES) -> tuple[str, bool]:
+    """``data`` as text (invalid UTF-8 replaced), cut to the longest prefix that takes at most
+    ``limit`` bytes in the reply's JSON; and whether it was cut."""
+    text = data.decode("utf-8", "replace")
+    if protocol.json_string_bytes(text) <= limit:
+        return text, False
+    fits, too_long = 0, len(text)  # invariant: text[:fits] fits, text[:too_long] does not
+    while too_long - fits > 1:
+        middle = (fits + too_long) // 2
+        if protocol.json_string_bytes(text[:middle]) <= limit:
+            fits = middle
+        else:
+            too_long = middle
+    return text[:fits], True
 
 
 def _feed(stream: IO[bytes], data: bytes) -> None:

@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from guest.errors import CubicleError
+from guest.protocol import MAX_EXEC_OUTPUT_BYTES
 from orchestrator.errors import ConfigError, EngineUnavailable, ImageMissing, SandboxNotFound
 from orchestrator.network import NetworkPolicy
-from orchestrator.provider import Provider, SandboxSpec
+from orchestrator.provider import Provider, SandboxSpec, default_cpus
 from orchestrator.providers import PROVIDERS, get_provider
 from orchestrator.sandbox import Sandbox, teardown_on_signals
 
@@ -98,7 +99,13 @@ def cmd_image_build(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    spec = SandboxSpec(screen=args.size, network=args.network, ttl_s=args.ttl, detached=True)
+    spec = SandboxSpec(
+        screen=args.size,
+        network=args.network,
+        ttl_s=args.ttl,
+        detached=True,
+        cpus=default_cpus() if args.cpus is None else args.cpus,
+    )
     with teardown_on_signals():
         sandbox = Sandbox.create(
             args.backend, spec=spec, ready_timeout_s=args.ready_timeout, progress=_err
@@ -158,6 +165,9 @@ def cmd_exec(args: argparse.Namespace) -> int:
     result = sandbox.exec(argv, timeout=args.timeout)
     sys.stdout.write(result.stdout)
     sys.stderr.write(result.stderr)
+    for stream, cut in (("stdout", result.stdout_truncated), ("stderr", result.stderr_truncated)):
+        if cut:
+            _err(f"cubicle: {argv[0]}'s {stream} was cut at {MAX_EXEC_OUTPUT_BYTES} bytes as sent")
     if result.timed_out:
         _err(f"cubicle: {argv[0]} timed out after {args.timeout} s")
         return 124
@@ -247,6 +257,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--ttl", type=float, default=3600.0, help="seconds until gc may remove it (default 3600)"
+    )
+    p.add_argument(
+        "--cpus",
+        type=float,
+        default=None,
+        help="CPU limit in cores (default: $CUBICLE_CPUS, else 1)",
     )
     p.add_argument(
         "--ready-timeout",

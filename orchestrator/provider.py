@@ -18,14 +18,54 @@ from __future__ import annotations
 
 import abc
 import builtins
-from collections.abc import Callable, Sequence
+import functools
+import os
+import socket
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
-from guest.client import AgentClient
+from guest.client import AgentClient, StreamCodec
+from orchestrator.errors import ConfigError, ProviderError
 from orchestrator.network import NetworkPolicy
 
-__all__ = ["DoctorCheck", "ExecResult", "Progress", "Provider", "SandboxInfo", "SandboxSpec"]
+if TYPE_CHECKING:
+    from drivers.async_client import AsyncAgentClient
+
+__all__ = [
+    "CPUS_ENV",
+    "AgentStream",
+    "DoctorCheck",
+    "ExecResult",
+    "Progress",
+    "Provider",
+    "SandboxInfo",
+    "SandboxSpec",
+    "default_cpus",
+]
+
+CPUS_ENV: Final = "CUBICLE_CPUS"
+"""Environment variable setting the default CPU limit of new sandboxes (cores, e.g. ``1.5``)."""
+DEFAULT_CPUS: Final = 1.0
+"""Default CPU limit (cores): one sandbox never takes the whole host, whatever runs in it."""
+
+
+def default_cpus() -> float:
+    """``CUBICLE_CPUS`` if set, else :data:`DEFAULT_CPUS` (1 core).
+
+    :raises ConfigError: ``CUBICLE_CPUS`` is not a positive number.
+    """
+    raw = os.environ.get(CPUS_ENV)
+    if raw is None or not raw.strip():
+        return DEFAULT_CPUS
+    try:
+        cpus = float(raw)
+    except ValueError:
+        cpus = float("nan")
+    if not cpus > 0 or cpus == float("inf"):
+        raise ConfigError(f"{CPUS_ENV}={raw!r} is not a positive number of cores (e.g. 1 or 1.5)")
+    return cpus
+
 
 Progress = Callable[[str], None]
 """Receives one human-readable progress line at a time (image builds, slow starts)."""
@@ -39,8 +79,11 @@ class SandboxSpec:
     network: NetworkPolicy = field(default_factory=NetworkPolicy.none)
     ttl_s: float = 3600.0
     memory_mb: int = 2048
-    cpus: float = 2.0
+    cpus: float = field(default_factory=default_cpus)
+    """CPU limit in cores (Docker: a CFS quota; VM: that many vCPUs, rounded up). Default
+    :func:`default_cpus`: 1, or ``CUBICLE_CPUS``."""
     pids_limit: int = 1024
+    """Most processes/threads the guest may have at once (a fork bomb stops there)."""
     image: str | None = None
     """Backend image reference; ``None`` means the provider's default (built) image."""
     detached: bool = False
@@ -67,10 +110,38 @@ class SandboxInfo:
 
 @dataclass(frozen=True)
 class ExecResult:
+    """What a program run in the guest did. Output is UTF-8 text (invalid bytes replaced); each
+    stream is cut at :data:`guest.protocol.MAX_EXEC_OUTPUT_BYTES` as sent, and ``*_truncated``
+    then says so — output is cut, never lost."""
+
     exit_code: int | None
     stdout: str
     stderr: str
     timed_out: bool = False
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+
+    @classmethod
+    def from_reply(cls, result: Mapping[str, Any]) -> ExecResult:
+        """The result of the agent's ``exec`` operation (:mod:`guest.protocol`)."""
+        return cls(
+            exit_code=result.get("exit_code"),
+            stdout=str(result.get("stdout", "")),
+            stderr=str(result.get("stderr", "")),
+            timed_out=bool(result.get("timed_out", False)),
+            stdout_truncated=bool(result.get("stdout_truncated", False)),
+            stderr_truncated=bool(result.get("stderr_truncated", False)),
+        )
+
+
+@dataclass(frozen=True)
+class AgentStream:
+    """A connected byte stream to a sandbox's agent: the socket (owned by whoever takes it), how
+    errors name the peer, and the carrier's framing around the agent's bytes (None: none)."""
+
+    sock: socket.socket
+    name: str
+    codec: StreamCodec | None = None
 
 
 @dataclass(frozen=True)
@@ -104,16 +175,51 @@ class Provider(abc.ABC):
         """
 
     @abc.abstractmethod
+    def open_stream(self, sandbox_id: str, *, timeout: float) -> AgentStream:
+        """Open a byte stream to the sandbox's agent, waiting up to ``timeout`` s for it.
+
+        Docker: the engine's exec stream to a bridge in the container; VM: the virtio-serial
+        channel's host socket (one connection at a time). The caller owns the socket.
+
+        :raises AgentConnectionError: the agent cannot be reached.
+        """
+
     def connect(self, sandbox_id: str, *, timeout: float) -> AgentClient:
         """Open a connection to the sandbox's agent (no hello sent). Caller closes it."""
+        stream = self.open_stream(sandbox_id, timeout=timeout)
+        return AgentClient(stream.sock, name=stream.name, codec=stream.codec)
 
-    @abc.abstractmethod
+    async def connect_async(self, sandbox_id: str, *, timeout: float) -> AsyncAgentClient:
+        """:meth:`connect` for anyio: an :class:`~drivers.async_client.AsyncAgentClient` (no
+        hello sent). Opening runs in a worker thread. Caller closes it."""
+        import anyio  # noqa: PLC0415 — the async stack is loaded only by async callers
+        import anyio.to_thread  # noqa: PLC0415
+
+        from drivers.async_client import AsyncAgentClient  # noqa: PLC0415
+
+        stream = await anyio.to_thread.run_sync(
+            functools.partial(self.open_stream, sandbox_id, timeout=timeout)
+        )
+        try:
+            wrapped = await anyio.abc.SocketStream.from_socket(stream.sock)
+        except BaseException:
+            stream.sock.close()
+            raise
+        return AsyncAgentClient(wrapped, name=stream.name, codec=stream.codec)
+
     def agent_socket(self, sandbox_id: str) -> str:
-        """Path of the host unix socket that reaches the sandbox's agent (for async drivers).
+        """Path of a host unix socket that reaches the sandbox's agent, where one exists.
 
-        Docker: the socket in the sandbox's bind-mounted directory; VM: the virtio-serial
-        channel's socket (which accepts one connection at a time).
+        VM: the virtio-serial channel's socket. Backends that reach the agent over an engine's
+        exec stream (Docker) have none: use :meth:`connect` / :meth:`connect_async`.
+
+        :raises ProviderError: this backend has no host socket.
         """
+        raise ProviderError(
+            f"{self.name} sandbox {sandbox_id} has no agent socket on the host: its agent is "
+            "reached over the engine's exec stream",
+            hint="use Sandbox.connect() (or connect_async()) and pass the client to GuestDriver",
+        )
 
     @abc.abstractmethod
     def exec(self, sandbox_id: str, argv: Sequence[str], *, timeout: float = 60.0) -> ExecResult:

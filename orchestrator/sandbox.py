@@ -11,7 +11,11 @@ Ownership: :meth:`Sandbox.create` returns a ready sandbox owned by the caller, w
 If it never becomes ready, everything it created is removed before
 :class:`~orchestrator.errors.SandboxStartError` (with the guest's log tail) is raised. A sandbox
 holds no agent connection: every call opens its own (a VM channel accepts one at a time), and
-:meth:`Sandbox.connect` hands the caller one to keep.
+:meth:`Sandbox.connect` (or :meth:`Sandbox.connect_async`) hands the caller one to keep — the
+way to drive it::
+
+    with Sandbox.create() as sandbox, sandbox.connect() as agent:
+        driver = GuestDriver(agent, viewport=Viewport.fit(1024, 640))
 """
 
 from __future__ import annotations
@@ -22,14 +26,24 @@ import time
 import warnings
 from collections.abc import Iterator, Sequence
 from types import FrameType, TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from guest.client import AgentClient
 from guest.errors import CubicleError
 from orchestrator.errors import SandboxNotFound, SandboxStartError
 from orchestrator.network import NetworkPolicy
-from orchestrator.provider import ExecResult, Progress, Provider, SandboxInfo, SandboxSpec
+from orchestrator.provider import (
+    ExecResult,
+    Progress,
+    Provider,
+    SandboxInfo,
+    SandboxSpec,
+    default_cpus,
+)
 from orchestrator.providers import backend_of, get_provider
+
+if TYPE_CHECKING:
+    from drivers.async_client import AsyncAgentClient
 
 __all__ = ["Sandbox", "SignalGuard", "teardown_on_signals"]
 
@@ -66,6 +80,7 @@ class Sandbox:
         ready_timeout_s: float = 90,
         progress: Progress | None = None,
         detached: bool = False,
+        cpus: float | None = None,
         spec: SandboxSpec | None = None,
     ) -> Sandbox:
         """Create a sandbox; wait until its agent answers ``hello`` (at most ``ready_timeout_s``).
@@ -75,14 +90,21 @@ class Sandbox:
         :param ttl_s: seconds until ``cubicle gc`` may remove it.
         :param detached: no owner process (``cubicle up``): only ``down``/expiry removes it, and
             leaving a ``with`` block does not (a failed start still removes everything).
-        :param spec: a full :class:`SandboxSpec` (overrides network/screen/ttl/detached).
+        :param cpus: CPU limit in cores (default: ``CUBICLE_CPUS``, else 1).
+        :param spec: a full :class:`SandboxSpec` (overrides network/screen/ttl/detached/cpus).
         :raises SandboxStartError: not ready in time; everything created is removed first.
         :raises ConfigError, EngineUnavailable, ImageMissing: before anything is created.
         """
         provider = get_provider(backend)
         if spec is None:
             policy = network if isinstance(network, NetworkPolicy) else NetworkPolicy.parse(network)
-            spec = SandboxSpec(screen=screen, network=policy, ttl_s=ttl_s, detached=detached)
+            spec = SandboxSpec(
+                screen=screen,
+                network=policy,
+                ttl_s=ttl_s,
+                detached=detached,
+                cpus=default_cpus() if cpus is None else cpus,
+            )
         say = progress or (lambda _line: None)
         started = time.monotonic()
         info = provider.create(spec)
@@ -159,8 +181,25 @@ class Sandbox:
             raise
         return client
 
+    async def connect_async(self, timeout: float = 10.0) -> AsyncAgentClient:
+        """:meth:`connect` for anyio (``AsyncGuestDriver.open(client)``). The caller closes it."""
+        import anyio  # noqa: PLC0415 — the async stack is loaded only by async callers
+
+        client = await self.provider.connect_async(self.id, timeout=timeout)
+        try:
+            await client.hello(timeout=timeout)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await client.aclose()
+            raise
+        return client
+
     def agent_socket(self) -> str:
-        """Host path of the agent's unix socket (for async drivers)."""
+        """Host path of a unix socket reaching the agent, where the backend has one (VM).
+
+        :raises ProviderError: Docker sandboxes have none (their agent is reached over the
+            engine's exec stream); use :meth:`connect`.
+        """
         return self.provider.agent_socket(self.id)
 
     def screenshot(self, **args: Any) -> tuple[dict[str, Any], bytes]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import re
 from pathlib import Path
 
@@ -27,7 +28,9 @@ def python_api_example() -> str:
 @pytest.mark.slow
 def test_the_python_api_example_runs_and_maps_coordinates(docker_image: str) -> None:
     engine = docker.from_env()
-    before = {c.id for c in engine.containers.list(all=True, filters={"label": L.SANDBOX})}
+    # this process's sandboxes only: other checkouts may run sandboxes on the same engine
+    mine: dict[str, str | list[str] | bool] = {"label": [L.SANDBOX, f"{L.OWNER_PID}={os.getpid()}"]}
+    before = {c.id for c in engine.containers.list(all=True, filters=mine)}
     output = io.StringIO()
     with contextlib.redirect_stdout(output):
         exec(compile(python_api_example(), str(README), "exec"), {"__name__": "readme"})
@@ -35,6 +38,6 @@ def test_the_python_api_example_runs_and_maps_coordinates(docker_image: str) -> 
     assert lines[0] == "Done."
     # the click at model (512, 320) was approved and mapped to screen (640, 400)
     assert "action click True ((640, 400),)" in lines
-    after = {c.id for c in engine.containers.list(all=True, filters={"label": L.SANDBOX})}
+    after = {c.id for c in engine.containers.list(all=True, filters=mine)}
     engine.close()
     assert after <= before, "the README example left its sandbox behind"

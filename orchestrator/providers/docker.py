@@ -1,17 +1,19 @@
-"""The Docker backend: one hardened container per sandbox, its agent behind a unix socket.
+"""The Docker backend: one hardened container per sandbox, its agent reached over ``docker exec``.
 
 Architecture (one sandbox ``dk-<10 hex>``):
 
 - **guest container** ``cubicle-dk-…`` from ``cubicle-guest:<content hash>``: runs as uid 1000
   (``cubicle``) under docker-init, ``cap_drop=ALL``, ``no-new-privileges``, read-only root fs
-  with tmpfs on ``/tmp``, ``/home/cubicle``, ``/run`` (and ``/dev/shm`` of
-  :data:`SHM_SIZE` for chromium), memory/CPU/pids limits from the :class:`SandboxSpec`. Its
-  supervisor (images/docker/supervisor.py) starts Xvfb at ``CUBICLE_SCREEN``, openbox and the
-  agent.
-- **agent socket**: a per-sandbox host directory (mode 0700, owned by uid 1000) bind-mounted at
-  ``/run/cubicle``; the agent listens on ``agent.sock`` in it. No TCP port. The host directory
-  is under :func:`run_root` (``/run/cubicle`` as root, ``$XDG_RUNTIME_DIR/cubicle`` otherwise),
-  so the engine must be local (bind mounts).
+  with size-capped tmpfs on ``/tmp``, ``/home/cubicle``, ``/run`` and ``/run/cubicle`` (and
+  ``/dev/shm`` of :data:`SHM_SIZE` for chromium), memory/CPU/pids limits from the
+  :class:`SandboxSpec` (default CPU limit: one core, ``CUBICLE_CPUS``). No host folder is
+  mounted: nothing the guest writes lands on the host. Its supervisor
+  (images/docker/supervisor.py) starts Xvfb at ``CUBICLE_SCREEN``, openbox and the agent, which
+  listens on ``/run/cubicle/agent.sock`` *inside* the container.
+- **agent transport**: every connection is a ``docker exec`` of the stdio bridge
+  (:mod:`guest.bridge`) through the engine's API; its stdin/stdout carry the protocol
+  (:mod:`orchestrator.providers.docker_exec`). No TCP port, no host socket path: the host never
+  follows a path the guest could change.
 - **network**: :mod:`orchestrator.providers.docker_network` (none / allow via an egress-proxy
   container on an internal network / open).
 - **labels**: every object carries :func:`orchestrator.labels.create_labels`; ``list``, ``gc``
@@ -28,7 +30,6 @@ import builtins
 import contextlib
 import os
 import secrets
-import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,9 +38,7 @@ from typing import Any, ClassVar, Final
 import docker
 import docker.errors
 import docker.models.containers
-import docker.types
 
-from guest.client import AgentClient, connect_unix
 from orchestrator import labels as L
 from orchestrator.errors import (
     ConfigError,
@@ -50,6 +49,7 @@ from orchestrator.errors import (
 )
 from orchestrator.network import NetworkPolicy
 from orchestrator.provider import (
+    AgentStream,
     DoctorCheck,
     ExecResult,
     Progress,
@@ -59,36 +59,29 @@ from orchestrator.provider import (
 )
 from orchestrator.providers import docker_image
 from orchestrator.providers.docker_errors import ENGINE_HINT, map_docker_errors
+from orchestrator.providers.docker_exec import DockerStreamCodec, bridge_argv, open_exec_socket
 from orchestrator.providers.docker_network import setup_network
 
-__all__ = ["GUEST_UID", "DockerProvider", "run_root"]
+__all__ = ["GUEST_UID", "DockerProvider"]
 
 ID_PREFIX: Final = "dk-"
 IMAGE_ENV: Final = "CUBICLE_DOCKER_IMAGE"
 """Environment variable pinning the guest image (the test suite pins the one it built)."""
 GUEST_UID: Final = 1000
-GUEST_SOCKET_DIR: Final = "/run/cubicle"
-SOCKET_NAME: Final = "agent.sock"
+GUEST_PYTHON: Final = "/opt/cubicle/venv/bin/python"
+AGENT_SOCKET: Final = "/run/cubicle/agent.sock"
+"""Where the agent listens, inside the container (images/docker/supervisor.py)."""
 SHM_SIZE: Final = "512m"
 TMPFS: Final = {
     "/tmp": "rw,nosuid,nodev,size=512m,mode=1777",
     "/home/cubicle": f"rw,nosuid,nodev,size=512m,uid={GUEST_UID},gid={GUEST_UID},mode=0755",
     "/run": "rw,nosuid,nodev,noexec,size=16m,mode=0755",
+    "/run/cubicle": f"rw,nosuid,nodev,noexec,size=1m,uid={GUEST_UID},gid={GUEST_UID},mode=0700",
 }
 STOP_TIMEOUT_S: Final = 2
 ENGINE_TIMEOUT_S: Final = 60
 AGENT_OP_MARGIN_S: Final = 10.0
-
-
-def run_root() -> Path:
-    """Host folder holding one socket directory per sandbox (``CUBICLE_RUN_DIR`` overrides)."""
-    override = os.environ.get("CUBICLE_RUN_DIR")
-    if override:
-        return Path(override)
-    if os.geteuid() == 0:
-        return Path("/run/cubicle")
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    return Path(runtime) / "cubicle" if runtime else Path(f"/tmp/cubicle-{os.geteuid()}")
+BRIDGE_WAIT_SHARE: Final = 0.75
 
 
 _SHARED: dict[str, docker.DockerClient] = {}
@@ -194,8 +187,9 @@ class DockerProvider(Provider):
             checks.append(DoctorCheck("docker image", True, f"{ref} present"))
         except Exception as exc:
             checks.append(DoctorCheck("docker image", False, str(exc), getattr(exc, "hint", None)))
-        root = run_root()
-        checks.append(DoctorCheck("socket folder", True, f"agent sockets under {root}"))
+        checks.append(
+            DoctorCheck("agent transport", True, "docker exec stream (no host folder or socket)")
+        )
         return checks
 
     def build_image(self, *, progress: Progress, force: bool = False) -> str:
@@ -238,7 +232,6 @@ class DockerProvider(Provider):
             screen=spec.screen,
         )
         try:
-            socket_dir = self._make_socket_dir(sandbox_id)
             attach = setup_network(
                 self.client, sandbox_id, spec.network, image=image, labels=labels
             )
@@ -264,11 +257,6 @@ class DockerProvider(Provider):
                     nano_cpus=int(spec.cpus * 1e9),
                     pids_limit=spec.pids_limit,
                     init=True,
-                    mounts=[
-                        docker.types.Mount(
-                            GUEST_SOCKET_DIR, str(socket_dir), type="bind", read_only=False
-                        )
-                    ],
                     **attach.create_kwargs,
                 )
                 container.start()
@@ -278,14 +266,21 @@ class DockerProvider(Provider):
             self.destroy(sandbox_id)
             raise
 
-    def connect(self, sandbox_id: str, *, timeout: float) -> AgentClient:
-        """Open a new connection to the agent (no hello). The caller closes it."""
-        return connect_unix(self.agent_socket(sandbox_id), timeout=timeout, name=sandbox_id)
-
-    def agent_socket(self, sandbox_id: str) -> str:
-        """``<run_root>/<id>/agent.sock`` on the host (``/run/cubicle/agent.sock`` in the guest)."""
+    def open_stream(self, sandbox_id: str, *, timeout: float) -> AgentStream:
+        """A ``docker exec`` of the bridge to the agent (:mod:`.docker_exec`). The bridge waits
+        for the agent to listen (a sandbox still starting) for most of ``timeout``, so that a
+        caller's first request with the same deadline still hears why it gave up."""
         _check_id(sandbox_id)
-        return str(run_root() / sandbox_id / SOCKET_NAME)
+        container = self._guest(sandbox_id)
+        argv = bridge_argv(GUEST_PYTHON, AGENT_SOCKET, wait_s=timeout * BRIDGE_WAIT_SHARE)
+        sock = open_exec_socket(
+            self.client.api,
+            str(container.id),
+            argv,
+            user=f"{GUEST_UID}:{GUEST_UID}",
+            name=sandbox_id,
+        )
+        return AgentStream(sock, sandbox_id, DockerStreamCodec())
 
     def exec(self, sandbox_id: str, argv: Sequence[str], *, timeout: float = 60.0) -> ExecResult:
         """Run ``argv`` as the desktop user through the agent's ``exec`` op (``timeout`` s)."""
@@ -296,12 +291,7 @@ class DockerProvider(Provider):
                 {"argv": list(argv), "timeout_ms": int(timeout * 1000)},
                 timeout=timeout + AGENT_OP_MARGIN_S,
             ).result
-        return ExecResult(
-            exit_code=result.get("exit_code"),
-            stdout=str(result.get("stdout", "")),
-            stderr=str(result.get("stderr", "")),
-            timed_out=bool(result.get("timed_out", False)),
-        )
+        return ExecResult.from_reply(result)
 
     def docker_exec(self, sandbox_id: str, argv: Sequence[str]) -> ExecResult:
         """Diagnostics only: ``docker exec`` ``argv`` as the desktop user (no agent needed)."""
@@ -325,7 +315,7 @@ class DockerProvider(Provider):
             return bytes(found[0].logs(tail=tail)).decode("utf-8", "replace")
 
     def destroy(self, sandbox_id: str) -> None:
-        """Remove the containers, networks, volumes and socket folder of a sandbox (idempotent)."""
+        """Remove the containers, networks and volumes of a sandbox (idempotent)."""
         _check_id(sandbox_id)
         for container in self._containers(sandbox_id):
             with map_docker_errors(f"removing {container.name}"):
@@ -343,7 +333,6 @@ class DockerProvider(Provider):
         for volume in volumes:
             with map_docker_errors(f"removing volume {volume.name}"):
                 volume.remove(force=True)
-        shutil.rmtree(run_root() / sandbox_id, ignore_errors=True)
 
     def list(self) -> list[SandboxInfo]:
         return sorted(
@@ -378,30 +367,11 @@ class DockerProvider(Provider):
                 doomed.add(sandbox_id)
         for sandbox_id in sorted(doomed):
             self.destroy(sandbox_id)
-        root = run_root()
-        if root.is_dir():
-            for folder in root.iterdir():
-                if folder.name.startswith(ID_PREFIX) and folder.name not in alive:
-                    shutil.rmtree(folder, ignore_errors=True)
         return sorted(doomed)
 
     def describe(self, sandbox_id: str) -> SandboxInfo | None:
         found = self._containers(sandbox_id, "guest")
         return _info(found[0]) if found else None
-
-    # -- helpers -----------------------------------------------------------------------------
-
-    def _make_socket_dir(self, sandbox_id: str) -> Path:
-        root = run_root()
-        root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        folder = root / sandbox_id
-        folder.mkdir(mode=0o700)
-        if os.geteuid() == 0:
-            os.chown(folder, GUEST_UID, GUEST_UID)
-        elif os.geteuid() != GUEST_UID:
-            # the guest user cannot write a folder it does not own; the 0700 parent keeps others out
-            folder.chmod(0o777)
-        return folder
 
 
 def _text(data: object) -> str:

@@ -44,7 +44,7 @@ from typing import Any, ClassVar
 
 from PIL import Image
 
-from guest.client import AgentClient, connect_unix
+from guest.client import open_unix
 from guest.errors import CubicleError
 from orchestrator import labels as L
 from orchestrator.errors import (
@@ -55,7 +55,9 @@ from orchestrator.errors import (
     SandboxNotFound,
     SandboxStartError,
 )
+from orchestrator.hostdirs import host_folder
 from orchestrator.provider import (
+    AgentStream,
     DoctorCheck,
     ExecResult,
     Progress,
@@ -365,6 +367,8 @@ class VmProvider(Provider):
 
     def create(self, spec: SandboxSpec) -> SandboxInfo:
         self._validate(spec)
+        # QEMU (libvirt-qemu) must read the run folders: 0755, but no one else may write them
+        host_folder(self.home / "run", mode=0o755)
         image = vm_image.load_image(spec.image or self.image, self.home)
         self.conn  # noqa: B018 — fail with EngineUnavailable before creating anything
         sandbox_id = ID_PREFIX + secrets.token_hex(5)
@@ -460,12 +464,11 @@ class VmProvider(Provider):
             log_tail=self.logs(sandbox_id, tail=30),
         )
 
-    def connect(self, sandbox_id: str, *, timeout: float) -> AgentClient:
-        """A client on the sandbox's channel socket (no hello sent). Replies the guest queued for
-        an earlier connection are skipped by id (the client does that)."""
-        return connect_unix(
-            self.agent_socket(sandbox_id), timeout=max(0.05, timeout), name=sandbox_id
-        )
+    def open_stream(self, sandbox_id: str, *, timeout: float) -> AgentStream:
+        """The sandbox's channel socket (a host socket libvirt owns). Replies the guest queued
+        for an earlier connection are skipped by id (the clients do that)."""
+        sock = open_unix(self.agent_socket(sandbox_id), timeout=max(0.05, timeout))
+        return AgentStream(sock, sandbox_id)
 
     def agent_socket(self, sandbox_id: str) -> str:
         return str(self._run_dir(sandbox_id) / "agent.sock")
@@ -480,12 +483,7 @@ class VmProvider(Provider):
                 {"argv": list(argv), "timeout_ms": int(timeout * 1000)},
                 timeout=timeout + 10.0,
             ).result
-        return ExecResult(
-            result.get("exit_code"),
-            result.get("stdout", ""),
-            result.get("stderr", ""),
-            bool(result.get("timed_out", False)),
-        )
+        return ExecResult.from_reply(result)
 
     def logs(self, sandbox_id: str, *, tail: int = 50) -> str:
         path = self._run_dir(sandbox_id) / "console.log"

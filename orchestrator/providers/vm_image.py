@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ImageBuildError, ImageMissing, ProviderError
+from orchestrator.hostdirs import host_folder
 from orchestrator.provider import Progress
 from orchestrator.providers import vm_boot
 from orchestrator.providers.vm_boot import run_step as _run
@@ -312,7 +313,7 @@ def build(*, progress: Progress, force: bool = False, home: Path | None = None) 
                 f"building the VM image needs {tool}, which is not installed",
                 hint="run: scripts/ensure-host-packages (see scripts/host-packages/vm.txt)",
             )
-    home.mkdir(parents=True, exist_ok=True)
+    host_folder(home, mode=HOME_MODE)  # refused when another user could write it or a parent
     if home.parent.is_dir():
         os.chmod(home.parent, 0o755)  # noqa: S103 — QEMU (libvirt-qemu) must pass through
     os.chmod(home, HOME_MODE)  # pass through only: run/ and warm/ are QEMU's group's alone

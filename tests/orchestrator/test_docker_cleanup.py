@@ -9,7 +9,6 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import docker
 import pytest
@@ -141,4 +140,3 @@ def test_fifty_create_destroy_cycles_leave_nothing(
         assert leftovers(engine, {L.SANDBOX: sandbox.id}) == []
     assert len(set(ids)) == 50
     assert set(leftovers(engine, {L.OWNER_PID: str(os.getpid())})) == before
-    assert [i for i in ids if Path(provider.agent_socket(i)).parent.exists()] == []

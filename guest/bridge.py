@@ -1,0 +1,108 @@
+"""``python -m guest.bridge PATH``: forward stdin/stdout to the agent's unix socket, byte for byte.
+
+The host reaches a container's agent through the engine's own exec stream (``docker exec``; later
+a Kubernetes exec): the engine starts this bridge inside the guest and carries its stdin and
+stdout. Nothing of the host is shared with the guest — no folder, no socket path the host would
+follow.
+
+Contract (read by :mod:`orchestrator.providers.docker_exec`):
+
+- It says nothing before it is spoken to: it reads the first bytes from stdin, *then* connects to
+  ``PATH`` (retrying until ``--wait`` seconds pass, while the agent starts), sends those bytes and
+  forwards both directions until either side ends. Stdout carries only the agent's bytes.
+- EOF on stdin half-closes the socket (the agent ends the connection); EOF from the agent ends
+  the bridge. Exit status 0 then. The two directions run independently (one on a thread), so
+  the bridge never stops reading one side because the other is full.
+- When the agent cannot be reached it writes one line to stderr saying why and exits 3; a bad
+  command line exits 2.
+
+Standard library only, imported without the agent's dependencies (Xlib, Pillow, mss): it starts
+in a few tens of milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import threading
+import time
+from typing import Final
+
+__all__ = ["main"]
+
+CHUNK: Final = 256 * 1024
+RETRY_S: Final = 0.05
+EXIT_UNREACHABLE: Final = 3
+
+
+def _connect(path: str, wait_s: float) -> socket.socket:
+    deadline = time.monotonic() + wait_s
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(path)
+            return sock
+        except OSError as exc:
+            sock.close()
+            if time.monotonic() >= deadline:
+                raise OSError(
+                    exc.errno, f"no agent accepted connections at {path} within {wait_s:g} s: {exc}"
+                ) from None
+        time.sleep(RETRY_S)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _pump_stdin(sock: socket.socket, stdin: int) -> None:
+    """stdin → agent until stdin ends, then half-close (the agent then ends the connection)."""
+    try:
+        while data := os.read(stdin, CHUNK):
+            sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass  # the agent went away: the other direction sees it and ends the bridge
+
+
+def forward(sock: socket.socket, first: bytes, stdin: int = 0, stdout: int = 1) -> None:
+    """Send ``first``, then copy ``stdin`` → ``sock`` (on a thread) and ``sock`` → ``stdout``
+    until the agent closes. Each direction blocks only on itself: a large reply and a large
+    request in flight at once cannot deadlock."""
+    sock.sendall(first)
+    threading.Thread(target=_pump_stdin, args=(sock, stdin), daemon=True).start()
+    while data := sock.recv(CHUNK):
+        _write_all(stdout, data)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m guest.bridge", description=__doc__)
+    parser.add_argument("path", help="the agent's unix socket inside the guest")
+    parser.add_argument(
+        "--wait", type=float, default=10.0, help="seconds to wait for the agent (default 10)"
+    )
+    args = parser.parse_args(argv)
+    first = os.read(0, CHUNK)
+    if not first:
+        return 0
+    try:
+        sock = _connect(args.path, args.wait)
+    except OSError as exc:
+        print(f"cubicle bridge: {exc.strerror or exc}", file=sys.stderr, flush=True)
+        return EXIT_UNREACHABLE
+    try:
+        forward(sock, first)
+    except OSError as exc:
+        print(f"cubicle bridge: forwarding ended: {exc}", file=sys.stderr, flush=True)
+        return EXIT_UNREACHABLE
+    finally:
+        sock.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

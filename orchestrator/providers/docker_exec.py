@@ -1,0 +1,144 @@
+"""The agent over the engine's exec stream: a bridge run by ``docker exec``, bytes demultiplexed.
+
+The host never shares a folder or a socket path with a container. To reach the agent it asks the
+engine to run :mod:`guest.bridge` inside the container (``exec_create`` + ``exec_start`` with
+``socket=True``: the HTTP connection is upgraded to a raw, bidirectional stream). What the host
+writes reaches the bridge's stdin unchanged; what comes back is Docker's *multiplexed* stream
+(the exec has no TTY, so no line discipline touches the bytes): frames of an 8-byte header —
+stream (1 stdout, 2 stderr), three zero bytes, a big-endian u32 payload size — then the payload.
+:class:`DockerStreamCodec` undoes that framing for the agent clients (sync and async alike: it is
+a :class:`guest.client.StreamCodec`); the bridge's stderr is kept (bounded) and told when the
+stream ends, so "the agent is not listening" reaches the caller in the bridge's own words.
+
+The same shape — an exec stream carrying the agent's bytes to a bridge — is what a remote engine
+or a Kubernetes exec uses; only the codec and the call that opens the stream differ.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import ssl
+import struct
+from collections.abc import Sequence
+from typing import Any, Final
+
+import docker
+import docker.errors
+
+from guest.client import AgentConnectionError
+from guest.errors import ProtocolError
+
+__all__ = ["DockerStreamCodec", "bridge_argv", "open_exec_socket"]
+
+HEADER: Final = struct.Struct(">BxxxI")
+STDOUT: Final = 1
+STDERR: Final = 2
+MAX_PAYLOAD: Final = 64 * 1024 * 1024
+"""A stdcopy frame larger than this is not something the engine writes: the stream is broken."""
+STDERR_KEEP: Final = 4096
+"""How much of the bridge's stderr is kept for error messages (the last bytes)."""
+
+
+class DockerStreamCodec:
+    """Docker's multiplexed exec stream ↔ the agent's bytes (:class:`guest.client.StreamCodec`).
+
+    Input to the container is not framed (``encode`` is the identity). Output is demultiplexed:
+    stdout payloads are returned, stderr payloads kept (the last :data:`STDERR_KEEP` bytes) for
+    :meth:`closed_reason`. Any other stream number, or an impossible size, raises
+    :class:`ProtocolError`.
+    """
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._stderr = bytearray()
+
+    def encode(self, data: bytes) -> bytes:
+        return data
+
+    def decode(self, data: bytes) -> bytes:
+        self._buffer += data
+        out = bytearray()
+        while len(self._buffer) >= HEADER.size:
+            stream, size = HEADER.unpack_from(self._buffer)
+            if stream not in (STDOUT, STDERR) or size > MAX_PAYLOAD:
+                raise ProtocolError(
+                    f"broken exec stream: frame header {bytes(self._buffer[: HEADER.size])!r} "
+                    f"(stream {stream}, {size} bytes)"
+                )
+            end = HEADER.size + size
+            if len(self._buffer) < end:
+                break
+            payload = self._buffer[HEADER.size : end]
+            if stream == STDOUT:
+                out += payload
+            else:
+                self._stderr += payload
+                del self._stderr[:-STDERR_KEEP]
+            del self._buffer[:end]
+        return bytes(out)
+
+    def closed_reason(self) -> str | None:
+        text = self._stderr.decode("utf-8", "replace").strip()
+        if self._buffer:
+            text += f" (and {len(self._buffer)} bytes of a cut-off frame)"
+        return text.strip() or None
+
+
+def bridge_argv(python: str, agent_socket: str, *, wait_s: float) -> list[str]:
+    """The command that runs the bridge in the guest (``-I``: no cwd, no ``PYTHON*`` variables)."""
+    return [python, "-I", "-m", "guest.bridge", agent_socket, "--wait", f"{max(wait_s, 0.0):g}"]
+
+
+def open_exec_socket(
+    api: docker.APIClient, container_id: str, argv: Sequence[str], *, user: str, name: str
+) -> socket.socket:
+    """Run ``argv`` in the container with stdin attached; return the raw upgraded socket.
+
+    The caller owns the socket. Reads from it are Docker's multiplexed stream
+    (:class:`DockerStreamCodec`); writes go to the process's stdin; closing it ends stdin.
+
+    :raises AgentConnectionError: the engine refused (container gone or not running).
+    """
+    try:
+        exec_id = api.exec_create(
+            container_id,
+            list(argv),
+            stdin=True,
+            stdout=True,
+            stderr=True,
+            tty=False,
+            user=user,
+            workdir="/",
+        )["Id"]
+        raw: Any = api.exec_start(exec_id, socket=True, tty=False)
+    except docker.errors.APIError as exc:
+        raise AgentConnectionError(
+            f"the engine could not start the agent bridge in {name}: {exc.explanation or exc}"
+        ) from exc
+    return _detach(raw, name)
+
+
+def _detach(raw: Any, name: str) -> socket.socket:
+    """Take the upgraded connection's file descriptor into a socket of our own.
+
+    docker-py returns the ``SocketIO`` under its HTTP response (local engines), whose objects
+    all refer to one socket object. Detaching its descriptor leaves them holding a closed socket
+    (closing or collecting them is then harmless) and gives the caller sole ownership.
+    """
+    inner = raw if isinstance(raw, socket.socket) else getattr(raw, "_sock", None)
+    response = getattr(raw, "_response", None)
+    try:
+        if not isinstance(inner, socket.socket) or isinstance(inner, ssl.SSLSocket):
+            raise AgentConnectionError(
+                f"cannot reach the agent of {name}: the engine connection is a "
+                f"{type(inner).__name__}, not a plain socket (a TLS or ssh DOCKER_HOST is not "
+                "supported yet)"
+            )
+        return socket.socket(fileno=inner.detach())
+    finally:
+        with contextlib.suppress(Exception):
+            raw.close()
+        if response is not None:
+            with contextlib.suppress(Exception):
+                response.close()
