@@ -3,10 +3,12 @@
 Architecture (one sandbox ``dk-<10 hex>``):
 
 - **guest container** ``cubicle-dk-…`` from ``cubicle-guest:<content hash>``: runs as uid 1000
-  (``cubicle``) under docker-init, ``cap_drop=ALL``, ``no-new-privileges``, read-only root fs
-  with tmpfs on ``/tmp``, ``/home/cubicle``, ``/run`` (and ``/dev/shm`` of
-  :data:`SHM_SIZE` for chromium), memory/CPU/pids limits from the :class:`SandboxSpec`. Its
-  supervisor (images/docker/supervisor.py) starts Xvfb at ``CUBICLE_SCREEN``, openbox and the
+  (``cubicle``) under docker-init, ``cap_drop=ALL``, ``no-new-privileges``, the seccomp profile
+  of :mod:`orchestrator.providers.docker_seccomp` (Docker's default plus what Chromium's own
+  sandbox needs: user namespaces, chroot), read-only root fs with tmpfs on ``/tmp``,
+  ``/home/cubicle``, ``/run`` (and ``/dev/shm`` of :data:`SHM_SIZE` for chromium),
+  memory/CPU/pids limits from the :class:`SandboxSpec`. Its supervisor
+  (images/docker/supervisor.py) starts Xvfb at ``CUBICLE_SCREEN``, openbox, the panel and the
   agent.
 - **agent socket**: a per-sandbox host directory (mode 0700, owned by uid 1000) bind-mounted at
   ``/run/cubicle``; the agent listens on ``agent.sock`` in it. No TCP port. The host directory
@@ -60,6 +62,7 @@ from orchestrator.provider import (
 from orchestrator.providers import docker_image
 from orchestrator.providers.docker_errors import ENGINE_HINT, map_docker_errors
 from orchestrator.providers.docker_network import setup_network
+from orchestrator.providers.docker_seccomp import guest_profile
 
 __all__ = ["GUEST_UID", "DockerProvider", "run_root"]
 
@@ -255,7 +258,7 @@ class DockerProvider(Provider):
                         **attach.environment,
                     },
                     cap_drop=["ALL"],
-                    security_opt=["no-new-privileges"],
+                    security_opt=["no-new-privileges", f"seccomp={guest_profile()}"],
                     read_only=True,
                     tmpfs=dict(TMPFS),
                     shm_size=SHM_SIZE,

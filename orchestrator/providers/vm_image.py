@@ -2,8 +2,8 @@
 tiny busybox initramfs (see shared/reference/vm-lab.md for why each piece is what it is).
 
 Contents are those of the Docker guest: the packages of ``images/guest-packages.txt``, the user
-``cubicle`` (uid 1000), openbox with ``images/docker/openbox-rc.xml`` and the agent installed from
-a wheelhouse into ``/opt/cubicle/venv``. VM-only pieces live in ``images/vm/``: the PID 1 script
+``cubicle`` (uid 1000), the desktop of ``images/desktop`` (openbox, the tint2 panel) and the agent
+installed from a wheelhouse into ``/opt/cubicle/venv``. VM-only pieces live in ``images/vm/``: the PID 1 script
 (``cubicle-init``), the reaper, the initramfs ``/init`` and the ``provision`` script that turns a
 debootstrapped rootfs into the guest (shared with the Vagrant box, which is made from this disk).
 
@@ -35,6 +35,7 @@ from typing import Any
 
 from orchestrator.errors import ImageBuildError, ImageMissing, ProviderError
 from orchestrator.provider import Progress
+from orchestrator import desktop
 from orchestrator.providers import vm_boot
 from orchestrator.providers.vm_boot import run_step as _run
 
@@ -105,12 +106,12 @@ def guest_packages(root: Path | None = None) -> list[str]:
 def _input_files(root: Path) -> list[Path]:
     files = [
         root / "images" / "guest-packages.txt",
-        root / "images" / "docker" / "openbox-rc.xml",
         root / "guest" / "pyproject.toml",
         Path(__file__).resolve(),
         Path(vm_boot.__file__).resolve(),
     ]
     files += sorted((root / "images" / "vm").glob("*"))
+    files += list(desktop.desktop_files(root).values())
     files += sorted(p for p in (root / "guest").rglob("*.py") if not _skipped(p.relative_to(root)))
     return [f for f in files if f.is_file()]
 
@@ -329,8 +330,10 @@ def build(*, progress: Progress, force: bool = False, home: Path | None = None) 
         _wheelhouse(root, work, progress)
         for name in ("cubicle-init", "cubicle-reap"):
             shutil.copyfile(root / "images" / "vm" / name, stage / name)
-        shutil.copyfile(root / "images" / "docker" / "openbox-rc.xml", stage / "openbox-rc.xml")
-        progress("provision: user, init, openbox config, agent venv, trim")
+        for name, source in desktop.desktop_files(root).items():
+            (stage / "desktop" / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, stage / "desktop" / name)
+        progress("provision: user, init, desktop configuration, agent venv, trim")
         _run("provision", [root / "images" / "vm" / "provision", rootfs, stage])
         timings["provision_s"] = time.monotonic() - mark
         mark = time.monotonic()
