@@ -185,9 +185,7 @@ def main() -> int:
     ]
     for child in desktop:
         child.start()
-    ready = subprocess.run(
-        [sys.executable, DESKTOP_READY, str(PANEL_READY_TIMEOUT_S)], check=False
-    )
+    ready = subprocess.run([sys.executable, DESKTOP_READY, str(PANEL_READY_TIMEOUT_S)], check=False)
     if ready.returncode != 0:
         log("the panel is not drawn; starting the agent anyway")
     agent = Child("agent", [sys.executable, "-m", "guest", "--listen", f"unix:{AGENT_SOCKET}"])
