@@ -6,7 +6,7 @@ so it sees no files, no other processes and no network) and a *seccomp-bpf* filt
 Docker's default profile refuses the first layer to an unprivileged container: it allows
 ``clone`` only without namespace flags, refuses ``unshare`` and ``chroot`` (they are granted
 only with CAP_SYS_ADMIN / CAP_SYS_CHROOT, which the guest has not), so Chromium stops with
-"No usable sandbox!" unless started with ``--no-sandbox``, which cubicle never does.
+"No usable sandbox!" unless its sandbox is switched off, which cubicle never does.
 
 :func:`guest_profile` is Docker's default profile, verbatim from moby (``profiles/seccomp/
 default.json`` at :data:`MOBY_VERSION`, shipped as ``docker_seccomp_default.json``), followed by

@@ -131,14 +131,16 @@ import json, os
 found = []
 for pid in filter(str.isdigit, os.listdir("/proc")):
     try:
-        argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\\0")
-        found.append({"pid": int(pid), "argv": [a.decode(errors="replace") for a in argv if a],
+        # chromium's children rewrite their command line as one space-separated string
+        argv = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\\0", b" ").split()
+        found.append({"pid": int(pid), "argv": [a.decode(errors="replace") for a in argv],
                       "userns": os.readlink(f"/proc/{pid}/ns/user")})
     except OSError:
         continue
 print(json.dumps(found))
 """
-"""Lists the guest's processes: pid, argv and user namespace (``/proc/PID/ns/user``)."""
+"""Lists the guest's processes: pid, argv (split at spaces) and user namespace
+(``/proc/PID/ns/user``)."""
 
 
 def renderer_namespaces(sandbox: Sandbox, timeout_s: float) -> tuple[dict[str, Any], list[Any]]:
@@ -157,6 +159,6 @@ def renderer_namespaces(sandbox: Sandbox, timeout_s: float) -> tuple[dict[str, A
         if time.monotonic() > deadline:
             raise AssertionError(
                 f"no browser process with renderers within {timeout_s} s: "
-                f"{[p['argv'][:2] for p in chromium]}"
+                f"{[p['argv'][:2] for p in chromium]}; guest log:\n{sandbox.logs(40)}"
             )
         time.sleep(POLL_S * 5)

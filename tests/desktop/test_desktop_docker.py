@@ -121,3 +121,32 @@ def test_the_browser_launcher_starts_a_sandboxed_chromium(sandbox: Sandbox) -> N
     for renderer in renderers:
         assert renderer["userns"] != browser["userns"], (browser, renderer)
         assert "--no-sandbox" not in renderer["argv"]
+
+
+def test_the_guest_may_make_user_namespaces_but_no_mount_namespace(sandbox: Sandbox) -> None:
+    """The seccomp additions are in effect and no wider than documented: a user namespace (with
+    PID and network namespaces) is allowed, a mount or UTS namespace and chroot outside one are
+    refused, and the container still has no capabilities."""
+    allowed = sandbox.exec(["unshare", "--user", "--pid", "--net", "--fork", "true"])
+    assert allowed.exit_code == 0, allowed.stderr
+    for flag in ("--mount", "--uts", "--ipc", "--cgroup"):
+        refused = sandbox.exec(["unshare", "--user", flag, "true"])
+        assert refused.exit_code != 0 and "Operation not permitted" in refused.stderr, (
+            flag,
+            refused,
+        )
+    chroot = sandbox.exec(["/usr/sbin/chroot", "/", "true"])
+    assert chroot.exit_code != 0 and "Operation not permitted" in chroot.stderr, chroot
+    status = sandbox.exec(
+        ["grep", "-E", "^(CapEff|CapBnd|NoNewPrivs|Seccomp):", "/proc/self/status"]
+    )
+    assert status.stdout.split() == [
+        "CapEff:",
+        "0000000000000000",
+        "CapBnd:",
+        "0000000000000000",
+        "NoNewPrivs:",
+        "1",
+        "Seccomp:",
+        "2",
+    ], status.stdout

@@ -240,6 +240,7 @@ def test_image_has_the_desktop_apps_and_fonts(sandboxes: Tracker) -> None:
             "mousepad",
             "chromium",
             "openbox",
+            "tint2",
             "Xvfb",
         ]
     )
@@ -248,3 +249,5 @@ def test_image_has_the_desktop_apps_and_fonts(sandboxes: Tracker) -> None:
     assert "Noto Sans CJK JP" in cjk.stdout
     latin = sandbox.exec(["fc-list", ":lang=fr", "family"])
     assert "DejaVu Sans" in latin.stdout
+    emoji = sandbox.exec(["fc-list", ":color=true", "family"])
+    assert "Noto Color Emoji" in emoji.stdout
