@@ -1,4 +1,5 @@
-"""Docker sandboxes: create -> screenshot, teardown, idle footprint, capacity, socket vs exec.
+"""Docker sandboxes: image size, create -> screenshot, teardown, idle footprint, capacity,
+socket vs exec.
 
 Targets: create -> first screenshot p50 <= 1.5 s; teardown p50 <= 1 s. Peer: one trivial
 command through ``docker exec`` (what several peers do per action) vs our agent socket.
@@ -122,12 +123,18 @@ def _exec_paths(report: Report, provider: DockerProvider) -> None:
         report.ratio(info, peer)
 
 
+def _image_size(report: Report, provider: DockerProvider, ref: str) -> None:
+    size = int(provider.client.images.get(ref).attrs["Size"])
+    report.line(f"guest image {ref}: {size / 1e6:.0f} MB (uncompressed, all layers)")
+
+
 def run(report: Report) -> None:
     provider = DockerProvider()
     try:
-        provider.default_image()
+        ref = provider.default_image()
     except (EngineUnavailable, ImageMissing) as exc:
         raise report.Skip(f"{exc} ({exc.hint})") from None
+    _image_size(report, provider, ref)
     _cycles(report)
     _exec_paths(report, provider)
     _footprint(report, provider)
