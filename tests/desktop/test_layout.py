@@ -126,3 +126,10 @@ def test_seccomp_profile_is_dockers_default_plus_the_chromium_rules() -> None:
             assert refused & docker_seccomp.CLONE_NEWIPC
             assert refused & docker_seccomp.CLONE_NEWUTS
             assert refused & docker_seccomp.CLONE_NEWCGROUP
+
+
+def test_readme_states_the_launcher_positions() -> None:
+    readme = (REPO / "README.md").read_text()
+    for launcher in PANEL.launchers:
+        x, y = PANEL.launcher_center(launcher.name, (1280, 800))
+        assert f"({x}, {y})" in readme, f"README does not give the {launcher.name} at ({x}, {y})"
