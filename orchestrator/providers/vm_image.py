@@ -3,9 +3,10 @@ tiny busybox initramfs (see shared/reference/vm-lab.md for why each piece is wha
 
 Contents are those of the Docker guest: the packages of ``images/guest-packages.txt``, the user
 ``cubicle`` (uid 1000), the desktop of ``images/desktop`` (openbox, the tint2 panel) and the agent
-installed from a wheelhouse into ``/opt/cubicle/venv``. VM-only pieces live in ``images/vm/``: the PID 1 script
-(``cubicle-init``), the reaper, the initramfs ``/init`` and the ``provision`` script that turns a
-debootstrapped rootfs into the guest (shared with the Vagrant box, which is made from this disk).
+installed from a wheelhouse into ``/opt/cubicle/venv``. VM-only pieces live in ``images/vm/``:
+the PID 1 script (``cubicle-init``), the reaper, the initramfs ``/init`` and the ``provision``
+script that turns a debootstrapped rootfs into the guest (shared with the Vagrant box, which is
+made from this disk).
 
 Content-addressed: :func:`image_ref` hashes every input (package lists, scripts, the guest agent's
 sources, this module's :data:`RECIPE_VERSION`); an image directory ``<home>/images/<ref>/`` that
@@ -33,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator import desktop
 from orchestrator.errors import ImageBuildError, ImageMissing, ProviderError
 from orchestrator.provider import Progress
-from orchestrator import desktop
 from orchestrator.providers import vm_boot
 from orchestrator.providers.vm_boot import run_step as _run
 
