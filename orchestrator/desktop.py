@@ -30,7 +30,7 @@ DESKTOP_DIR: Final = Path(__file__).resolve().parents[1] / "images" / "desktop"
 class Launcher:
     """One panel launcher: what it starts and how its window is recognised.
 
-    :param name: the key tests and drills use (``terminal``, ``editor``, ``browser``).
+    :param name: the key tests and drills use (``terminal``, ``editor``, ``browser``, ``files``).
     :param desktop_file: its entry in ``images/desktop/applications``.
     :param wm_class: the class (second ``WM_CLASS`` string) of the window it opens, as the
         agent's ``windows`` op reports it.
@@ -93,6 +93,7 @@ PANEL: Final = PanelLayout(
         Launcher("terminal", "cubicle-terminal.desktop", "XTerm"),
         Launcher("editor", "cubicle-editor.desktop", "Mousepad"),
         Launcher("browser", "cubicle-browser.desktop", "Chromium"),
+        Launcher("files", "cubicle-files.desktop", "Thunar"),
     ),
 )
 

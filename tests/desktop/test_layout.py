@@ -57,8 +57,8 @@ def test_launcher_geometry_for_any_screen() -> None:
             assert PANEL.top(screen) <= top and bottom <= screen[1]
         assert all(a[2] + PANEL.icon_spacing == b[0] for a, b in itertools.pairwise(boxes))
     assert PANEL.launcher_center("editor", (1280, 800)) == (54, 780)
-    with pytest.raises(KeyError, match="no launcher 'files' on the panel"):
-        PANEL.launcher("files")
+    with pytest.raises(KeyError, match="no launcher 'calculator' on the panel"):
+        PANEL.launcher("calculator")
 
 
 def test_the_clock_shows_minutes_not_seconds() -> None:
