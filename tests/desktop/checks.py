@@ -11,6 +11,7 @@ import colorsys
 import io
 import json
 import time
+from collections.abc import Collection
 from typing import Any, cast
 
 from PIL import Image
@@ -102,15 +103,25 @@ def window_box(window: dict[str, Any]) -> tuple[int, int, int, int]:
 
 
 def wait_window(
-    client: AgentClient, wm_class: str, timeout_s: float, *, focused: bool = True
+    client: AgentClient,
+    wm_class: str,
+    timeout_s: float,
+    *,
+    focused: bool = True,
+    exclude: Collection[int] = (),
 ) -> dict[str, Any]:
     """The first top-level window of class ``wm_class`` the agent's ``windows`` reports (with
-    the input focus when ``focused``), polled until ``timeout_s``; fails naming what it saw."""
+    the input focus when ``focused``; not one whose id is in ``exclude``), polled until
+    ``timeout_s``; fails naming what it saw."""
     deadline = time.monotonic() + timeout_s
     while True:
         windows = client.call("windows", {}, timeout=30).result["windows"]
         for window in windows:
-            if wm_class in window["wm_class"] and (window["focused"] or not focused):
+            if (
+                wm_class in window["wm_class"]
+                and (window["focused"] or not focused)
+                and window["id"] not in exclude
+            ):
                 return dict(window)
         if time.monotonic() > deadline:
             seen = [(w["wm_class"], w["title"], w["focused"]) for w in windows]

@@ -150,3 +150,17 @@ def test_the_guest_may_make_user_namespaces_but_no_mount_namespace(sandbox: Sand
         "Seccomp:",
         "2",
     ], status.stdout
+
+
+def test_a_dialog_keeps_its_size_centred_over_its_application(sandbox: Sandbox) -> None:
+    """Applications open maximized above the panel; their dialogs are not maximized: they open
+    at their own size, centred over the application, with a title bar (README, window placement)."""
+    with sandbox.connect() as client:
+        click_launcher(client, "editor")
+        editor = wait_window(client, "Mousepad", APP_TIMEOUT_S)
+        client.call("keypress", {"keys": ["CTRL", "O"]}, timeout=30)
+        dialog = wait_window(client, "Mousepad", APP_TIMEOUT_S, exclude=[editor["id"]])
+    parent_centre = editor["x"] + editor["width"] / 2
+    assert abs(parent_centre - (dialog["x"] + dialog["width"] / 2)) <= 2, (editor, dialog)
+    assert dialog["width"] < editor["width"] - 50, (editor, dialog)
+    assert dialog["y"] >= 15, f"no title bar above the dialog: {dialog}"
