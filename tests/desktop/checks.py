@@ -22,6 +22,7 @@ from orchestrator.sandbox import Sandbox
 
 __all__ = [
     "ROOT_COLOURS",
+    "assert_browser_launcher_starts_a_sandboxed_chromium",
     "assert_launchers_drawn",
     "assert_panel_drawn",
     "click_launcher",
@@ -173,3 +174,17 @@ def renderer_namespaces(sandbox: Sandbox, timeout_s: float) -> tuple[dict[str, A
                 f"{[p['argv'][:2] for p in chromium]}; guest log:\n{sandbox.logs(40)}"
             )
         time.sleep(POLL_S * 5)
+
+
+def assert_browser_launcher_starts_a_sandboxed_chromium(sandbox: Sandbox, timeout_s: float) -> None:
+    """Click the panel's browser launcher; Chromium's window opens, and every renderer process
+    runs in a user namespace of its own (Chromium's namespace sandbox), the browser process
+    with its sandbox on."""
+    with sandbox.connect(timeout=60) as client:
+        click_launcher(client, "browser")
+        wait_window(client, PANEL.launcher("browser").wm_class, timeout_s)
+    browser, renderers = renderer_namespaces(sandbox, timeout_s)
+    assert "--no-sandbox" not in browser["argv"], browser["argv"]
+    for renderer in renderers:
+        assert renderer["userns"] != browser["userns"], (browser, renderer)
+        assert "--no-sandbox" not in renderer["argv"]

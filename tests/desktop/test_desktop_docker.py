@@ -13,11 +13,11 @@ from orchestrator.desktop import PANEL
 from orchestrator.sandbox import Sandbox
 from tests.desktop.checks import (
     ROOT_COLOURS,
+    assert_browser_launcher_starts_a_sandboxed_chromium,
     assert_launchers_drawn,
     assert_panel_drawn,
     click_launcher,
     colour_share,
-    renderer_namespaces,
     saturated_pixels,
     screenshot,
     wait_window,
@@ -113,14 +113,7 @@ def test_window_manager_keys_switch_and_close_windows(sandbox: Sandbox) -> None:
 
 
 def test_the_browser_launcher_starts_a_sandboxed_chromium(sandbox: Sandbox) -> None:
-    with sandbox.connect() as client:
-        click_launcher(client, "browser")
-        wait_window(client, "Chromium", APP_TIMEOUT_S)
-    browser, renderers = renderer_namespaces(sandbox, APP_TIMEOUT_S)
-    assert "--no-sandbox" not in browser["argv"], browser["argv"]
-    for renderer in renderers:
-        assert renderer["userns"] != browser["userns"], (browser, renderer)
-        assert "--no-sandbox" not in renderer["argv"]
+    assert_browser_launcher_starts_a_sandboxed_chromium(sandbox, APP_TIMEOUT_S)
 
 
 def test_the_guest_may_make_user_namespaces_but_no_mount_namespace(sandbox: Sandbox) -> None:

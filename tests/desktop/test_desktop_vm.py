@@ -10,11 +10,9 @@ import pytest
 from orchestrator.providers.vm import VmProvider
 from orchestrator.sandbox import Sandbox
 from tests.desktop.checks import (
+    assert_browser_launcher_starts_a_sandboxed_chromium,
     assert_panel_drawn,
-    click_launcher,
-    renderer_namespaces,
     screenshot,
-    wait_window,
 )
 
 pytestmark = [pytest.mark.vm, pytest.mark.slow]
@@ -30,9 +28,4 @@ def test_vm_desktop_shows_the_panel_and_runs_a_sandboxed_chromium(
         leak_check.append(sandbox.id)
         with sandbox.connect(timeout=60) as client:
             assert_panel_drawn(screenshot(client))
-            click_launcher(client, "browser")
-            wait_window(client, "Chromium", BROWSER_TIMEOUT_S)
-        browser, renderers = renderer_namespaces(sandbox, BROWSER_TIMEOUT_S)
-    assert "--no-sandbox" not in browser["argv"], browser["argv"]
-    for renderer in renderers:
-        assert renderer["userns"] != browser["userns"], (browser, renderer)
+        assert_browser_launcher_starts_a_sandboxed_chromium(sandbox, BROWSER_TIMEOUT_S)
