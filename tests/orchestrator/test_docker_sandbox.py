@@ -16,6 +16,7 @@ from PIL import Image
 
 from guest.errors import GuestError
 from orchestrator import labels as L
+from orchestrator.desktop import PANEL
 from orchestrator.errors import SandboxNotFound, SandboxStartError
 from orchestrator.provider import SandboxSpec
 from orchestrator.providers.docker import GUEST_UID, DockerProvider
@@ -78,7 +79,7 @@ def test_up_screenshot_exec_down_through_the_python_api(
     assert not Path(sandbox.agent_socket()).parent.exists()
 
 
-def test_applications_open_maximized_at_the_origin(sandboxes: Tracker) -> None:
+def test_applications_open_maximized_above_the_panel(sandboxes: Tracker) -> None:
     sandbox = sandboxes.create()
     sandbox.exec(["python3", "-c", SPAWN, "xterm", "-title", "cubicle-test-term"])
     with sandbox.connect() as client:
@@ -97,7 +98,9 @@ def test_applications_open_maximized_at_the_origin(sandboxes: Tracker) -> None:
     assert settle["waited_ms"] >= 0
     assert terms, f"xterm never mapped a window; windows: {windows}"
     term = terms[0]
-    assert (term["x"], term["y"], term["width"], term["height"]) == (0, 0, 1280, 800)
+    # maximized in the work area, under its title bar, down to the panel (orchestrator/desktop.py)
+    assert (term["x"], term["width"]) == (0, 1280)
+    assert 0 < term["y"] <= 40 and term["y"] + term["height"] == PANEL.top((1280, 800)), term
     _, png = sandbox.screenshot()
     assert colours(png) >= 2
 
