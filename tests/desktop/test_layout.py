@@ -133,3 +133,10 @@ def test_readme_states_the_launcher_positions() -> None:
     for launcher in PANEL.launchers:
         x, y = PANEL.launcher_center(launcher.name, (1280, 800))
         assert f"({x}, {y})" in readme, f"README does not give the {launcher.name} at ({x}, {y})"
+
+
+def test_the_panel_shows_no_tooltips() -> None:
+    """A tooltip would change the screen half a second after a click on the panel."""
+    tint2 = tint2_settings()
+    assert tint2["launcher_tooltip"] == ["0"] and tint2["task_tooltip"] == ["0"]
+    assert tint2.get("clock_tooltip", [""]) == [""]
