@@ -6,14 +6,20 @@ Contract (read by orchestrator/providers/docker.py and the drill):
 - Stale X lock files (``/tmp/.X0-lock``, ``/tmp/.X11-unix/X0``) are removed before Xvfb starts,
   so a restarted container never finds its display "in use".
 - Starts Xvfb on ``:0`` and waits until it reports the display, paints the root window, starts
-  openbox, then the guest agent ``python3 -m guest --listen unix:/run/cubicle/agent.sock``.
-- The agent and openbox are restarted when they exit (back-off 0.5 s → 5 s); Xvfb exiting ends
-  the supervisor with status 1 (the desktop is gone; the host sees the container exit).
+  openbox and waits until it manages the screen, starts the panel (tint2) and waits until it is
+  drawn (``desktop_ready.py wm|panel``, each at most :data:`DESKTOP_READY_TIMEOUT_S`; lateness is
+  logged, not fatal), then starts the guest agent ``python3 -m guest --listen
+  unix:/run/cubicle/agent.sock``. So the agent's hello means the first screenshot shows the
+  desktop a model will drive.
+- The agent, openbox and the panel are restarted when they exit (back-off 0.5 s → 5 s); Xvfb
+  exiting ends the supervisor with status 1 (the desktop is gone; the host sees the container
+  exit).
 - SIGTERM/SIGINT stop every child (TERM, then KILL after 3 s) and exit 0.
 - Every line it writes starts with ``[supervisor]``; children inherit stdout/stderr, so
   ``docker logs`` (``cubicle logs ID``) shows X, openbox and agent output in one stream.
 
-Runs as the unprivileged desktop user; standard library only (it runs before anything else).
+Runs as the unprivileged desktop user; standard library only (it runs before anything else;
+``desktop_ready.py`` runs as a child with the agent's venv, which has python-xlib).
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ AGENT_SOCKET = SOCKET_DIR / "agent.sock"
 XVFB_READY_TIMEOUT_S = 30.0
 BACKOFF_MIN_S, BACKOFF_MAX_S = 0.5, 5.0
 STOP_GRACE_S = 3.0
+DESKTOP_READY_TIMEOUT_S = 10.0
+DESKTOP_READY = "/opt/cubicle/desktop_ready.py"
 ROOT_PATTERN = ["xsetroot", "-mod", "4", "4", "-fg", "#3b4252", "-bg", "#2e3440"]
 
 
@@ -172,13 +180,24 @@ def main() -> int:
     os.environ["DISPLAY"] = DISPLAY
     xvfb = start_xvfb(width, height)
     subprocess.run(ROOT_PATTERN, check=False)
-    children = [
+    desktop = [
         Child("openbox", ["openbox", "--sm-disable"]),
-        Child(
-            "agent",
-            [sys.executable, "-m", "guest", "--listen", f"unix:{AGENT_SOCKET}"],
-        ),
+        Child("panel", ["tint2", "-c", "/etc/xdg/tint2/tint2rc"]),
     ]
+    for child in desktop:
+        wait_for = "wm" if child.name == "openbox" else "panel"
+        child.start()
+        started = time.monotonic()
+        ready = subprocess.run(
+            [sys.executable, DESKTOP_READY, wait_for, str(DESKTOP_READY_TIMEOUT_S)], check=False
+        )
+        waited_ms = (time.monotonic() - started) * 1000
+        if ready.returncode != 0:
+            log(f"{child.name} is not ready after {waited_ms:.0f} ms; going on")
+        else:
+            log(f"{child.name} ready in {waited_ms:.0f} ms")
+    agent = Child("agent", [sys.executable, "-m", "guest", "--listen", f"unix:{AGENT_SOCKET}"])
+    children = [*desktop, agent]
     status = 0
     while not stopping:
         if xvfb.poll() is not None:

@@ -3,13 +3,14 @@
 Architecture (one sandbox ``dk-<10 hex>``):
 
 - **guest container** ``cubicle-dk-…`` from ``cubicle-guest:<content hash>``: runs as uid 1000
-  (``cubicle``) under docker-init, ``cap_drop=ALL``, ``no-new-privileges``, read-only root fs
-  with size-capped tmpfs on ``/tmp``, ``/home/cubicle``, ``/run`` and ``/run/cubicle`` (and
-  ``/dev/shm`` of :data:`SHM_SIZE` for chromium), memory/CPU/pids limits from the
-  :class:`SandboxSpec` (default CPU limit: one core, ``CUBICLE_CPUS``). No host folder is
-  mounted: nothing the guest writes lands on the host. Its supervisor
-  (images/docker/supervisor.py) starts Xvfb at ``CUBICLE_SCREEN``, openbox and the agent, which
-  listens on ``/run/cubicle/agent.sock`` *inside* the container.
+  (``cubicle``) under docker-init, ``cap_drop=ALL``, ``no-new-privileges``, the seccomp profile
+  of :mod:`orchestrator.providers.docker_seccomp` (Docker's default plus what Chromium's own
+  sandbox needs: user namespaces, chroot), read-only root fs with size-capped tmpfs on ``/tmp``,
+  ``/home/cubicle``, ``/run`` and ``/run/cubicle`` (and ``/dev/shm`` of :data:`SHM_SIZE` for
+  chromium), memory/CPU/pids limits from the :class:`SandboxSpec` (default CPU limit: one core,
+  ``CUBICLE_CPUS``). No host folder is mounted: nothing the guest writes lands on the host. Its
+  supervisor (images/docker/supervisor.py) starts Xvfb at ``CUBICLE_SCREEN``, openbox, the panel
+  and the agent, which listens on ``/run/cubicle/agent.sock`` *inside* the container.
 - **agent transport**: every connection is a ``docker exec`` of the stdio bridge
   (:mod:`guest.bridge`) through the engine's API; its stdin/stdout carry the protocol
   (:mod:`orchestrator.providers.docker_exec`). No TCP port, no host socket path: the host never
@@ -61,6 +62,7 @@ from orchestrator.providers import docker_image
 from orchestrator.providers.docker_errors import ENGINE_HINT, map_docker_errors
 from orchestrator.providers.docker_exec import DockerStreamCodec, bridge_argv, open_exec_socket
 from orchestrator.providers.docker_network import setup_network
+from orchestrator.providers.docker_seccomp import guest_profile
 
 __all__ = ["GUEST_UID", "DockerProvider"]
 
@@ -248,7 +250,7 @@ class DockerProvider(Provider):
                         **attach.environment,
                     },
                     cap_drop=["ALL"],
-                    security_opt=["no-new-privileges"],
+                    security_opt=["no-new-privileges", f"seccomp={guest_profile()}"],
                     read_only=True,
                     tmpfs=dict(TMPFS),
                     shm_size=SHM_SIZE,

@@ -7,9 +7,9 @@ Steps, each reported through ``progress`` one line at a time:
    (``debootstrap --variant=minbase bookworm`` into a temporary folder → tar → ``docker import``).
    Bootstrapping needs root and ``debootstrap`` on the host (scripts/host-packages/docker.txt).
 2. **Tag.** The image tag is a hash of everything that goes into it (Dockerfile, supervisor,
-   openbox config, egress proxy, guest package list, the guest agent's source, the pinned
-   versions of its dependencies, the base image id): ``cubicle-guest:<hash>``. When that tag
-   exists the build is a no-op ("up to date").
+   the desktop's configuration in ``images/desktop``, egress proxy, guest package list, the
+   guest agent's source, the pinned versions of its dependencies, the base image id):
+   ``cubicle-guest:<hash>``. When that tag exists the build is a no-op ("up to date").
 3. **Context.** A temporary folder with the files above plus a wheelhouse: the guest agent's
    dependencies (``pip download --only-binary=:all:`` for CPython 3.11 manylinux) and the agent
    itself (``pip wheel``), because containers here cannot reach PyPI.
@@ -38,6 +38,7 @@ import docker
 import docker.errors
 import requests.exceptions
 
+from orchestrator import desktop
 from orchestrator.errors import ImageBuildError, ImageMissing
 from orchestrator.provider import Progress
 from orchestrator.providers.docker_errors import IMAGE_HINT, map_docker_errors
@@ -68,10 +69,12 @@ def image_inputs() -> dict[str, Path]:
     files = {
         "Dockerfile": docker_dir / "Dockerfile",
         "supervisor.py": docker_dir / "supervisor.py",
-        "openbox-rc.xml": docker_dir / "openbox-rc.xml",
         "guest-packages.txt": REPO_ROOT / "images" / "guest-packages.txt",
         "egress.py": REPO_ROOT / "orchestrator" / "egress.py",
     }
+    files.update(
+        (f"desktop/{name}", path) for name, path in desktop.desktop_files(REPO_ROOT).items()
+    )
     missing = [str(path) for path in files.values() if not path.is_file()]
     if missing:
         raise ImageMissing(
@@ -232,6 +235,7 @@ def ensure_base(client: docker.DockerClient, progress: Progress) -> str:
 
 def _fill_context(context: Path, progress: Progress) -> None:
     for name, source in image_inputs().items():
+        (context / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, context / name)
     wheels = context / "wheels"
     wheels.mkdir()

@@ -2,10 +2,11 @@
 tiny busybox initramfs (see shared/reference/vm-lab.md for why each piece is what it is).
 
 Contents are those of the Docker guest: the packages of ``images/guest-packages.txt``, the user
-``cubicle`` (uid 1000), openbox with ``images/docker/openbox-rc.xml`` and the agent installed from
-a wheelhouse into ``/opt/cubicle/venv``. VM-only pieces live in ``images/vm/``: the PID 1 script
-(``cubicle-init``), the reaper, the initramfs ``/init`` and the ``provision`` script that turns a
-debootstrapped rootfs into the guest (shared with the Vagrant box, which is made from this disk).
+``cubicle`` (uid 1000), the desktop of ``images/desktop`` (openbox, the tint2 panel) and the agent
+installed from a wheelhouse into ``/opt/cubicle/venv``. VM-only pieces live in ``images/vm/``:
+the PID 1 script (``cubicle-init``), the reaper, the initramfs ``/init`` and the ``provision``
+script that turns a debootstrapped rootfs into the guest (shared with the Vagrant box, which is
+made from this disk).
 
 Content-addressed: :func:`image_ref` hashes every input (package lists, scripts, the guest agent's
 sources, this module's :data:`RECIPE_VERSION`); an image directory ``<home>/images/<ref>/`` that
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator import desktop
 from orchestrator.errors import ImageBuildError, ImageMissing, ProviderError
 from orchestrator.hostdirs import host_folder
 from orchestrator.provider import Progress
@@ -107,12 +109,12 @@ def guest_packages(root: Path | None = None) -> list[str]:
 def _input_files(root: Path) -> list[Path]:
     files = [
         root / "images" / "guest-packages.txt",
-        root / "images" / "docker" / "openbox-rc.xml",
         root / "guest" / "pyproject.toml",
         Path(__file__).resolve(),
         Path(vm_boot.__file__).resolve(),
     ]
     files += sorted((root / "images" / "vm").glob("*"))
+    files += list(desktop.desktop_files(root).values())
     files += sorted(p for p in (root / "guest").rglob("*.py") if not _skipped(p.relative_to(root)))
     return [f for f in files if f.is_file()]
 
@@ -331,8 +333,10 @@ def build(*, progress: Progress, force: bool = False, home: Path | None = None) 
         _wheelhouse(root, work, progress)
         for name in ("cubicle-init", "cubicle-reap"):
             shutil.copyfile(root / "images" / "vm" / name, stage / name)
-        shutil.copyfile(root / "images" / "docker" / "openbox-rc.xml", stage / "openbox-rc.xml")
-        progress("provision: user, init, openbox config, agent venv, trim")
+        for name, source in desktop.desktop_files(root).items():
+            (stage / "desktop" / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, stage / "desktop" / name)
+        progress("provision: user, init, desktop configuration, agent venv, trim")
         _run("provision", [root / "images" / "vm" / "provision", rootfs, stage])
         timings["provision_s"] = time.monotonic() - mark
         mark = time.monotonic()

@@ -1,4 +1,5 @@
-"""Docker sandboxes: create -> screenshot, teardown, idle footprint, capacity, agent vs exec.
+"""Docker sandboxes: image size, create -> screenshot, teardown, idle footprint, capacity,
+agent vs exec.
 
 Targets: create -> first screenshot p50 <= 1.5 s; teardown p50 <= 1 s. Peer: one trivial
 command through a new ``docker exec`` each time (what several peers do per action) vs our
@@ -125,6 +126,11 @@ def _exec_paths(report: Report, provider: DockerProvider) -> None:
         report.ratio(info, peer)
 
 
+def _image_size(report: Report, provider: DockerProvider, ref: str) -> None:
+    size = int(provider.client.images.get(ref).attrs["Size"])
+    report.line(f"guest image {ref}: {size / 1e6:.0f} MB (uncompressed, all layers)")
+
+
 def docker_or_skip() -> DockerProvider:
     """The Docker provider, or :class:`Report.Skip` saying why the engine or image is missing."""
     provider = DockerProvider()
@@ -137,6 +143,7 @@ def docker_or_skip() -> DockerProvider:
 
 def run(report: Report) -> None:
     provider = docker_or_skip()
+    _image_size(report, provider, provider.default_image())
     _cycles(report)
     _exec_paths(report, provider)
     _footprint(report, provider)

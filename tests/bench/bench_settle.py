@@ -135,8 +135,6 @@ def run(report: Report) -> None:
                 "op": "launch",
                 "argv": [
                     "chromium",
-                    "--no-sandbox",
-                    "--test-type",
                     f"--user-data-dir={paths.workdir}/profile",
                     "--no-first-run",
                     "--disable-gpu",

@@ -17,6 +17,7 @@ from PIL import Image
 from guest.errors import CubicleError
 from orchestrator.provider import SandboxSpec
 from orchestrator.providers.vm import VmProvider
+from orchestrator.providers.vm_image import load_image
 from tests.bench.report import Report, Sample
 
 
@@ -45,6 +46,8 @@ def run(report: Report) -> None:
         warm.warm_up(SandboxSpec(), slots=1, progress=report.line)
     except CubicleError as exc:
         raise report.Skip(f"libvirt/VM image unavailable: {exc}") from None
+    base_bytes = load_image(warm.image).manifest.get("base_bytes", 0)
+    report.line(f"VM image {warm.image}: base disk {base_bytes / 1e6:.0f} MB (qcow2)")
     report.line(f"accelerator: {warm.accelerator.kind} ({warm.accelerator.reason})")
     repeat = int(os.environ.get("CUBICLE_BENCH_VM_REPEAT", "3"))
     timings: dict[str, list[float]] = {

@@ -4,6 +4,11 @@ It satisfies :class:`orchestrator.drill.runner.Desktop`, so the drill's own code
 exactly as against a sandbox. Everything runs as this user with HOME in a temporary folder; the
 owner stops it with :meth:`LocalDesktop.stop` (``with``), which ends the agent, openbox and Xvfb
 by the pids it started.
+
+The drill starts chromium with its sandbox on, as in a guest. Chromium refuses to run as root
+with its sandbox, so when this host test runs as root (CI) the agent's PATH starts with a
+``chromium`` wrapper adding ``--no-sandbox``: a browser a test runs on the host as root, outside
+the guest rule (README, Security).
 """
 
 from __future__ import annotations
@@ -25,7 +30,11 @@ from tests.support.xvfb import Xvfb
 __all__ = ["LocalDesktop", "app", "missing_apps", "wait_for_window"]
 
 REPO = Path(__file__).resolve().parents[2]
-OPENBOX_RC = REPO / "images" / "docker" / "openbox-rc.xml"
+OPENBOX_RC = REPO / "images" / "desktop" / "openbox-rc.xml"
+ROOT_CHROMIUM = """#!/bin/sh
+# the local drill desktop runs as root on the host: chromium's sandbox cannot run as root
+exec {chromium} --no-sandbox "$@"
+"""
 APPS = ("openbox", "mousepad", "chromium", "Xvfb")
 
 
@@ -57,6 +66,8 @@ class LocalDesktop:
                 "XDG_CONFIG_HOME": str(self.home / ".config"),
                 "XDG_CACHE_HOME": str(self.home / ".cache"),
             }
+            if os.geteuid() == 0:
+                env["PATH"] = f"{self._root_chromium()}:{os.environ.get('PATH', os.defpath)}"
             self._xvfb = Xvfb(*self.screen).start()
             with (self.root / "openbox.log").open("wb") as log:
                 self._openbox = subprocess.Popen(
@@ -71,6 +82,15 @@ class LocalDesktop:
             self.stop()
             raise
         return self
+
+    def _root_chromium(self) -> Path:
+        """A folder holding the ``chromium`` wrapper for root (see the module's docstring)."""
+        folder = self.root / "root-bin"
+        folder.mkdir(exist_ok=True)
+        wrapper = folder / "chromium"
+        wrapper.write_text(ROOT_CHROMIUM.format(chromium=shutil.which("chromium")))
+        wrapper.chmod(0o755)
+        return folder
 
     def connect(self, timeout: float = 10.0) -> AgentClient:
         """A new agent connection with hello done; the caller closes it."""

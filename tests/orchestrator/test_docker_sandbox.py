@@ -15,6 +15,7 @@ from PIL import Image
 
 from guest.errors import GuestError
 from orchestrator import labels as L
+from orchestrator.desktop import PANEL
 from orchestrator.errors import ProviderError, SandboxNotFound, SandboxStartError
 from orchestrator.provider import SandboxSpec
 from orchestrator.providers.docker import GUEST_UID, DockerProvider
@@ -76,7 +77,7 @@ def test_up_screenshot_exec_down_through_the_python_api(
     assert leftovers(engine, {L.SANDBOX: sandbox.id}) == []
 
 
-def test_applications_open_maximized_at_the_origin(sandboxes: Tracker) -> None:
+def test_applications_open_maximized_above_the_panel(sandboxes: Tracker) -> None:
     sandbox = sandboxes.create()
     sandbox.exec(["python3", "-c", SPAWN, "xterm", "-title", "cubicle-test-term"])
     with sandbox.connect() as client:
@@ -95,7 +96,9 @@ def test_applications_open_maximized_at_the_origin(sandboxes: Tracker) -> None:
     assert settle["waited_ms"] >= 0
     assert terms, f"xterm never mapped a window; windows: {windows}"
     term = terms[0]
-    assert (term["x"], term["y"], term["width"], term["height"]) == (0, 0, 1280, 800)
+    # maximized in the work area, under its title bar, down to the panel (orchestrator/desktop.py)
+    assert (term["x"], term["width"]) == (0, 1280)
+    assert 0 < term["y"] <= 40 and term["y"] + term["height"] == PANEL.top((1280, 800)), term
     _, png = sandbox.screenshot()
     assert colours(png) >= 2
 
@@ -238,6 +241,7 @@ def test_image_has_the_desktop_apps_and_fonts(sandboxes: Tracker) -> None:
             "mousepad",
             "chromium",
             "openbox",
+            "tint2",
             "Xvfb",
         ]
     )
@@ -246,3 +250,5 @@ def test_image_has_the_desktop_apps_and_fonts(sandboxes: Tracker) -> None:
     assert "Noto Sans CJK JP" in cjk.stdout
     latin = sandbox.exec(["fc-list", ":lang=fr", "family"])
     assert "DejaVu Sans" in latin.stdout
+    emoji = sandbox.exec(["fc-list", ":color=true", "family"])
+    assert "Noto Color Emoji" in emoji.stdout

@@ -1,0 +1,94 @@
+"""Wait until a piece of the guest desktop is up: ``python desktop_ready.py wm|panel [TIMEOUT_S]``.
+
+Run by the Docker supervisor and the VM's init, which start the desktop in this order:
+
+- ``wm``: openbox is managing the screen (the root window's ``_NET_SUPPORTING_WM_CHECK`` names a
+  live window). The panel starts only then: a tint2 started before the window manager
+  re-initialises itself when one appears, which costs about a second.
+- ``panel``: the panel is drawn, i.e. the screen's pixel just inside the bottom-left corner has
+  the panel's background colour (the first ``background_color`` of ``/etc/xdg/tint2/tint2rc``, a
+  colour the root window's pattern never has). The agent starts only then, so the first
+  screenshot a model receives shows the desktop it will drive, not a bare root window.
+
+Exit status 0 when ready, 1 (with one line on stderr saying what was missing) after
+``TIMEOUT_S`` seconds (default 10), 2 on bad usage; the caller logs it and goes on.
+Uses ``DISPLAY`` and python-xlib (installed in the agent's venv).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+
+from Xlib import X, display, error
+
+TINT2RC = Path("/etc/xdg/tint2/tint2rc")
+POLL_S = 0.02
+
+
+def panel_colour(config: Path = TINT2RC) -> tuple[int, int, int]:
+    """The panel background (the first ``background_color = #rrggbb`` of the tint2 config)."""
+    found = re.search(r"^background_color\s*=\s*#([0-9a-fA-F]{6})", config.read_text(), re.M)
+    if found is None:
+        raise SystemExit(f"desktop_ready: no background_color in {config}")
+    value = int(found.group(1), 16)
+    return (value >> 16) & 0xFF, (value >> 8) & 0xFF, value & 0xFF
+
+
+def corner_pixel(dpy: display.Display) -> tuple[int, int, int]:
+    screen = dpy.screen()
+    image = screen.root.get_image(2, screen.height_in_pixels - 2, 1, 1, X.ZPixmap, 0xFFFFFFFF)
+    blue, green, red = image.data[0], image.data[1], image.data[2]  # 24/32-bit TrueColor, BGRx
+    return red, green, blue
+
+
+def wm_running(dpy: display.Display) -> bool:
+    """The root window names a live window as the window manager's check window."""
+    check = dpy.intern_atom("_NET_SUPPORTING_WM_CHECK")
+    prop = dpy.screen().root.get_full_property(check, X.AnyPropertyType)
+    if prop is None or not len(prop.value):
+        return False
+    try:
+        dpy.create_resource_object("window", int(prop.value[0])).get_attributes()
+    except error.XError:
+        return False
+    return True
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) not in (2, 3) or argv[1] not in ("wm", "panel"):
+        print("usage: desktop_ready.py wm|panel [TIMEOUT_S]", file=sys.stderr)
+        return 2
+    what = argv[1]
+    timeout_s = float(argv[2]) if len(argv) > 2 else 10.0
+    wanted = panel_colour() if what == "panel" else None
+    dpy = display.Display()
+    deadline = time.monotonic() + timeout_s
+    seen = (0, 0, 0)
+    try:
+        while time.monotonic() < deadline:
+            if wanted is None:
+                if wm_running(dpy):
+                    return 0
+            else:
+                seen = corner_pixel(dpy)
+                if seen == wanted:
+                    return 0
+            time.sleep(POLL_S)
+    finally:
+        dpy.close()
+    if wanted is None:
+        print(f"desktop_ready: no window manager within {timeout_s:.0f} s", file=sys.stderr)
+    else:
+        print(
+            f"desktop_ready: the panel was not drawn within {timeout_s:.0f} s "
+            f"(corner pixel {seen}, panel colour {wanted})",
+            file=sys.stderr,
+        )
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
