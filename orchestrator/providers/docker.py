@@ -184,7 +184,12 @@ class DockerProvider(Provider):
         if role:
             filters.append(f"{L.ROLE}={role}")
         with map_docker_errors("listing cubicle containers"):
-            return list(self.client.containers.list(all=True, filters={"label": filters}))
+            # a container removed meanwhile (a concurrent destroy or gc) is not an error
+            return list(
+                self.client.containers.list(
+                    all=True, filters={"label": filters}, ignore_removed=True
+                )
+            )
 
     def _guest(self, sandbox_id: str) -> docker.models.containers.Container:
         found = self._containers(sandbox_id, "guest")

@@ -80,7 +80,11 @@ def test_up_killed_after_ready_is_detached_and_survives_gc(
 
 @pytest.mark.parametrize("point", ["network", "proxy", "before-container", "container"])
 def test_gc_never_takes_a_sandbox_a_live_process_is_creating(
-    engine: docker.DockerClient, provider: DockerProvider, sandboxes: Tracker, cli: CliRun, point: str
+    engine: docker.DockerClient,
+    provider: DockerProvider,
+    sandboxes: Tracker,
+    cli: CliRun,
+    point: str,
 ) -> None:
     expired = sandboxes.create(ttl_s=0.5)  # gc has work to do at the same time
     with paused_at(point, "up", "--network", "allow:example.com", "--json") as paused:
@@ -168,8 +172,8 @@ def test_malformed_labels_are_skipped_with_a_warning_and_gc_goes_on(
         assert listed.returncode == 0, listed.stderr
         for container in bad:
             container.reload()  # still there: skipped, not removed
-            assert container.name in collected.stderr
-            assert container.name in listed.stderr
+            assert str(container.name) in collected.stderr
+            assert str(container.name) in listed.stderr
         assert "dk-.bad" in collected.stderr and "'soon'" in collected.stderr
         assert "'x'" in listed.stderr
     finally:

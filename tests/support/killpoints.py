@@ -102,6 +102,9 @@ else:
 from orchestrator.providers.docker import DockerProvider
 
 for cls in [DockerProvider] + ([VmProvider] if "VmProvider" in globals() else []):
+    if not hasattr(cls, "mark_ready"):  # a cubicle without ready marks (to show the old holes)
+        continue
+
     def wrap(original):
         def mark_ready(self, sandbox_id):
             original(self, sandbox_id)
