@@ -32,6 +32,11 @@ creating, whatever it listed before. It decides sandbox by sandbox, never "every
 snapshot", and removes a doomed sandbox with the provider's ``destroy`` (its per-sandbox
 clean-up steps).
 
+For later users of the same mechanism: a **warm pool** keeps ready, detached sandboxes and a
+claim is one more atomic mark change (Docker: a rename that fails for the second claimer with a
+conflict; VM: another ``O_EXCL`` file) that names the claimer; **remote engines** already work:
+the stamp carries the owner's host, and pids are only judged on that host.
+
 Objects whose stamp does not parse (:class:`MalformedStamp`) are skipped by ``gc`` and ``ls``
 with a warning naming them; the rest go on.
 """

@@ -54,9 +54,14 @@ def _gc(cli: CliRun) -> subprocess.CompletedProcess[str]:
     ids=lambda value: value if isinstance(value, str) else "-".join(value[:3]).replace(":", ""),
 )
 def test_kill9_mid_create_then_gc_leaves_nothing(
-    engine: docker.DockerClient, cli: CliRun, command: tuple[str, ...], point: str
+    engine: docker.DockerClient,
+    sandboxes: Tracker,
+    cli: CliRun,
+    command: tuple[str, ...],
+    point: str,
 ) -> None:
     with paused_at(point, *command, env=DRILL_ENV) as paused:
+        sandboxes.add(paused.sandbox_id)  # removed at teardown whatever happens here
         mine = {L.SANDBOX: paused.sandbox_id}
         assert leftovers(engine, mine), "nothing was made before the kill point"
         paused.kill9()

@@ -153,7 +153,15 @@ def paused_at(
         line = process.stdout.readline()
         if not line.startswith(f"at {point} "):
             process.kill()
-            _out, err = process.communicate(timeout=timeout)
+            out, err = process.communicate(timeout=timeout)
+            for word in (line + out).split():  # `up` printed an id: nothing may outlive the test
+                if word.startswith(("dk-", "vm-")):
+                    subprocess.run(
+                        [sys.executable, "-m", "orchestrator.cli", "down", word],
+                        cwd=REPO,
+                        capture_output=True,
+                        check=False,
+                    )
             raise AssertionError(f"cubicle {' '.join(args)} never reached {point}: {line}{err}")
         yield Paused(process, point, line.split()[2])
     finally:
