@@ -117,11 +117,13 @@ def test_concurrent_creates_survive_a_gc_running_in_a_loop(
     stop = threading.Event()
     taken: list[str] = []
     errors: list[BaseException] = []
+    passes = [0]
 
     def collect() -> None:
         while not stop.is_set():
             try:
                 taken.extend(DockerProvider(provider.client).gc())
+                passes[0] += 1
             except BaseException as exc:  # reported below
                 errors.append(exc)
                 return
@@ -130,7 +132,7 @@ def test_concurrent_creates_survive_a_gc_running_in_a_loop(
     worker.start()
     made = []
     try:
-        for _ in range(4):
+        for _ in range(6):
             sandbox = sandboxes.create(network="allow:example.com")
             made.append(sandbox.id)
             assert sandbox.exec(["true"]).exit_code == 0
@@ -138,6 +140,7 @@ def test_concurrent_creates_survive_a_gc_running_in_a_loop(
         stop.set()
         worker.join(timeout=120)
     assert not errors, errors
+    assert passes[0] >= len(made), f"only {passes[0]} gc passes overlapped {len(made)} creates"
     assert not set(made) & set(taken)
     assert all(provider.describe(sandbox_id) is not None for sandbox_id in made)
 
