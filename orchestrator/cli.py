@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import importlib
 import json
+import logging
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -136,7 +137,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     now = time.time()
     _out(f"{'ID':<16}{'BACKEND':<8}{'STATE':<10}{'SCREEN':<11}{'EXPIRES':<10}{'OWNER':<12}NETWORK")
     for info in rows:
-        owner = "detached" if info.owner_pid == 0 else str(info.owner_pid)
+        owner = str(info.owner_pid) if info.ownership == "owned" else info.ownership
         left = f"{max(0, info.expires_at - now) / 60:.0f}m"
         screen = f"{info.screen[0]}x{info.screen[1]}"
         _out(
@@ -301,7 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_down)
 
     p = sub.add_parser(
-        "gc", help="remove sandboxes whose owner process is gone or whose ttl passed"
+        "gc",
+        help="remove sandboxes whose owner process is gone (or, once ready, whose ttl passed)",
     )
     p.set_defaults(func=cmd_gc)
 
@@ -325,6 +327,8 @@ def _register_plugins(sub: Any) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # warnings (e.g. gc and ls skipping an object whose labels do not parse) go to stderr
+    logging.basicConfig(level=logging.WARNING, format="cubicle: warning: %(message)s")
     func: Command = args.func
     try:
         return func(args)

@@ -7,11 +7,13 @@ name), so nothing else on the engine is ever touched.
 =========================  ====================================================================
 ``io.cubicle.sandbox``     the sandbox id (``dk-…``); present on every object of the sandbox
 ``io.cubicle.role``        ``guest`` (the desktop), ``egress`` (the allowlist proxy), ``network``
-``io.cubicle.owner-pid``   pid of the creating process, ``0`` when detached (``cubicle up``)
+``io.cubicle.owner-pid``   pid of the creating process (``0``: made before lifetimes existed)
 ``io.cubicle.owner-start`` that process's start time (clock ticks since boot; guards pid reuse)
 ``io.cubicle.owner-host``  host name of the creating process (gc only judges pids of this host)
+``io.cubicle.lifetime``    ``owned`` (the creating process keeps it) or ``detached`` (``up``:
+                           once ready, its TTL keeps it); see :mod:`orchestrator.ownership`
 ``io.cubicle.created-at``  unix time, seconds
-``io.cubicle.expires-at``  unix time, seconds; ``gc`` removes the sandbox after it
+``io.cubicle.expires-at``  unix time, seconds; ``gc`` removes a ready sandbox after it
 ``io.cubicle.network``     the network policy text (``none``, ``allow:…``, ``open``)
 ``io.cubicle.screen``      ``WxH`` pixels
 ``io.cubicle.version``     cubicle's version
@@ -34,6 +36,7 @@ from orchestrator.errors import ConfigError
 __all__ = [
     "CREATED_AT",
     "EXPIRES_AT",
+    "LIFETIME",
     "NAMESPACE",
     "NETWORK",
     "OWNER_HOST",
@@ -58,6 +61,7 @@ OWNER_START = "io.cubicle.owner-start"
 OWNER_HOST = "io.cubicle.owner-host"
 CREATED_AT = "io.cubicle.created-at"
 EXPIRES_AT = "io.cubicle.expires-at"
+LIFETIME = "io.cubicle.lifetime"
 NETWORK = "io.cubicle.network"
 SCREEN = "io.cubicle.screen"
 VERSION = "io.cubicle.version"
@@ -78,7 +82,7 @@ def process_start_ticks(pid: int) -> int | None:
 
 @dataclass(frozen=True)
 class Owner:
-    """Who owns a sandbox: a process on a host, or nobody (``pid`` 0: detached, expiry only)."""
+    """The process that creates a sandbox (``pid`` 0 only on sandboxes made before lifetimes)."""
 
     pid: int
     start_ticks: int
@@ -88,10 +92,6 @@ class Owner:
     def current(cls) -> Owner:
         pid = os.getpid()
         return cls(pid, process_start_ticks(pid) or 0, socket.gethostname())
-
-    @classmethod
-    def detached(cls) -> Owner:
-        return cls(0, 0, socket.gethostname())
 
 
 def owner_alive(labels: Mapping[str, str]) -> bool:
@@ -119,6 +119,7 @@ def create_labels(
     *,
     owner: Owner,
     ttl_s: float,
+    lifetime: Literal["owned", "detached"] = "owned",
     network: str,
     screen: tuple[int, int],
     extra: Mapping[str, str] | None = None,
@@ -142,6 +143,7 @@ def create_labels(
         OWNER_PID: str(owner.pid),
         OWNER_START: str(owner.start_ticks),
         OWNER_HOST: owner.host,
+        LIFETIME: lifetime,
         CREATED_AT: f"{created:.3f}",
         EXPIRES_AT: f"{created + ttl_s:.3f}",
         NETWORK: network,

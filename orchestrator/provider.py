@@ -4,10 +4,12 @@ A provider turns a :class:`SandboxSpec` into a running guest whose agent is reac
 removes it again. It knows nothing about models or drivers; :class:`orchestrator.sandbox.Sandbox`
 adds the lifecycle (readiness, signals, ``with``) on top of it.
 
-Ownership: everything a provider creates for a sandbox (container/domain, networks, overlay
-disks, socket directories) is labelled as cubicle's with the owner (pid + host) and an expiry,
-and :meth:`Provider.destroy` removes all of it. :meth:`Provider.gc` removes only cubicle
-sandboxes whose owner process is gone (on this host) or whose expiry passed.
+Ownership (:mod:`orchestrator.ownership`): everything a provider creates for a sandbox
+(container/domain, networks, proxies, firewall rules, run folders) carries the sandbox's stamp —
+the creating process (pid + host), the lifetime and the expiry — and :meth:`Provider.destroy`
+removes all of it. A sandbox is *creating* until :meth:`Provider.mark_ready`; :meth:`Provider.gc`
+decides sandbox by sandbox with :func:`orchestrator.ownership.verdict` and never takes one a live
+process is creating.
 
 To add a provider: subclass :class:`Provider` in ``orchestrator/providers/<name>.py``, set
 ``name``, implement the abstract methods, and register it in
@@ -88,7 +90,8 @@ class SandboxSpec:
     """Backend image reference; ``None`` means the provider's default (built) image."""
     detached: bool = False
     """``False``: the creating process owns the sandbox and ``gc`` removes it once that process is
-    gone. ``True`` (``cubicle up``): no owner process; only ``down`` or the expiry removes it."""
+    gone. ``True`` (``cubicle up``): the creating process owns it until it is ready
+    (:meth:`Provider.mark_ready`); from then on only ``down`` or the expiry removes it."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,8 @@ class SandboxInfo:
     screen: tuple[int, int]
     detail: dict[str, str] = field(default_factory=dict)
     """Backend-specific facts shown by ``cubicle ls`` (accelerator, container name ...)."""
+    ownership: str = "owned"
+    """``creating``, ``owned`` or ``detached`` (:mod:`orchestrator.ownership`)."""
 
 
 @dataclass(frozen=True)
@@ -230,6 +235,14 @@ class Provider(abc.ABC):
         """The guest's last log lines (agent, X, init), for error messages."""
 
     @abc.abstractmethod
+    def mark_ready(self, sandbox_id: str) -> None:
+        """Set the sandbox's ready mark (:mod:`orchestrator.ownership`), once, after its agent
+        answered: from then on a detached sandbox is owned by its expiry alone.
+
+        :raises SandboxNotFound: it is gone (e.g. ``gc`` took it because its owner died).
+        """
+
+    @abc.abstractmethod
     def destroy(self, sandbox_id: str) -> None:
         """Remove the sandbox and everything created for it. Idempotent: unknown id → no error."""
 
@@ -243,4 +256,6 @@ class Provider(abc.ABC):
 
     @abc.abstractmethod
     def gc(self) -> builtins.list[str]:
-        """Destroy cubicle sandboxes whose owner process is gone or expiry passed; return ids."""
+        """Destroy the sandboxes :func:`orchestrator.ownership.verdict` dooms, one by one, with
+        :meth:`destroy`; skip (with a warning naming it) any object whose labels do not parse.
+        Return the ids removed."""

@@ -88,8 +88,9 @@ class Sandbox:
         :param network: ``none`` (default), ``allow:HOST[:PORT],...`` or ``open``.
         :param screen: width, height in pixels.
         :param ttl_s: seconds until ``cubicle gc`` may remove it.
-        :param detached: no owner process (``cubicle up``): only ``down``/expiry removes it, and
-            leaving a ``with`` block does not (a failed start still removes everything).
+        :param detached: ``cubicle up``: once ready, owned by its expiry alone (only
+            ``down``/expiry removes it; leaving a ``with`` block does not). Until ready it is
+            this process's: killed mid-start, ``gc`` removes it (:mod:`orchestrator.ownership`).
         :param cpus: CPU limit in cores (default: ``CUBICLE_CPUS``, else 1).
         :param spec: a full :class:`SandboxSpec` (overrides network/screen/ttl/detached/cpus).
         :raises SandboxStartError: not ready in time; everything created is removed first.
@@ -112,6 +113,8 @@ class Sandbox:
         say(f"{info.id}: started; waiting for the agent (up to {ready_timeout_s:.0f} s)")
         try:
             sandbox._wait_ready(started + ready_timeout_s, ready_timeout_s)
+            provider.mark_ready(info.id)
+            sandbox.info = provider.describe(info.id) or info
         except BaseException:
             sandbox.destroy()
             raise

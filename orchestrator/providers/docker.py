@@ -19,6 +19,11 @@ Architecture (one sandbox ``dk-<10 hex>``):
   container on an internal network / open).
 - **labels**: every object carries :func:`orchestrator.labels.create_labels`; ``list``, ``gc``
   and ``destroy`` find objects by label only.
+- **ownership** (:mod:`orchestrator.ownership`): the guest container is created as
+  ``cubicle-<id>-creating`` and renamed ``cubicle-<id>`` by :meth:`DockerProvider.mark_ready` —
+  the ready mark. ``gc`` judges each sandbox on its own (owner, then a fresh read of that name)
+  and removes a doomed one with :meth:`DockerProvider.destroy`, whose per-sandbox steps are
+  :meth:`DockerProvider.cleanup_steps`.
 
 Exec goes through the agent's ``exec`` op (runs as the desktop user, bounded by a timeout);
 :meth:`DockerProvider.docker_exec` (``docker exec``) is for diagnostics when the agent is down.
@@ -29,10 +34,12 @@ from __future__ import annotations
 import atexit
 import builtins
 import contextlib
+import functools
+import logging
 import os
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
@@ -41,6 +48,7 @@ import docker.errors
 import docker.models.containers
 
 from orchestrator import labels as L
+from orchestrator import ownership
 from orchestrator.errors import (
     ConfigError,
     EngineUnavailable,
@@ -84,6 +92,10 @@ STOP_TIMEOUT_S: Final = 2
 ENGINE_TIMEOUT_S: Final = 60
 AGENT_OP_MARGIN_S: Final = 10.0
 BRIDGE_WAIT_SHARE: Final = 0.75
+CREATING_SUFFIX: Final = "-creating"
+"""The guest container's name ends with this until the sandbox is ready (the ready mark)."""
+
+log = logging.getLogger(__name__)
 
 
 _SHARED: dict[str, docker.DockerClient] = {}
@@ -114,20 +126,36 @@ def _close_shared() -> None:
     _SHARED.clear()
 
 
-def _info(container: docker.models.containers.Container) -> SandboxInfo:
+def guest_name(sandbox_id: str, *, ready: bool) -> str:
+    """The guest container's name: ``cubicle-<id>`` once ready, ``cubicle-<id>-creating`` before."""
+    return f"cubicle-{sandbox_id}" + ("" if ready else CREATING_SUFFIX)
+
+
+def _describe(container: docker.models.containers.Container) -> str:
+    return f"Docker container {container.name} ({str(container.id)[:12]})"
+
+
+def _info(container: docker.models.containers.Container) -> SandboxInfo | None:
+    """The sandbox of a guest container, or None (with a warning naming it) if its labels do not
+    parse."""
     labels: dict[str, str] = container.labels
+    stamp = ownership.skip_malformed(_describe(container), labels, ID_PREFIX)
+    if stamp is None:
+        return None
     width, _, height = labels.get(L.SCREEN, "0x0").partition("x")
+    ready = not str(container.name).endswith(CREATING_SUFFIX)
     return SandboxInfo(
-        id=labels[L.SANDBOX],
+        id=stamp.sandbox_id,
         provider=DockerProvider.name,
         state=str(container.status),
-        created_at=float(labels.get(L.CREATED_AT, "0")),
-        expires_at=float(labels.get(L.EXPIRES_AT, "0")),
-        owner_pid=int(labels.get(L.OWNER_PID, "0")),
-        owner_host=labels.get(L.OWNER_HOST, ""),
+        created_at=stamp.created_at,
+        expires_at=stamp.expires_at,
+        owner_pid=stamp.owner.pid,
+        owner_host=stamp.owner.host,
         network=labels.get(L.NETWORK, ""),
-        screen=(int(width or 0), int(height or 0)),
+        screen=(int(width) if width.isdigit() else 0, int(height) if height.isdigit() else 0),
         detail={"container": str(container.name), "image": str(container.attrs["Config"]["Image"])},
+        ownership=stamp.lifetime if ready else "creating",
     )
 
 
@@ -158,7 +186,12 @@ class DockerProvider(Provider):
         if role:
             filters.append(f"{L.ROLE}={role}")
         with map_docker_errors("listing cubicle containers"):
-            return list(self.client.containers.list(all=True, filters={"label": filters}))
+            # a container removed meanwhile (a concurrent destroy or gc) is not an error
+            return list(
+                self.client.containers.list(
+                    all=True, filters={"label": filters}, ignore_removed=True
+                )
+            )
 
     def _guest(self, sandbox_id: str) -> docker.models.containers.Container:
         found = self._containers(sandbox_id, "guest")
@@ -228,8 +261,9 @@ class DockerProvider(Provider):
         labels = L.create_labels(
             sandbox_id,
             "guest",
-            owner=L.Owner.detached() if spec.detached else L.Owner.current(),
+            owner=L.Owner.current(),
             ttl_s=spec.ttl_s,
+            lifetime=ownership.lifetime_of(spec.detached),
             network=str(spec.network),
             screen=spec.screen,
         )
@@ -240,7 +274,7 @@ class DockerProvider(Provider):
             with map_docker_errors(f"creating the guest container of {sandbox_id}"):
                 container = self.client.containers.create(
                     image,
-                    name=f"cubicle-{sandbox_id}",
+                    name=guest_name(sandbox_id, ready=False),
                     hostname="cubicle",
                     labels=labels,
                     user=f"{GUEST_UID}:{GUEST_UID}",
@@ -263,10 +297,27 @@ class DockerProvider(Provider):
                 )
                 container.start()
                 container.reload()
-            return _info(container)
+            info = _info(container)
+            assert info is not None  # our own labels parse
+            return info
         except BaseException:
             self.destroy(sandbox_id)
             raise
+
+    def mark_ready(self, sandbox_id: str) -> None:
+        """Rename the guest container ``cubicle-<id>-creating`` → ``cubicle-<id>`` (atomic)."""
+        container = self._guest(sandbox_id)
+        with map_docker_errors(f"marking {sandbox_id} ready"):
+            try:
+                container.rename(guest_name(sandbox_id, ready=True))
+            except docker.errors.NotFound:
+                raise SandboxNotFound(f"Docker sandbox {sandbox_id} is gone") from None
+
+    def _ready(self, sandbox_id: str) -> bool:
+        """A fresh read of the ready mark: the guest exists under its ready name."""
+        return any(
+            not str(c.name).endswith(CREATING_SUFFIX) for c in self._containers(sandbox_id, "guest")
+        )
 
     def open_stream(self, sandbox_id: str, *, timeout: float) -> AgentStream:
         """A ``docker exec`` of the bridge to the agent (:mod:`.docker_exec`). The bridge waits
@@ -317,11 +368,22 @@ class DockerProvider(Provider):
             return bytes(found[0].logs(tail=tail)).decode("utf-8", "replace")
 
     def destroy(self, sandbox_id: str) -> None:
-        """Remove the containers, networks and volumes of a sandbox (idempotent)."""
+        """Run every per-sandbox clean-up step of :meth:`cleanup_steps` (idempotent)."""
         _check_id(sandbox_id)
+        for step in self.cleanup_steps():
+            step(sandbox_id)
+
+    def cleanup_steps(self) -> builtins.list[Callable[[str], None]]:
+        """What ``down`` and ``gc`` do to remove one sandbox, in order; each step is idempotent,
+        finds its objects by the sandbox's label and is the place to add a new kind of object."""
+        return [self._remove_containers, self._remove_networks, self._remove_volumes]
+
+    def _remove_containers(self, sandbox_id: str) -> None:
         for container in self._containers(sandbox_id):
             with map_docker_errors(f"removing {container.name}"):
                 _remove_container(container)
+
+    def _remove_networks(self, sandbox_id: str) -> None:
         with map_docker_errors(f"listing the networks of {sandbox_id}"):
             networks = self.client.networks.list(filters={"label": f"{L.SANDBOX}={sandbox_id}"})
         for network in networks:
@@ -330,6 +392,8 @@ class DockerProvider(Provider):
                 contextlib.suppress(docker.errors.NotFound),
             ):
                 network.remove()
+
+    def _remove_volumes(self, sandbox_id: str) -> None:
         with map_docker_errors(f"listing the volumes of {sandbox_id}"):
             volumes = self.client.volumes.list(filters={"label": f"{L.SANDBOX}={sandbox_id}"})
         for volume in volumes:
@@ -337,39 +401,43 @@ class DockerProvider(Provider):
                 volume.remove(force=True)
 
     def list(self) -> list[SandboxInfo]:
-        return sorted(
-            (_info(c) for c in self._containers(role="guest")), key=lambda i: i.created_at
-        )
+        infos = (_info(c) for c in self._containers(role="guest"))
+        return sorted((i for i in infos if i is not None), key=lambda i: i.created_at)
+
+    def _stamps(self) -> dict[str, ownership.Stamp]:
+        """One stamp per sandbox id that has any labelled object (container, network, volume);
+        objects whose labels do not parse are skipped with a warning naming them."""
+        objects: builtins.list[tuple[str, dict[str, str]]] = [
+            (_describe(c), c.labels) for c in self._containers()
+        ]
+        with map_docker_errors("listing cubicle networks and volumes"):
+            for network in self.client.networks.list(filters={"label": L.SANDBOX}):
+                labels = network.attrs.get("Labels") or {}
+                objects.append((f"Docker network {network.name}", labels))
+            for volume in self.client.volumes.list(filters={"label": L.SANDBOX}):
+                labels = volume.attrs.get("Labels") or {}
+                objects.append((f"Docker volume {volume.name}", labels))
+        stamps: dict[str, ownership.Stamp] = {}
+        for what, labels in objects:
+            stamp = ownership.skip_malformed(what, labels, ID_PREFIX)
+            if stamp is not None:
+                stamps.setdefault(stamp.sandbox_id, stamp)
+        return stamps
 
     def gc(self) -> builtins.list[str]:
-        """Destroy sandboxes whose owner is gone or whose expiry passed, then orphaned objects."""
-        now = time.time()
-        doomed: set[str] = set()
-        alive: set[str] = set()
-        for container in self._containers():
-            labels = container.labels
-            sandbox_id = labels.get(L.SANDBOX, "")
-            if not sandbox_id.startswith(ID_PREFIX):
-                continue
-            expired = float(labels.get(L.EXPIRES_AT, "0")) < now
-            if expired or not L.owner_alive(labels):
-                doomed.add(sandbox_id)
-            elif labels.get(L.ROLE) == "guest":
-                alive.add(sandbox_id)
-        # objects of a sandbox whose guest container is gone (a crash mid-create) are orphans
-        with map_docker_errors("listing cubicle networks"):
-            networks = self.client.networks.list(filters={"label": L.SANDBOX})
-        for network in networks:
-            sandbox_id = network.attrs.get("Labels", {}).get(L.SANDBOX, "")
-            if sandbox_id.startswith(ID_PREFIX) and sandbox_id not in alive:
-                doomed.add(sandbox_id)
-        for container in self._containers(role="egress"):
-            sandbox_id = container.labels.get(L.SANDBOX, "")
-            if sandbox_id not in alive:
-                doomed.add(sandbox_id)
-        for sandbox_id in sorted(doomed):
-            self.destroy(sandbox_id)
-        return sorted(doomed)
+        """Judge each sandbox on its own (:func:`orchestrator.ownership.verdict`): the owner first,
+        then a fresh read of the ready mark; destroy the doomed ones. Never a sweep of whatever
+        an earlier listing did not show."""
+        removed: builtins.list[str] = []
+        for sandbox_id, stamp in sorted(self._stamps().items()):
+            reason = ownership.verdict(
+                stamp, functools.partial(self._ready, sandbox_id), time.time()
+            )
+            if reason is not None:
+                log.info("gc: removing %s (%s)", sandbox_id, reason)
+                self.destroy(sandbox_id)
+                removed.append(sandbox_id)
+        return removed
 
     def describe(self, sandbox_id: str) -> SandboxInfo | None:
         found = self._containers(sandbox_id, "guest")

@@ -5,8 +5,12 @@ Per sandbox ``vm-XXXXXXXXXX`` the provider creates, under ``<home>/run/<id>/`` (
 :func:`orchestrator.providers.vm_image.vm_home`): ``overlay.qcow2`` (backed by the base or by a
 warm slot's golden overlay), ``agent.sock`` (the channel; one connection at a time),
 ``console.log`` (the guest's serial console: init, X, agent) and ``labels.json`` (the owner and
-expiry, so ``gc`` can remove the directory even when the domain never started). The domain
-carries the same labels in its ``<metadata>``. Run directories and warm states are root's and
+expiry, so ``gc`` can remove the directory even when the domain never started) and, once the
+agent answered, ``ready`` — the sandbox's ready mark (:mod:`orchestrator.ownership`; created once
+with ``O_EXCL`` by :meth:`VmProvider.mark_ready`). The domain carries the same labels in its
+``<metadata>``. ``gc`` judges each sandbox id on its own (owner first, then a fresh read of the
+mark) and removes a doomed one with :meth:`VmProvider.destroy`, whose per-sandbox steps are
+:meth:`VmProvider.cleanup_steps`. Run directories and warm states are root's and
 QEMU's group's alone (:mod:`orchestrator.providers.vm_files`). :meth:`VmProvider.destroy`
 removes the domain and the directory (and an ``allow:`` or ``open`` sandbox's network pieces,
 below); nothing else is created.
@@ -38,7 +42,7 @@ import secrets
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -47,6 +51,7 @@ from PIL import Image
 from guest.client import open_unix
 from guest.errors import CubicleError
 from orchestrator import labels as L
+from orchestrator import ownership
 from orchestrator.errors import (
     ConfigError,
     EngineUnavailable,
@@ -96,6 +101,11 @@ MIN_MEMORY_MB = 512
 KEEP_BUILDS = 3
 """How many of the newest image builds :meth:`VmProvider.build_image` keeps."""
 SCREEN_LIMITS = (64, 8192)
+READY_MARK = "ready"
+"""The file in a run folder that says the sandbox is ready (its ready mark)."""
+UNLABELLED_GRACE_S = 600.0
+"""A run folder without readable labels (a crash between mkdir and writing them) is an orphan
+once this old."""
 _USER_NET_ONLY = sys.platform == "darwin"
 """macOS libvirt has no bridges: ``open`` falls back to QEMU user-mode networking there."""
 
@@ -297,12 +307,12 @@ class VmProvider(Provider):
         start: str,
         ttl_s: float | None = None,
     ) -> dict[str, str]:
-        owner = L.Owner.detached() if spec.detached else L.Owner.current()
         return L.create_labels(
             sandbox_id,
             "guest",
-            owner=owner,
+            owner=L.Owner.current(),
             ttl_s=spec.ttl_s if ttl_s is None else ttl_s,
+            lifetime=ownership.lifetime_of(spec.detached),
             network=str(spec.network),
             screen=spec.screen,
             extra={START: start, IMAGE: image.ref, ACCEL: self.accelerator.kind},
@@ -407,7 +417,9 @@ class VmProvider(Provider):
         with map_libvirt_errors(f"start the domain of sandbox {sandbox_id}"):
             dom = self.conn.createXML(domain_xml(plan), 0)
         self.seal_socket(run)
-        return self._info(dom, labels)
+        info = self._info(dom, labels)
+        assert info is not None  # our own labels parse
+        return info
 
     def warm_up(
         self, spec: SandboxSpec, *, slots: int | None = None, progress: Progress | None = None
@@ -505,10 +517,39 @@ class VmProvider(Provider):
             return text
         return "\n".join(text.splitlines()[-int(tail) :]) + "\n"
 
+    def mark_ready(self, sandbox_id: str) -> None:
+        """Create the run folder's ``ready`` file (``O_EXCL``: once)."""
+        mark = self._run_dir(sandbox_id) / READY_MARK
+        try:
+            os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+        except FileExistsError:
+            return
+        except FileNotFoundError:
+            raise SandboxNotFound(f"VM sandbox {sandbox_id} is gone") from None
+
+    def _ready(self, sandbox_id: str) -> bool:
+        return (self._run_dir(sandbox_id) / READY_MARK).exists()
+
     def destroy(self, sandbox_id: str) -> None:
-        """Remove the domain, the network pieces of ``allow:`` (proxy process, firewall rules,
-        libvirt network) and the run directory (idempotent)."""
-        run = self._run_dir(sandbox_id)
+        """Run every per-sandbox clean-up step of :meth:`cleanup_steps` (idempotent)."""
+        self._run_dir(sandbox_id)  # checks the id
+        for step in self.cleanup_steps():
+            step(sandbox_id)
+
+    def cleanup_steps(self) -> builtins.list[Callable[[str], None]]:
+        """What ``down`` and ``gc`` do to remove one sandbox, in order: the domain, the network
+        pieces of ``allow:``/``open`` (proxy process, firewall rules, libvirt network), then the
+        run folder last (its labels say whose the rest is until then). Each step is idempotent;
+        add a step here for a new kind of per-sandbox object."""
+        return [self._destroy_domain, self._teardown_network, self._remove_run_dir]
+
+    def _teardown_network(self, sandbox_id: str) -> None:
+        vm_network.teardown(self.conn, sandbox_id, self._run_dir(sandbox_id))
+
+    def _remove_run_dir(self, sandbox_id: str) -> None:
+        shutil.rmtree(self._run_dir(sandbox_id), ignore_errors=True)
+
+    def _destroy_domain(self, sandbox_id: str) -> None:
         dom = self._domain(sandbox_id)
         if dom is not None:
             try:
@@ -519,8 +560,6 @@ class VmProvider(Provider):
                         f"libvirt could not destroy VM sandbox {sandbox_id}: {exc}"
                     ) from exc
             self._wait_gone(dom)
-        vm_network.teardown(self.conn, sandbox_id, run)
-        shutil.rmtree(run, ignore_errors=True)
 
     def _wait_gone(self, dom: Any, timeout: float = 10.0) -> None:
         """Return once libvirt no longer knows the domain (a warm slot's name is then free)."""
@@ -535,7 +574,12 @@ class VmProvider(Provider):
             time.sleep(0.05)
         log.warning("libvirt still lists domain %s %.0f s after destroy", dom.name(), timeout)
 
-    def _info(self, dom: Any, labels: dict[str, str]) -> SandboxInfo:
+    def _info(self, dom: Any, labels: dict[str, str]) -> SandboxInfo | None:
+        """The sandbox of a domain, or None (with a warning naming it) if its labels do not
+        parse."""
+        stamp = ownership.skip_malformed(f"VM domain {dom.name()}", labels, ID_PREFIX)
+        if stamp is None:
+            return None
         try:
             state = {1: "running", 3: "paused", 4: "stopping", 5: "exited", 6: "crashed"}.get(
                 dom.state()[0], "unknown"
@@ -544,18 +588,19 @@ class VmProvider(Provider):
             if not is_no_domain(exc):
                 raise
             state = "exited"
-        width, height = (int(v) for v in labels.get(L.SCREEN, "0x0").split("x"))
-        sandbox_id = labels[L.SANDBOX]
+        width, _, height = labels.get(L.SCREEN, "0x0").partition("x")
+        sandbox_id = stamp.sandbox_id
         return SandboxInfo(
             id=sandbox_id,
             provider=self.name,
             state=state,
-            created_at=float(labels.get(L.CREATED_AT, 0)),
-            expires_at=float(labels.get(L.EXPIRES_AT, 0)),
-            owner_pid=int(labels.get(L.OWNER_PID, 0)),
-            owner_host=labels.get(L.OWNER_HOST, ""),
+            created_at=stamp.created_at,
+            expires_at=stamp.expires_at,
+            owner_pid=stamp.owner.pid,
+            owner_host=stamp.owner.host,
             network=labels.get(L.NETWORK, ""),
-            screen=(width, height),
+            screen=(int(width) if width.isdigit() else 0, int(height) if height.isdigit() else 0),
+            ownership=stamp.lifetime if self._ready(sandbox_id) else "creating",
             detail={
                 "accelerator": labels.get(ACCEL, ""),
                 "accelerator_reason": self.accelerator.reason,
@@ -570,43 +615,73 @@ class VmProvider(Provider):
         infos = []
         for dom, labels in self._domains():
             with contextlib.suppress(CubicleError):
-                infos.append(self._info(dom, labels))
+                info = self._info(dom, labels)
+                if info is not None:
+                    infos.append(info)
         return infos
 
-    def gc(self) -> builtins.list[str]:
-        """Destroy sandboxes (and half-made golden guests) whose owner is gone or whose expiry
-        passed; remove per-sandbox directories that no domain uses and whose owner is gone, and
-        the ``allow:`` network pieces (network, firewall rules, proxy) of every sandbox id that
-        has neither a live domain nor a live run directory."""
-        now = time.time()
-        removed: builtins.list[str] = []
-        live: set[str] = set()
-        for _dom, labels in self._domains():
-            sandbox_id = labels[L.SANDBOX]
-            if not L.owner_alive(labels) or float(labels.get(L.EXPIRES_AT, "inf")) < now:
-                self.destroy(sandbox_id)
-                removed.append(sandbox_id)
+    def _candidates(self) -> set[str]:
+        """Every sandbox id with any object: a domain, a run folder, network pieces."""
+        ids: set[str] = set()
+        for dom, labels in self._domains():
+            if ownership.is_sandbox_id(labels[L.SANDBOX], ID_PREFIX):
+                ids.add(labels[L.SANDBOX])
             else:
-                live.add(sandbox_id)
+                log.warning(
+                    "skipping VM domain %s: label %s=%r is not a sandbox id",
+                    dom.name(),
+                    L.SANDBOX,
+                    labels[L.SANDBOX],
+                )
         run_root = self.home / "run"
-        for run in sorted(run_root.iterdir()) if run_root.is_dir() else []:
-            if run.name in live or run.name in removed:
-                continue
-            try:
-                labels = json.loads((run / "labels.json").read_text())
-            except (OSError, ValueError):
-                labels = {}
-            orphan = (
-                not L.owner_alive(labels) or float(labels.get(L.EXPIRES_AT, "inf")) < now
-                if labels
-                else now - run.stat().st_mtime > 600
-            )
-            if orphan:
-                shutil.rmtree(run, ignore_errors=True)
-                removed.append(run.name)
+        if run_root.is_dir():
+            ids.update(run.name for run in run_root.iterdir())
+        ids.update(set().union(*vm_network.leftovers(self.conn).values()))
+        return {i for i in ids if ownership.is_sandbox_id(i, ID_PREFIX)}
+
+    def _stamp(self, sandbox_id: str, now: float) -> ownership.Stamp | str | None:
+        """Read fresh: the sandbox's stamp (run folder's labels, else its domain's), or a reason
+        it is an orphan without one, or None to skip it (malformed labels, warned about)."""
+        run = self._run_dir(sandbox_id)
+        try:
+            labels = json.loads((run / "labels.json").read_text())
+            what = f"VM run folder {run}"
+        except (OSError, ValueError):
+            labels = None
+        if not isinstance(labels, dict):
+            found = [(d, lab) for d, lab in self._domains() if lab[L.SANDBOX] == sandbox_id]
+            if found:
+                labels, what = found[0][1], f"VM domain {found[0][0].name()}"
+            elif run.exists():
+                age = now - run.stat().st_mtime
+                return "orphan: unlabelled run folder" if age > UNLABELLED_GRACE_S else None
             else:
-                live.add(run.name)  # being created: its network may precede its domain
-        for sandbox_id in sorted(vm_network.collect(self.conn, live)):
-            if sandbox_id not in removed:
+                # created first and removed last: without it the network pieces are orphans
+                return "orphan: network pieces without a run folder or domain"
+        return ownership.skip_malformed(what, labels, ID_PREFIX)
+
+    def gc(self) -> builtins.list[str]:
+        """Judge each sandbox id on its own (:func:`orchestrator.ownership.verdict`, including
+        half-made golden guests, whose owner is the warming process) and destroy the doomed ones:
+        domain, network pieces (proxy, firewall rules, libvirt network) and run folder. Never a
+        sweep of whatever an earlier listing did not show."""
+        removed: builtins.list[str] = []
+        for sandbox_id in sorted(self._candidates()):
+            now = time.time()
+            stamp = self._stamp(sandbox_id, now)
+            if isinstance(stamp, ownership.Stamp):
+                if stamp.sandbox_id != sandbox_id:
+                    log.warning(
+                        "skipping VM run folder %s: its labels name %s",
+                        sandbox_id,
+                        stamp.sandbox_id,
+                    )
+                    continue
+                reason = ownership.verdict(stamp, functools.partial(self._ready, sandbox_id), now)
+            else:
+                reason = stamp
+            if reason is not None:
+                log.info("gc: removing %s (%s)", sandbox_id, reason)
+                self.destroy(sandbox_id)
                 removed.append(sandbox_id)
         return removed

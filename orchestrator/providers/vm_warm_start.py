@@ -97,7 +97,9 @@ class WarmStarter:
             self.provider.seal_socket(run)
             with map_libvirt_errors(f"look up the restored domain {slot.name}"):
                 dom = self.provider.conn.lookupByName(slot.name)
-            return self.provider._info(dom, labels)
+            info = self.provider._info(dom, labels)
+            assert info is not None  # our own labels parse
+            return info
         log.info(
             "every warm slot of %s is busy; cold boot of %s", slots[0].directory.parent, sandbox_id
         )

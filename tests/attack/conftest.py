@@ -4,6 +4,6 @@ sandboxes and asserts the effect that closes it. The Docker fixtures are the orc
 
 from __future__ import annotations
 
-from tests.orchestrator.conftest import engine, provider, sandboxes
+from tests.orchestrator.conftest import cli, engine, provider, sandboxes
 
-__all__ = ["engine", "provider", "sandboxes"]
+__all__ = ["cli", "engine", "provider", "sandboxes"]

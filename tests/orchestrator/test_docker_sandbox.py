@@ -112,7 +112,7 @@ def test_cli_up_screenshot_exec_logs_down(
     info = json.loads(up.stdout)
     sandbox_id = info["id"]
     try:
-        assert info["screen"] == "800x600" and info["owner_pid"] == 0
+        assert info["screen"] == "800x600" and info["ownership"] == "detached"
         listed = run("ls", "--json")
         assert sandbox_id in [row["id"] for row in json.loads(listed.stdout)]
 

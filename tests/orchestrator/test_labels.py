@@ -56,7 +56,7 @@ def test_create_labels_refuses_the_reserved_namespace() -> None:
 
 def test_owner_alive() -> None:
     assert L.owner_alive(make(L.Owner.current()))
-    assert L.owner_alive(make(L.Owner.detached()))
+    assert L.owner_alive(make(L.Owner(0, 0, socket.gethostname())))
     elsewhere = L.Owner(1, 1, socket.gethostname() + "-other-host")
     assert L.owner_alive(make(elsewhere)), "pids of other hosts are not judged"
 

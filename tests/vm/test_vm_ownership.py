@@ -1,0 +1,120 @@
+"""Issue 14 on VMs (rows 7-9, 10): kill -9 of ``cubicle up`` mid-start, then ``gc``, leaves no
+domain, libvirt network, firewall rule, proxy process or run folder of that sandbox; ``gc`` never
+takes one a live process is creating; malformed domain metadata is skipped with a warning.
+
+The VM kill points need no boot: the creator is killed before its guest could answer. Only the
+objects of the sandboxes made here are asserted on (``gc`` runs on a shared host).
+"""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import sys
+import uuid
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from orchestrator import labels as L
+from orchestrator.providers import vm_network
+from orchestrator.providers.vm import VmProvider
+from orchestrator.providers.vm_domain import METADATA_NS
+from tests.support.killpoints import REPO, paused_at
+from tests.vm.conftest import assert_gone, qemu_pids_using
+
+pytestmark = [pytest.mark.attack, pytest.mark.vm, pytest.mark.slow]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+        check=False,
+    )
+
+
+def _gc() -> subprocess.CompletedProcess[str]:
+    done = _cli("gc")
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def _pieces(provider: VmProvider, sandbox_id: str) -> list[str]:
+    """Every kind of object of ``sandbox_id`` that exists: domain, network, rule, proxy, run."""
+    found = [kind for kind, ids in vm_network.leftovers(provider.conn).items() if sandbox_id in ids]
+    if provider.describe(sandbox_id) is not None:
+        found.append("domain")
+    if (provider.home / "run" / sandbox_id).exists():
+        found.append("run")
+    return sorted(found)
+
+
+@pytest.mark.parametrize(
+    ("point", "made"),
+    [
+        ("proxy", ["network", "proxy", "rule", "run"]),
+        ("container", ["domain", "network", "proxy", "rule", "run"]),
+    ],
+)
+def test_kill9_of_up_allow_mid_start_then_gc_leaves_nothing(
+    vm_provider: VmProvider, leak_check: list[str], point: str, made: list[str]
+) -> None:
+    with paused_at(
+        point, "up", "--backend", "vm", "--network", "allow:example.com", timeout=300
+    ) as paused:
+        sandbox_id = paused.sandbox_id
+        leak_check.append(sandbox_id)
+        assert _pieces(vm_provider, sandbox_id) == made
+        # a live creator's sandbox is never taken, whatever gc listed
+        assert sandbox_id not in _gc().stdout.split()
+        assert _pieces(vm_provider, sandbox_id) == made
+        paused.kill9()
+    assert _pieces(vm_provider, sandbox_id) == made, "kill -9 left no chance to clean up"
+    assert sandbox_id in _gc().stdout.split()
+    assert _pieces(vm_provider, sandbox_id) == []
+    assert_gone(vm_provider, sandbox_id)
+    assert qemu_pids_using(vm_provider.home / "run" / sandbox_id) == []
+
+
+def _bad_domain_xml(name: str, labels: dict[str, str]) -> str:
+    ET.register_namespace("cubicle", METADATA_NS)
+    domain = ET.Element("domain", type="qemu")
+    ET.SubElement(domain, "name").text = name
+    ET.SubElement(domain, "uuid").text = str(uuid.uuid4())
+    ET.SubElement(domain, "memory", unit="MiB").text = "64"
+    os_element = ET.SubElement(domain, "os")
+    ET.SubElement(os_element, "type", arch="x86_64").text = "hvm"
+    found = ET.SubElement(ET.SubElement(domain, "metadata"), f"{{{METADATA_NS}}}labels")
+    for key, value in labels.items():
+        ET.SubElement(found, f"{{{METADATA_NS}}}label", {"key": key, "value": value})
+    return ET.tostring(domain, encoding="unicode")
+
+
+def test_malformed_domain_metadata_is_skipped_with_a_warning(vm_provider: VmProvider) -> None:
+    good = {L.ROLE: "guest", L.CREATED_AT: "1", L.EXPIRES_AT: "2", L.SCREEN: "800x600"}
+    bad_labels = [
+        {**good, L.SANDBOX: "vm-.bad"},
+        {**good, L.SANDBOX: f"vm-{secrets.token_hex(5)}", L.EXPIRES_AT: "soon"},
+        {**good, L.SANDBOX: f"vm-{secrets.token_hex(5)}", L.CREATED_AT: "x"},
+    ]
+    names = [f"cubicle-test-malformed-{secrets.token_hex(4)}" for _ in bad_labels]
+    domains = [
+        vm_provider.conn.defineXML(_bad_domain_xml(name, labels))  # defined, never started
+        for name, labels in zip(names, bad_labels, strict=True)
+    ]
+    try:
+        collected = _gc()
+        listed = _cli("ls")
+        assert listed.returncode == 0, listed.stderr
+        for name in names:
+            vm_provider.conn.lookupByName(name)  # still there: skipped, not removed
+            assert name in collected.stderr
+        assert "vm-.bad" in collected.stderr and "'soon'" in collected.stderr
+        assert names[2] in listed.stderr and "'x'" in listed.stderr
+    finally:
+        for domain in domains:
+            domain.undefine()
