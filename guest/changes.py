@@ -26,9 +26,11 @@ action is in progress never becomes background, so typing into the same field tw
 twice. An animation that an action itself starts is waited on until ``cap_ms``; from then on it
 is idle background and no longer holds later screenshots.
 
-**Visible change.** A wait's ``changed`` is true when the bounding box of the (non-background)
-damage since the action began is larger than :data:`protocol.VISIBLE_CHANGE_AREA` (400 px²): more
-than a caret. Smaller damage still counts for the quiet period (a caret that moved was drawn).
+**Visible change.** A wait's ``changed`` is true when some group of nearby (non-background)
+damage rectangles since the action began has a bounding box larger than
+:data:`protocol.VISIBLE_CHANGE_AREA` (400 px²): more than a caret (:func:`is_visible`; groups
+are judged apart, so a caret moving from one end of the screen to the other is not a visible
+change). Smaller damage still counts for the quiet period (a caret that moved was drawn).
 
 Times are ``time.monotonic()`` seconds inside, milliseconds in results; rectangles are native
 screen pixels.
@@ -53,13 +55,15 @@ from Xlib.ext import damage
 
 from guest import protocol
 from guest.errors import GuestError
-from guest.geometry import Rect
+from guest.geometry import CELL_PX, Rect, largest_cluster
 
 __all__ = [
     "ChangeTracker",
     "DamageTracker",
     "PollingTracker",
     "SettleOutcome",
+    "changed_rects",
+    "is_visible",
     "open_tracker",
 ]
 
@@ -273,14 +277,15 @@ def _quiet_period(
         while True:
             box: Rect | None = None
             last: float | None = None
-            events = 0
+            rects: list[Rect] = []
             for item in reversed(history):
                 if item.t < since:
                     break
                 if counts(item):
-                    events += 1
+                    rects.append(item.rect)
                     box = item.rect if box is None else box.union(item.rect)
                     last = item.t if last is None else max(last, item.t)
+            events = len(rects)
             now = time.monotonic()
             if last is None:
                 deadline = min(expect_at, cap_at)
@@ -291,9 +296,8 @@ def _quiet_period(
                 done = now >= deadline
                 settled = last + spec.quiet_ms / 1000 <= now
             if done:
-                changed = box is not None and box.area > protocol.VISIBLE_CHANGE_AREA
                 return SettleOutcome(
-                    changed, settled, round((now - start) * 1000), box, events, method
+                    is_visible(rects), settled, round((now - start) * 1000), box, events, method
                 )
             condition.wait(timeout=max(0.001, deadline - now))
 
@@ -355,20 +359,47 @@ class PollingTracker:
                 events += 1
         now = time.monotonic()
         settled = last_change is None or (now - last_change) * 1000 >= spec.quiet_ms
-        bbox = ImageChops.difference(reference, current).getbbox()
+        offset = (region.x, region.y) if region is not None else (0, 0)
+        rects = changed_rects(reference, current, offset=offset)
         box = None
-        if bbox is not None:
-            left, top, right, bottom = bbox
-            offset_x, offset_y = (region.x, region.y) if region is not None else (0, 0)
-            box = Rect(left + offset_x, top + offset_y, right - left, bottom - top)
-        changed = box is not None and box.area > protocol.VISIBLE_CHANGE_AREA
+        for rect in rects:
+            box = rect if box is None else box.union(rect)
         return SettleOutcome(
-            changed, settled, round((now - start) * 1000), box, events, self.method
+            is_visible(rects), settled, round((now - start) * 1000), box, events, self.method
         )
 
     def close(self) -> None:
         with self._lock:
             self._before = {}
+
+
+def changed_rects(
+    before: Image.Image, after: Image.Image, *, offset: tuple[int, int] = (0, 0)
+) -> list[Rect]:
+    """Where two same-size images differ: one exact box per :data:`CELL_PX` cell that changed,
+    in the images' pixels plus ``offset`` (screen pixels when the images are screen regions)."""
+    if before.size != after.size:
+        raise ValueError(f"cannot compare images of sizes {before.size} and {after.size}")
+    difference = ImageChops.difference(before.convert("RGB"), after.convert("RGB"))
+    if difference.getbbox() is None:
+        return []
+    width, height = difference.size
+    rects: list[Rect] = []
+    for top in range(0, height, CELL_PX):
+        for left in range(0, width, CELL_PX):
+            cell = (left, top, min(left + CELL_PX, width), min(top + CELL_PX, height))
+            found = difference.crop(cell).getbbox()
+            if found is not None:
+                x0, y0, x1, y1 = found
+                rects.append(Rect(offset[0] + left + x0, offset[1] + top + y0, x1 - x0, y1 - y0))
+    return rects
+
+
+def is_visible(rects: list[Rect]) -> bool:
+    """A *visible change*: some group of nearby changed rectangles has a bounding box larger than
+    :data:`guest.protocol.VISIBLE_CHANGE_AREA` (a moved or blinking caret is not one)."""
+    largest = largest_cluster(rects)
+    return largest is not None and largest.area > protocol.VISIBLE_CHANGE_AREA
 
 
 def _box(region: Rect) -> tuple[int, int, int, int]:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["CELL_PX", "Rect"]
+__all__ = ["CELL_PX", "Rect", "clusters", "largest_cluster"]
 
 CELL_PX: Final = 32
 """Side of the square cells :meth:`Rect.cells` divides the screen into (pixels)."""
@@ -64,3 +64,47 @@ class Rect:
 
     def __str__(self) -> str:
         return f"{self.width}x{self.height}+{self.x}+{self.y}"
+
+    def near(self, other: Rect, gap: int) -> bool:
+        """Whether the two are at most ``gap`` pixels apart (overlapping counts)."""
+        return (
+            self.x - gap < other.x + other.width
+            and other.x - gap < self.x + self.width
+            and self.y - gap < other.y + other.height
+            and other.y - gap < self.y + self.height
+        )
+
+
+def clusters(rects: list[Rect], gap: int = CELL_PX) -> list[Rect]:
+    """The bounding boxes of the groups of ``rects`` that lie within ``gap`` pixels of each other.
+
+    What changed on a screen is judged per group, not by one box around everything: a caret
+    blinking at one end of the screen and a clock turning at the other are two small changes, not
+    one large one.
+    """
+    groups: list[Rect] = []
+    for rect in rects:
+        merged = rect
+        keep: list[Rect] = []
+        for group in groups:
+            if group.near(merged, gap):
+                merged = merged.union(group)
+            else:
+                keep.append(group)
+        groups = keep
+        # a grown box may now reach groups it passed over: merge until nothing more joins
+        while True:
+            joined = [group for group in groups if group.near(merged, gap)]
+            if not joined:
+                break
+            for group in joined:
+                merged = merged.union(group)
+            groups = [group for group in groups if group not in joined]
+        groups.append(merged)
+    return groups
+
+
+def largest_cluster(rects: list[Rect], gap: int = CELL_PX) -> Rect | None:
+    """The largest (by area) of :func:`clusters`, or None when there are no rectangles."""
+    found = clusters(rects, gap)
+    return max(found, key=lambda rect: rect.area) if found else None

@@ -5,9 +5,10 @@ state-changing action (:data:`drivers.stall.STATE_CHANGING`) whose effect shows 
 screen changes again within :data:`STALE_WINDOW_S` without new input, and the change is not in
 what the model saw. :class:`StaleCheck` measures exactly that: before the model's next turn it
 waits the window out with no input, grabs the same view again and compares it with the
-screenshot the model received. It is stale when the bounding box of the difference, in native
-screen pixels, is larger than :data:`guest.protocol.VISIBLE_CHANGE_AREA` (a caret's blink is
-not a change). Dock windows (the panel, whose clock may turn a minute meanwhile) are left out of
+screenshot the model received. It is stale when the difference is a *visible change*
+(:func:`guest.changes.is_visible`: some group of nearby changed pixels has a bounding box, in
+native screen pixels, larger than :data:`guest.protocol.VISIBLE_CHANGE_AREA`; a caret's blink is
+not one). Dock windows (the panel, whose clock may turn a minute meanwhile) are left out of
 the comparison.
 """
 
@@ -18,10 +19,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Final
 
-from PIL import Image, ImageChops, ImageDraw
+from PIL import Image, ImageDraw
 
-from guest import protocol
+from guest.changes import changed_rects, is_visible
 from guest.client import AgentClient
+from guest.geometry import Rect, largest_cluster
 from orchestrator.trajectory.recorder import TrajectoryRecorder
 
 __all__ = ["STALE_WINDOW_S", "StaleCheck", "StaleVerdict"]
@@ -32,7 +34,8 @@ STALE_WINDOW_S: Final = 3.0
 
 @dataclass(frozen=True)
 class StaleVerdict:
-    """One comparison: ``box`` is the changed bounding box in native pixels (None: none)."""
+    """One comparison: ``box`` (left, top, right, bottom) and ``area`` of the largest changed group
+    in native pixels (None and 0: nothing changed)."""
 
     stale: bool
     box: tuple[int, int, int, int] | None
@@ -83,14 +86,23 @@ class StaleCheck:
             draw = ImageDraw.Draw(image)
             for dock in docks:
                 draw.rectangle(self._to_view(dock), fill=(0, 0, 0))
-        bbox = ImageChops.difference(before, after).getbbox()
+        # judged in native screen pixels, group by group (a blinking caret is not a change)
+        rects = [
+            Rect(
+                round(r.x * self.scale[0]),
+                round(r.y * self.scale[1]),
+                max(1, round(r.width * self.scale[0])),
+                max(1, round(r.height * self.scale[1])),
+            )
+            for r in changed_rects(before, after)
+        ]
+        largest = largest_cluster(rects)
         verdict = StaleVerdict(False, None, 0)
-        if bbox is not None:
-            left, top = round(bbox[0] * self.scale[0]), round(bbox[1] * self.scale[1])
-            right, bottom = round(bbox[2] * self.scale[0]), round(bbox[3] * self.scale[1])
-            area = (right - left) * (bottom - top)
+        if largest is not None:
             verdict = StaleVerdict(
-                area > protocol.VISIBLE_CHANGE_AREA, (left, top, right, bottom), area
+                is_visible(rects),
+                (largest.x, largest.y, largest.x + largest.width, largest.y + largest.height),
+                largest.area,
             )
         self.checked += 1
         self.stale += int(verdict.stale)

@@ -16,10 +16,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from PIL import Image, ImageChops
+from PIL import Image
 
 from guest import protocol
+from guest.changes import changed_rects, is_visible
 from guest.client import AgentClient
+from guest.geometry import largest_cluster
+from orchestrator.desktop import PANEL
 from orchestrator.drill.guest_steps import GuestSteps, guest_home
 from orchestrator.drill.task import DrillPaths
 from orchestrator.errors import EngineUnavailable, ImageMissing
@@ -43,12 +46,13 @@ def _shot(client: AgentClient) -> Image.Image:
 def _stale(client: AgentClient, seen: Image.Image) -> bool:
     time.sleep(STALE_WINDOW_S)
     later = _shot(client)
-    box = ImageChops.difference(seen, later).getbbox()
-    stale = box is not None and (box[2] - box[0]) * (box[3] - box[1]) > protocol.VISIBLE_CHANGE_AREA
+    panel_top = PANEL.top(seen.size)  # the clock may turn a minute meanwhile: not the action's
+    rects = [r for r in changed_rects(seen, later) if r.y + r.height <= panel_top]
+    stale = is_visible(rects)
     if stale and DEBUG_DIR:
         stamp = time.monotonic_ns()
         seen.save(f"{DEBUG_DIR}/{stamp}-seen.png")
-        later.save(f"{DEBUG_DIR}/{stamp}-later-{box}.png")
+        later.save(f"{DEBUG_DIR}/{stamp}-later-{largest_cluster(rects)}.png")
     return stale
 
 

@@ -1,0 +1,52 @@
+"""What counts as a visible change: groups of nearby changes, each judged by its own box."""
+
+from __future__ import annotations
+
+from PIL import Image, ImageDraw
+
+from guest.changes import changed_rects, is_visible
+from guest.geometry import Rect, clusters, largest_cluster
+from guest.protocol import VISIBLE_CHANGE_AREA
+
+
+def _screen() -> Image.Image:
+    return Image.new("RGB", (1280, 800), (255, 255, 255))
+
+
+def test_a_blinking_caret_and_a_turning_clock_far_apart_are_not_a_visible_change() -> None:
+    before, after = _screen(), _screen()
+    ImageDraw.Draw(before).rectangle((195, 51, 196, 68), fill=(0, 0, 0))  # caret shown, then not
+    ImageDraw.Draw(after).rectangle((1240, 775, 1250, 787), fill=(0, 0, 0))  # a clock digit
+    rects = changed_rects(before, after)
+    assert rects and not is_visible(rects)
+    # one box around both would have been ~780,000 px²: the old rule called this stale
+    box = rects[0]
+    for rect in rects[1:]:
+        box = box.union(rect)
+    assert box.area > 700_000
+
+
+def test_a_typed_word_is_one_visible_change_even_with_gaps_between_letters() -> None:
+    before, after = _screen(), _screen()
+    draw = ImageDraw.Draw(after)
+    for index in range(6):  # six 7x12 glyphs, 3 px apart: each alone is under the threshold
+        draw.rectangle((100 + index * 10, 50, 106 + index * 10, 61), fill=(0, 0, 0))
+    rects = changed_rects(before, after)
+    assert all(r.area <= VISIBLE_CHANGE_AREA for r in rects)
+    assert is_visible(rects)
+    largest = largest_cluster(rects)
+    assert largest == Rect(100, 50, 57, 12)
+
+
+def test_identical_images_have_no_change_and_offsets_map_to_the_screen() -> None:
+    assert changed_rects(_screen(), _screen()) == []
+    before, after = Image.new("RGB", (64, 64)), Image.new("RGB", (64, 64))
+    ImageDraw.Draw(after).point((40, 3), fill=(9, 9, 9))
+    assert changed_rects(before, after, offset=(100, 200)) == [Rect(140, 203, 1, 1)]
+
+
+def test_clusters_merge_chains_in_any_order() -> None:
+    chain = [Rect(0, 0, 10, 10), Rect(80, 0, 10, 10), Rect(40, 0, 10, 10)]
+    assert clusters(chain, gap=32) == [Rect(0, 0, 90, 10)]
+    assert len(clusters(chain, gap=5)) == 3
+    assert largest_cluster([]) is None
