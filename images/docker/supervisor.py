@@ -178,6 +178,10 @@ def main() -> int:
     width, height = screen_size()
     remove_stale_x_locks()
     os.environ["DISPLAY"] = DISPLAY
+    # GTK's overlay scrollbars fade in and out a second after content changes: a change on screen
+    # with no input, which a model would see late. Classic scrollbars stay put (and show a model
+    # that there is more to scroll).
+    os.environ["GTK_OVERLAY_SCROLLING"] = "0"
     xvfb = start_xvfb(width, height)
     subprocess.run(ROOT_PATTERN, check=False)
     desktop = [

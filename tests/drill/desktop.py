@@ -63,6 +63,7 @@ class LocalDesktop:
                 "HOME": str(self.home),
                 "XDG_RUNTIME_DIR": str(runtime),
                 "NO_AT_BRIDGE": "1",
+                "GTK_OVERLAY_SCROLLING": "0",
                 "XDG_CONFIG_HOME": str(self.home / ".config"),
                 "XDG_CACHE_HOME": str(self.home / ".cache"),
             }
@@ -132,6 +133,7 @@ def app(desktop: LocalDesktop, *argv: str) -> Iterator[subprocess.Popen[bytes]]:
         "XDG_CONFIG_HOME": str(desktop.home / ".config"),
         "XDG_CACHE_HOME": str(desktop.home / ".cache"),
         "NO_AT_BRIDGE": "1",
+        "GTK_OVERLAY_SCROLLING": "0",
     }
     process = subprocess.Popen(
         list(argv), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
