@@ -61,6 +61,7 @@ from orchestrator.providers import docker_image
 from orchestrator.providers.docker_errors import ENGINE_HINT, map_docker_errors
 from orchestrator.providers.docker_exec import DockerStreamCodec, bridge_argv, open_exec_socket
 from orchestrator.providers.docker_network import setup_network
+from orchestrator.view import stop_view_servers
 
 __all__ = ["GUEST_UID", "DockerProvider"]
 
@@ -315,8 +316,10 @@ class DockerProvider(Provider):
             return bytes(found[0].logs(tail=tail)).decode("utf-8", "replace")
 
     def destroy(self, sandbox_id: str) -> None:
-        """Remove the containers, networks and volumes of a sandbox (idempotent)."""
+        """Remove the containers, networks and volumes of a sandbox, and its live view server
+        (idempotent)."""
         _check_id(sandbox_id)
+        stop_view_servers(sandbox_id)
         for container in self._containers(sandbox_id):
             with map_docker_errors(f"removing {container.name}"):
                 _remove_container(container)

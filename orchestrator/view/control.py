@@ -65,9 +65,7 @@ def open_view(sandbox_id: str, *, mode: Mode | None = None) -> ViewLink:
     """
     check_sandbox_id(sandbox_id)
     if get_provider(backend_of(sandbox_id)).describe(sandbox_id) is None:
-        raise SandboxNotFound(
-            f"no sandbox {sandbox_id!r}", hint="list sandboxes with: cubicle ls"
-        )
+        raise SandboxNotFound(f"no sandbox {sandbox_id!r}", hint="list sandboxes with: cubicle ls")
     state = _ensure_server(sandbox_id, mode or "view")
     if mode is not None and mode != state.mode:
         state = set_mode(sandbox_id, mode)

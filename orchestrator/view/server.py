@@ -105,9 +105,7 @@ class ViewServer:
         return any(secrets.compare_digest(session, s) for s in self.sessions)
 
     def record(self) -> None:
-        write_state(
-            ViewState(self.sandbox_id, os.getpid(), self.port, self.key, self.mode)
-        )
+        write_state(ViewState(self.sandbox_id, os.getpid(), self.port, self.key, self.mode))
 
 
 def _page() -> str:
@@ -142,7 +140,7 @@ def build_app(server: ViewServer) -> Starlette:
         try:
             token = str((await request.json())["token"])
         except (ValueError, KeyError, TypeError):
-            return JSONResponse({"error": "body must be {\"token\": ...}"}, status_code=400)
+            return JSONResponse({"error": 'body must be {"token": ...}'}, status_code=400)
         if not server.spend(token):
             log.warning("refused a wrong, spent or expired view token")
             return JSONResponse(
@@ -321,4 +319,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-

@@ -48,7 +48,7 @@ SERVER_MODULE: Final = "orchestrator.view.server"
 DIR_ENV: Final = "CUBICLE_VIEW_DIR"
 """Overrides the folder of view state files (default ``~/.cache/cubicle/view``)."""
 STOP_TIMEOUT_S: Final = 3.0
-_SANDBOX_ID = re.compile(r"[a-z]{2}-[0-9a-f]{6,32}\Z")
+_SANDBOX_ID = re.compile(r"[a-z]{2}-[0-9a-f]{1,64}\Z")
 
 
 @dataclass(frozen=True)
@@ -73,11 +73,14 @@ def check_sandbox_id(sandbox_id: str) -> str:
     return sandbox_id
 
 
+def _base_dir() -> Path:
+    override = os.environ.get(DIR_ENV)
+    return Path(override) if override else Path.home() / ".cache" / "cubicle" / "view"
+
+
 def view_dir() -> Path:
     """The folder of view state files and logs (created 0700, checked)."""
-    override = os.environ.get(DIR_ENV)
-    base = Path(override) if override else Path.home() / ".cache" / "cubicle" / "view"
-    return host_folder(base)
+    return host_folder(_base_dir())
 
 
 def state_path(sandbox_id: str) -> Path:
@@ -167,8 +170,8 @@ def stop_view_servers(sandbox_id: str) -> list[int]:
         if _alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-    with contextlib.suppress(OSError, ValueError):
-        state_path(sandbox_id).unlink(missing_ok=True)
+    # not created here: a sandbox that never had a view leaves no folder behind
+    (_base_dir() / f"{sandbox_id}.json").unlink(missing_ok=True)
     return pids
 
 
