@@ -15,18 +15,20 @@ trajectory records them (the person's actions happen between the two).
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
+from orchestrator.view.control import open_view
 from orchestrator.view.state import check_sandbox_id, read_state
 
-__all__ = ["HandoverGate"]
+__all__ = ["HandoverGate", "recorded_gate", "take_over"]
 
 POLL_S: Final = 0.05
 A = TypeVar("A")
-EventSink = Callable[[str, dict[str, Any]], None]
+EventSink = Callable[[str, dict[str, Any]], object]
 
 
 class HandoverGate:
@@ -86,3 +88,45 @@ class HandoverGate:
     def _emit(self, what: str, detail: dict[str, Any]) -> None:
         if self.on_event is not None:
             self.on_event(what, detail)
+
+
+class _Recorder(Protocol):
+    def event(self, kind: str, **fields: Any) -> dict[str, Any]: ...
+
+
+def recorded_gate(
+    desktop: object, recorder: _Recorder, cancelled: Callable[[], bool]
+) -> HandoverGate | None:
+    """The hand-over gate of a run on ``desktop`` (a sandbox: anything with a sandbox ``id``),
+    writing each hand-over to the trajectory as a ``handover`` event (``state``: ``taken`` |
+    ``released`` | ``cancelled``, ``by``, ``held_s``). ``None`` when ``desktop`` is no sandbox."""
+    sandbox_id = getattr(desktop, "id", None)
+    if not isinstance(sandbox_id, str):
+        return None
+    try:
+        check_sandbox_id(sandbox_id)
+    except ValueError:
+        return None
+    return HandoverGate(
+        sandbox_id,
+        cancelled=cancelled,
+        on_event=lambda what, detail: recorder.event("handover", state=what, **detail),
+    )
+
+
+def take_over(gate: HandoverGate, recorder: _Recorder, reason: str) -> str:
+    """Hand control to a person now (``cubicle run --takeover-on-stall``): start the view in
+    takeover mode, record a ``handover`` event ``requested`` with ``reason``, and tell the
+    terminal where to look. The next action waits at ``gate`` until the person releases.
+
+    :return: the one-time URL of the view.
+    """
+    link = open_view(gate.sandbox_id, mode="takeover")
+    recorder.event("handover", state="requested", by="cubicle", reason=reason)
+    print(
+        f"cubicle: {reason}\ncubicle: you have control of {gate.sandbox_id}: {link.url}\n"
+        f"cubicle: give it back from the page or with: cubicle view {gate.sandbox_id} --release",
+        file=sys.stderr,
+        flush=True,
+    )
+    return link.url

@@ -102,7 +102,10 @@ def write_state(state: ViewState) -> None:
 
 
 def read_state(sandbox_id: str) -> ViewState | None:
-    """The live view server of ``sandbox_id``, or None (no file, or its process is gone)."""
+    """The live view server of ``sandbox_id``, or None (no file, or its process is gone).
+    Cheap when no view was ever opened (one ``stat``): the agent's gate calls it per action."""
+    if not (_base_dir() / f"{check_sandbox_id(sandbox_id)}.json").exists():
+        return None
     path = state_path(sandbox_id)
     try:
         with open(path, encoding="utf-8") as source:

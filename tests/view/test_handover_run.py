@@ -1,0 +1,106 @@
+"""A real SDK loop (``run_task`` with the scripted model) waits while a person has control of its
+Docker sandbox, resumes on release, and its trajectory and report say so."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page
+
+from drivers import ApproveAll
+from drivers.scripted_model import ScriptedModel, parse_script
+from orchestrator.providers.docker import DockerProvider
+from orchestrator.run_task import TaskResult, run_task
+from orchestrator.sandbox import Sandbox
+from orchestrator.trajectory import read_trajectory
+from orchestrator.view.control import open_view
+from tests.orchestrator.conftest import Tracker
+from tests.view.guest_recorder import GuestRecorder
+from tests.view.test_view_docker import LEFT_HALF, click_canvas, open_page, presses
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+@pytest.fixture
+def sandbox(sandboxes: Tracker) -> Sandbox:
+    return sandboxes.create()
+
+
+@pytest.fixture
+def recorder(provider: DockerProvider, sandbox: Sandbox) -> Iterator[GuestRecorder]:
+    with GuestRecorder(provider, sandbox.id, geometry=LEFT_HALF) as rec:
+        yield rec
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    pause = threading.Event()
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        pause.wait(0.05)
+
+
+def test_the_agent_loop_waits_for_the_person_and_the_trajectory_marks_the_handover(
+    page: Page, sandbox: Sandbox, recorder: GuestRecorder, tmp_path: Path
+) -> None:
+    script = parse_script(
+        {
+            "name": "handover",
+            "turns": [
+                {
+                    "computer_call": {
+                        "actions": [{"type": "click", "button": "left", "x": 300, "y": 300}]
+                    }
+                },
+                {"message": "clicked"},
+            ],
+        }
+    )
+    out = tmp_path / "run"
+    link = open_view(sandbox.id, mode="takeover")
+    results: list[TaskResult] = []
+    with ScriptedModel(script) as model:
+        loop = threading.Thread(
+            target=lambda: results.append(
+                run_task(
+                    sandbox,
+                    base_url=model.base_url,
+                    api_key="offline",
+                    task="click",
+                    model="scripted",
+                    out=out,
+                    safety_policy=ApproveAll(),
+                )
+            )
+        )
+        loop.start()
+        trajectory = out / "trajectory.jsonl"
+        wait_until(
+            lambda: trajectory.exists() and '"handover"' in trajectory.read_text(),
+            60,
+            "the run to reach the hand-over gate",
+        )
+        open_page(page, link, mode="takeover")
+        click_canvas(page, 123, 456)  # the person acts ...
+        recorder.wait_for(lambda e: e["kind"] == "ButtonPress")
+        assert presses(recorder) == [(123, 456)]  # ... the agent does not
+        assert loop.is_alive()
+        page.click("#toggle")  # give control back
+        loop.join(120)
+    assert not loop.is_alive()
+    [result] = results
+    assert result.ok, result.error
+    recorder.wait_for(lambda e: e["kind"] == "ButtonPress" and e["root_x"] == 300)
+    assert presses(recorder) == [(123, 456), (300, 300)]
+
+    events = read_trajectory(out)
+    kinds = [(e["kind"], e.get("state")) for e in events if e["kind"] in ("handover", "action")]
+    assert kinds == [("handover", "taken"), ("handover", "released"), ("action", None)]
+    released = next(e for e in events if e.get("state") == "released")
+    assert released["by"] == "person" and released["held_s"] > 0
+    report = (out / "report.html").read_text()
+    assert 'id="handover"' in report and "a person has control" in report
