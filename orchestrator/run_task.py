@@ -26,6 +26,7 @@ import argparse
 import importlib
 import ipaddress
 import os
+import shutil
 import sys
 import threading
 import time
@@ -57,6 +58,7 @@ from orchestrator.sandbox import Sandbox, teardown_on_signals
 from orchestrator.trajectory.recorder import TrajectoryRecorder
 from orchestrator.trajectory.report import write_report
 from orchestrator.view.handover import recorded_gate, take_over
+from orchestrator.view.recording import Recording, parse_record, recording_event
 
 __all__ = ["TaskResult", "Verifier", "cmd_run", "parse_verify_file", "register_run", "run_task"]
 
@@ -148,6 +150,7 @@ def run_task(
     settle: SettleOption = True,
     stall_limit: int = DEFAULT_STALL_LIMIT,
     takeover_on_stall: bool = False,
+    record: tuple[float, int] | None = None,
 ) -> TaskResult:
     """Run ``task`` with ``model`` through ``client`` on ``desktop``; record and verify.
 
@@ -160,6 +163,8 @@ def run_task(
     :param takeover_on_stall: on a stall, hand control to a person (``cubicle view``) instead
         of stopping; the run waits until they release it. While a person holds control
         (``cubicle view ID --takeover``) every run on a sandbox waits (:mod:`orchestrator.view`).
+    :param record: ``(fps, kbps)``: write ``out/recording.mp4`` of the screen
+        (:mod:`orchestrator.view.recording`); ``None``: no video.
     """
     started = time.monotonic()
     result = TaskResult(out=out)
@@ -188,7 +193,10 @@ def run_task(
             api_key=api_key,
             http_client=session.http_client(trust_env=not _is_loopback(base_url)),
         )
+        recording = Recording(desktop, out, fps=record[0], kbps=record[1]) if record else None
         agent = desktop.connect()
+        if recording is not None:
+            recording.start()
         try:
             driver = GuestDriver(
                 agent, viewport=viewport, on_action=session.on_action, settle=settle
@@ -229,6 +237,8 @@ def run_task(
         finally:
             agent.close()
             client.close()
+            if recording is not None:
+                recorder.event("recording", **recording_event(recording.stop(), out))
             for check in result.checks:
                 recorder.event(
                     "check",
@@ -328,6 +338,15 @@ def register_run(sub: Any) -> None:
         f"(default {DEFAULT_STALL_LIMIT}; 0 turns it off)",
     )
     p.add_argument(
+        "--record",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="fps=N,kbps=N",
+        help="write a video of the screen beside the report (DIR/recording.mp4; default "
+        "fps=2,kbps=44: about 20 MB an hour)",
+    )
+    p.add_argument(
         "--takeover-on-stall",
         action="store_true",
         help="on a stall, hand control to you in the live view (cubicle view) instead of "
@@ -410,6 +429,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     settle = parse_settle(args.settle)
     if args.stall < 0:
         raise ConfigError(f"--stall must be 0 (off) or a positive count, got {args.stall}")
+    record = parse_record(args.record) if args.record is not None else None
+    if record is not None and shutil.which("ffmpeg") is None:
+        raise ConfigError("--record needs ffmpeg on the host", hint="apt-get install ffmpeg")
     out: Path = args.out or default_out("run")
     with teardown_on_signals():
         sandbox = Sandbox.create(
@@ -438,6 +460,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 settle=settle,
                 stall_limit=args.stall,
                 takeover_on_stall=args.takeover_on_stall,
+                record=record,
             )
     finally:
         if args.keep:

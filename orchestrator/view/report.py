@@ -6,7 +6,7 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["handover_section"]
+__all__ = ["handover_section", "recording_section"]
 
 _WHAT = {
     "requested": "control handed to a person",
@@ -41,3 +41,21 @@ def handover_section(events: Sequence[dict[str, Any]]) -> list[str]:
         )
     out.append("</table>")
     return out
+
+
+def recording_section(events: Sequence[dict[str, Any]]) -> list[str]:
+    """The video of the run (``recording`` event), linked and playable; or why there is none."""
+    if not events:
+        return []
+    event = events[-1]
+    file = event.get("file")
+    if not file:
+        return [f'<h2>Recording</h2><p class="fail">{html.escape(str(event.get("error")))}</p>']
+    src = html.escape(str(file), quote=True)
+    size = int(event.get("bytes") or 0) / 1e6
+    return [
+        f'<h2>Recording</h2><p><a id="recording" href="{src}">{src}</a> '
+        f"({html.escape(str(event.get('frames')))} frames, "
+        f"{html.escape(str(event.get('duration_s')))} s, {size:.2f} MB)</p>",
+        f'<video controls preload="metadata" width="640" src="{src}"></video>',
+    ]

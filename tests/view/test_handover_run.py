@@ -3,12 +3,15 @@ Docker sandbox, resumes on release, and its trajectory and report say so."""
 
 from __future__ import annotations
 
+import io
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from PIL import Image
 from playwright.sync_api import Page
 
 from drivers import ApproveAll
@@ -20,7 +23,14 @@ from orchestrator.trajectory import read_trajectory
 from orchestrator.view.control import open_view
 from tests.orchestrator.conftest import Tracker
 from tests.view.guest_recorder import GuestRecorder
-from tests.view.test_view_docker import LEFT_HALF, click_canvas, open_page, presses
+from tests.view.test_view_docker import (
+    LEFT_HALF,
+    MAX_MAD,
+    click_canvas,
+    mad,
+    open_page,
+    presses,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -74,6 +84,7 @@ def test_the_agent_loop_waits_for_the_person_and_the_trajectory_marks_the_handov
                     model="scripted",
                     out=out,
                     safety_policy=ApproveAll(),
+                    record=(4.0, 44),
                 )
             )
         )
@@ -104,3 +115,28 @@ def test_the_agent_loop_waits_for_the_person_and_the_trajectory_marks_the_handov
     assert released["by"] == "person" and released["held_s"] > 0
     report = (out / "report.html").read_text()
     assert 'id="handover"' in report and "a person has control" in report
+
+    # --record: the video is beside the report, linked, and shows the screen
+    [recording] = [e for e in events if e["kind"] == "recording"]
+    assert recording["error"] is None and recording["file"] == "recording.mp4"
+    assert 'href="recording.mp4"' in report
+    assert not (out / "recording-frames").exists()
+    last = tmp_path / "last.png"
+    subprocess.run(
+        [
+            "ffmpeg",
+            "-loglevel",
+            "error",
+            "-sseof",
+            "-0.5",
+            "-i",
+            str(out / "recording.mp4"),
+            "-frames:v",
+            "1",
+            "-y",
+            str(last),
+        ],
+        check=True,
+    )
+    _, png = sandbox.screenshot()
+    assert mad(Image.open(last), Image.open(io.BytesIO(png))) < MAX_MAD
