@@ -57,10 +57,12 @@ class RecordingResult:
 
 
 def parse_record(text: str) -> tuple[float, int]:
-    """``--record-options``: ``fps=N,kbps=N`` (any subset) → (fps, kbps).
+    """``--record [fps=N,kbps=N]`` (any subset, or empty) → (fps, kbps).
 
-    :raises ConfigError: naming the bad part.
+    :raises ConfigError: naming the bad part; or ffmpeg is not installed on the host.
     """
+    if shutil.which("ffmpeg") is None:
+        raise ConfigError("--record needs ffmpeg on the host", hint="apt-get install ffmpeg")
     fps, kbps = DEFAULT_FPS, DEFAULT_KBPS
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, _, value = part.partition("=")
