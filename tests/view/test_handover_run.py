@@ -20,7 +20,7 @@ from orchestrator.providers.docker import DockerProvider
 from orchestrator.run_task import TaskResult, run_task
 from orchestrator.sandbox import Sandbox
 from orchestrator.trajectory import read_trajectory
-from orchestrator.view.control import open_view
+from orchestrator.view.control import open_view, set_mode
 from tests.orchestrator.conftest import Tracker
 from tests.view.guest_recorder import GuestRecorder
 from tests.view.test_view_docker import (
@@ -140,3 +140,56 @@ def test_the_agent_loop_waits_for_the_person_and_the_trajectory_marks_the_handov
     )
     _, png = sandbox.screenshot()
     assert mad(Image.open(last), Image.open(io.BytesIO(png))) < MAX_MAD
+
+
+def test_takeover_on_stall_hands_over_instead_of_stopping(
+    sandbox: Sandbox, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    inert = {"type": "click", "button": "left", "x": 1000, "y": 700}
+    script = parse_script(
+        {
+            "name": "stall-then-handover",
+            "turns": [
+                {"computer_call": {"actions": [inert, inert, inert]}},
+                {"computer_call": {"actions": [{"type": "wait"}]}},
+                {"message": "resumed"},
+            ],
+        }
+    )
+    out = tmp_path / "run"
+    results: list[TaskResult] = []
+    with ScriptedModel(script) as model:
+        loop = threading.Thread(
+            target=lambda: results.append(
+                run_task(
+                    sandbox,
+                    base_url=model.base_url,
+                    api_key="offline",
+                    task="stall",
+                    model="scripted",
+                    out=out,
+                    safety_policy=ApproveAll(),
+                    stall_limit=3,
+                    takeover_on_stall=True,
+                )
+            )
+        )
+        loop.start()
+        trajectory = out / "trajectory.jsonl"
+        wait_until(
+            lambda: trajectory.exists() and '"taken"' in trajectory.read_text(),
+            60,
+            "the stalled run to hand over",
+        )
+        assert loop.is_alive()
+        set_mode(sandbox.id, "view")  # cubicle view ID --release
+        loop.join(120)
+    [result] = results
+    assert result.ok and result.stalled is None, result.error
+    assert result.final_message == "resumed"
+    events = read_trajectory(out)
+    marks = [
+        e.get("what") or e.get("state") for e in events if e["kind"] in ("warning", "handover")
+    ]
+    assert marks == ["stall", "requested", "taken", "released"]
+    assert "you have control of " + sandbox.id in capfd.readouterr().err
