@@ -57,7 +57,12 @@ from orchestrator.sandbox import Sandbox, teardown_on_signals
 from orchestrator.trajectory.recorder import TrajectoryRecorder
 from orchestrator.trajectory.report import write_report
 from orchestrator.view.handover import recorded_gate, take_over
-from orchestrator.view.recording import Recording, parse_record, recording_event
+from orchestrator.view.recording import (
+    Recording,
+    add_record_argument,
+    parse_record,
+    recording_event,
+)
 
 __all__ = ["TaskResult", "Verifier", "cmd_run", "parse_verify_file", "register_run", "run_task"]
 
@@ -336,15 +341,7 @@ def register_run(sub: Any) -> None:
         help="stop after N state-changing actions in a row changed nothing visible "
         f"(default {DEFAULT_STALL_LIMIT}; 0 turns it off)",
     )
-    p.add_argument(
-        "--record",
-        nargs="?",
-        const="",
-        default=None,
-        metavar="fps=N,kbps=N",
-        help="write a video of the screen beside the report (DIR/recording.mp4; default "
-        "fps=2,kbps=44: about 20 MB an hour)",
-    )
+    add_record_argument(p, where="the report")
     p.add_argument(
         "--takeover-on-stall",
         action="store_true",

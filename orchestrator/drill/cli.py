@@ -21,7 +21,7 @@ from orchestrator.drill.session import LoopKind
 from orchestrator.drill.signals import cancel_on_signals
 from orchestrator.run_task import register_run
 from orchestrator.sandbox import Sandbox, teardown_on_signals
-from orchestrator.view.recording import parse_record
+from orchestrator.view.recording import add_record_argument, parse_record
 
 __all__ = ["cmd_drill", "register"]
 
@@ -57,15 +57,7 @@ def register(sub: Any) -> None:
         action="store_true",
         help="leave the sandbox (and the apps) running; remove it with cubicle down ID",
     )
-    p.add_argument(
-        "--record",
-        nargs="?",
-        const="",
-        default=None,
-        metavar="fps=N,kbps=N",
-        help="write a video of the screen beside each report (recording.mp4; default "
-        "fps=2,kbps=44: about 20 MB an hour)",
-    )
+    add_record_argument(p, where="each report")
     p.set_defaults(func=cmd_drill)
 
     register_run(sub)

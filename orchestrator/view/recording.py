@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from guest.client import AgentClient
 from orchestrator.errors import ConfigError
@@ -29,6 +29,7 @@ __all__ = [
     "RECORDING_FILE",
     "Recording",
     "RecordingResult",
+    "add_record_argument",
     "parse_record",
     "recording_event",
 ]
@@ -54,6 +55,19 @@ class RecordingResult:
     duration_s: float
     bytes: int
     error: str | None = None
+
+
+def add_record_argument(parser: Any, *, where: str) -> None:
+    """``--record [fps=N,kbps=N]`` on a ``cubicle`` subcommand's parser (:func:`parse_record`)."""
+    parser.add_argument(
+        "--record",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="fps=N,kbps=N",
+        help=f"write a video of the screen beside {where} ({RECORDING_FILE}; default "
+        f"fps={DEFAULT_FPS:g},kbps={DEFAULT_KBPS}: about 20 MB an hour)",
+    )
 
 
 def parse_record(text: str) -> tuple[float, int]:

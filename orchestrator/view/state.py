@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Final, Literal
 
+from orchestrator.errors import ConfigError
 from orchestrator.hostdirs import host_folder
 
 __all__ = [
@@ -67,9 +68,11 @@ class ViewState:
 
 
 def check_sandbox_id(sandbox_id: str) -> str:
-    """:raises ValueError: ``sandbox_id`` is not a cubicle sandbox id (it names files)."""
+    """:raises ConfigError: ``sandbox_id`` is not a cubicle sandbox id (it names files)."""
     if not _SANDBOX_ID.match(sandbox_id):
-        raise ValueError(f"not a sandbox id: {sandbox_id!r}")
+        raise ConfigError(
+            f"not a sandbox id: {sandbox_id!r}", hint="list sandboxes with: cubicle ls"
+        )
     return sandbox_id
 
 

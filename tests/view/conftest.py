@@ -9,13 +9,28 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
+from orchestrator.providers.docker import DockerProvider
+from orchestrator.sandbox import Sandbox
 from orchestrator.view.state import DIR_ENV
-from tests.orchestrator.conftest import cli, engine, provider, sandboxes
+from tests.orchestrator.conftest import Tracker, cli, engine, provider, sandboxes
+from tests.view.guest_recorder import GuestRecorder
 
-__all__ = ["browser", "cli", "engine", "page", "provider", "sandboxes", "view_dir"]
+__all__ = [
+    "browser",
+    "cli",
+    "engine",
+    "page",
+    "provider",
+    "recorder",
+    "sandbox",
+    "sandboxes",
+    "view_dir",
+]
 
 CHROMIUM = "/usr/bin/chromium"
 SCREEN = (1280, 800)
+LEFT_HALF = (0, 0, 640, 800)
+"""The guest recorder's window: the left half (white), the desktop's background on the right."""
 
 
 @pytest.fixture(autouse=True)
@@ -26,8 +41,11 @@ def view_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    """Chromium for one test module. Not session-wide: Playwright's sync API keeps an event
+    loop running in the main thread while it is open, which would break later tests that run
+    their own (``anyio.run``)."""
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
@@ -46,3 +64,15 @@ def page(browser: Browser) -> Iterator[Page]:
     page = context.new_page()
     yield page
     context.close()
+
+
+@pytest.fixture
+def sandbox(sandboxes: Tracker) -> Sandbox:
+    return sandboxes.create()
+
+
+@pytest.fixture
+def recorder(provider: DockerProvider, sandbox: Sandbox) -> Iterator[GuestRecorder]:
+    """Input events the guest's X server delivers to a window on the left half of the screen."""
+    with GuestRecorder(provider, sandbox.id, geometry=LEFT_HALF) as rec:
+        yield rec

@@ -7,8 +7,9 @@ import io
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from PIL import Image
@@ -16,15 +17,12 @@ from playwright.sync_api import Page
 
 from drivers import ApproveAll
 from drivers.scripted_model import ScriptedModel, parse_script
-from orchestrator.providers.docker import DockerProvider
 from orchestrator.run_task import TaskResult, run_task
 from orchestrator.sandbox import Sandbox
 from orchestrator.trajectory import read_trajectory
 from orchestrator.view.control import open_view, set_mode
-from tests.orchestrator.conftest import Tracker
 from tests.view.guest_recorder import GuestRecorder
 from tests.view.test_view_docker import (
-    LEFT_HALF,
     MAX_MAD,
     click_canvas,
     mad,
@@ -35,23 +33,33 @@ from tests.view.test_view_docker import (
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
-@pytest.fixture
-def sandbox(sandboxes: Tracker) -> Sandbox:
-    return sandboxes.create()
-
-
-@pytest.fixture
-def recorder(provider: DockerProvider, sandbox: Sandbox) -> Iterator[GuestRecorder]:
-    with GuestRecorder(provider, sandbox.id, geometry=LEFT_HALF) as rec:
-        yield rec
-
-
 def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     pause = threading.Event()
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         pause.wait(0.05)
+
+
+def start_run(
+    sandbox: Sandbox, model: ScriptedModel, out: Path, results: list[TaskResult], **options: Any
+) -> threading.Thread:
+    """``run_task`` with the scripted model on a thread (its result appended to ``results``)."""
+    loop = threading.Thread(
+        target=lambda: results.append(
+            run_task(
+                sandbox,
+                base_url=model.base_url,
+                api_key="offline",
+                model="scripted",
+                out=out,
+                safety_policy=ApproveAll(),
+                **options,
+            )
+        )
+    )
+    loop.start()
+    return loop
 
 
 def test_the_agent_loop_waits_for_the_person_and_the_trajectory_marks_the_handover(
@@ -74,21 +82,14 @@ def test_the_agent_loop_waits_for_the_person_and_the_trajectory_marks_the_handov
     link = open_view(sandbox.id, mode="takeover")
     results: list[TaskResult] = []
     with ScriptedModel(script) as model:
-        loop = threading.Thread(
-            target=lambda: results.append(
-                run_task(
-                    sandbox,
-                    base_url=model.base_url,
-                    api_key="offline",
-                    task="click",
-                    model="scripted",
-                    out=out,
-                    safety_policy=ApproveAll(),
-                    record=(4.0, 44),
-                )
-            )
+        loop = start_run(
+            sandbox,
+            model,
+            out,
+            results,
+            task="click",
+            record=(4.0, 44),
         )
-        loop.start()
         trajectory = out / "trajectory.jsonl"
         wait_until(
             lambda: trajectory.exists() and '"handover"' in trajectory.read_text(),
@@ -159,22 +160,15 @@ def test_takeover_on_stall_hands_over_instead_of_stopping(
     out = tmp_path / "run"
     results: list[TaskResult] = []
     with ScriptedModel(script) as model:
-        loop = threading.Thread(
-            target=lambda: results.append(
-                run_task(
-                    sandbox,
-                    base_url=model.base_url,
-                    api_key="offline",
-                    task="stall",
-                    model="scripted",
-                    out=out,
-                    safety_policy=ApproveAll(),
-                    stall_limit=3,
-                    takeover_on_stall=True,
-                )
-            )
+        loop = start_run(
+            sandbox,
+            model,
+            out,
+            results,
+            task="stall",
+            stall_limit=3,
+            takeover_on_stall=True,
         )
-        loop.start()
         trajectory = out / "trajectory.jsonl"
         wait_until(
             lambda: trajectory.exists() and '"taken"' in trajectory.read_text(),

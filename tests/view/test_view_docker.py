@@ -15,7 +15,6 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -35,20 +34,7 @@ from tests.view.guest_recorder import GuestRecorder
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-LEFT_HALF = (0, 0, 640, 800)
-"""The guest recorder's window: the left half (white), the desktop's background on the right."""
 MAX_MAD = 0.03
-
-
-@pytest.fixture
-def sandbox(sandboxes: Tracker) -> Sandbox:
-    return sandboxes.create()
-
-
-@pytest.fixture
-def recorder(provider: DockerProvider, sandbox: Sandbox) -> Iterator[GuestRecorder]:
-    with GuestRecorder(provider, sandbox.id, geometry=LEFT_HALF) as rec:
-        yield rec
 
 
 def open_page(page: Page, link: ViewLink, *, mode: str = "view") -> None:
