@@ -9,8 +9,9 @@ would end it), it is paused — then is judged as before. While waiting it check
 run. A view server that is gone (sandbox down, server killed) holds nothing.
 
 Each hand-over is reported once through ``on_event``: ``("taken", {...})`` when the gate first
-sees a person in control, ``("released", {"held_s": ...})`` when control comes back; the run's
-trajectory records them (the person's actions happen between the two).
+sees a person in control, ``("released", {"held_s": ..., "person_actions": [...]})`` when control
+comes back — the clicks (button, x, y) and key presses (never which key) the person sent through
+the view meanwhile (:mod:`orchestrator.view.inputs`); the run's trajectory records them.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from collections.abc import Callable
 from typing import Any, Final, Protocol, TypeVar
 
 from orchestrator.view.control import open_view
-from orchestrator.view.state import check_sandbox_id, read_state
+from orchestrator.view.inputs import read_inputs
+from orchestrator.view.state import check_sandbox_id, input_path, read_state
 
 __all__ = ["HandoverGate", "recorded_gate", "take_over"]
 
@@ -64,7 +66,7 @@ class HandoverGate:
         """Block while a person has control. :return: False when cancelled while waiting."""
         if not self.held():
             return True
-        started = time.monotonic()
+        started, since = time.monotonic(), time.time()
         self.handovers += 1
         self._emit("taken", {"by": "person", "sandbox": self.sandbox_id})
         while self.held():
@@ -72,7 +74,19 @@ class HandoverGate:
                 self._emit("cancelled", {"held_s": round(time.monotonic() - started, 3)})
                 return False
             self._wake.wait(self.poll_s)
-        self._emit("released", {"by": "person", "held_s": round(time.monotonic() - started, 3)})
+        actions = [
+            {key: value for key, value in event.items() if key != "at"}
+            | {"after_s": round(float(event["at"]) - since, 3)}
+            for event in read_inputs(input_path(self.sandbox_id), since, time.time())
+        ]
+        self._emit(
+            "released",
+            {
+                "by": "person",
+                "held_s": round(time.monotonic() - started, 3),
+                "person_actions": actions,
+            },
+        )
         return True
 
     def wrap(self, before_action: Callable[[A], bool] | None) -> Callable[[A], bool]:

@@ -23,7 +23,7 @@ def handover_section(events: Sequence[dict[str, Any]]) -> list[str]:
         return []
     out = [
         '<h2>Hand-over</h2><table id="handover"><tr><th>t (s)</th><th>what</th><th>by</th>'
-        "<th>held (s)</th><th>reason</th></tr>"
+        "<th>held (s)</th><th>the person's actions</th><th>reason</th></tr>"
     ]
     for event in events:
         state = str(event.get("state"))
@@ -32,6 +32,7 @@ def handover_section(events: Sequence[dict[str, Any]]) -> list[str]:
             _WHAT.get(state, state),
             event.get("by", ""),
             event.get("held_s", ""),
+            _actions(event.get("person_actions") or []),
             event.get("reason", ""),
         )
         out.append(
@@ -59,3 +60,14 @@ def recording_section(events: Sequence[dict[str, Any]]) -> list[str]:
         f"{html.escape(str(event.get('duration_s')))} s, {size:.2f} MB)</p>",
         f'<video controls preload="metadata" width="640" src="{src}"></video>',
     ]
+
+
+def _actions(actions: Sequence[dict[str, Any]]) -> str:
+    """``click 1 at (123, 456) +0.4 s; 3 key presses`` (keys are never named)."""
+    clicks = [
+        f"click {a.get('button')} at ({a.get('x')}, {a.get('y')}) +{a.get('after_s')} s"
+        for a in actions
+        if a.get("kind") == "click"
+    ]
+    keys = sum(1 for a in actions if a.get("kind") == "key")
+    return "; ".join(clicks + ([f"{keys} key presses"] if keys else []))

@@ -51,11 +51,13 @@ from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from orchestrator.providers import backend_of, get_provider
+from orchestrator.view.inputs import RfbInputTap, append_input
 from orchestrator.view.state import (
     MODES,
     Mode,
     ViewState,
     check_sandbox_id,
+    input_path,
     state_path,
     write_state,
 )
@@ -211,6 +213,8 @@ def build_app(server: ViewServer) -> Starlette:
         sock = stream.sock
         sock.setblocking(False)
         codec = stream.codec
+        inputs = input_path(server.sandbox_id)
+        tap = None if view_only else RfbInputTap(lambda event: append_input(inputs, event))
 
         async def to_browser() -> None:
             while data := await loop.sock_recv(sock, CHUNK):
@@ -225,6 +229,8 @@ def build_app(server: ViewServer) -> Starlette:
                     if message["type"] == "websocket.disconnect":
                         return
                     data = message.get("bytes") or (message.get("text") or "").encode()
+                    if tap is not None and tap.stopped is None and not tap.feed(data):
+                        log.warning("not noting the person's inputs: %s", tap.stopped)
                     await loop.sock_sendall(sock, codec.encode(data) if codec else data)
 
         tasks = [asyncio.ensure_future(to_browser()), asyncio.ensure_future(to_guest())]

@@ -34,6 +34,9 @@ __all__ = [
     "SERVER_MODULE",
     "Mode",
     "ViewState",
+    "check_sandbox_id",
+    "input_path",
+    "log_path",
     "read_state",
     "server_argv",
     "state_path",
@@ -92,6 +95,11 @@ def state_path(sandbox_id: str) -> Path:
 
 def log_path(sandbox_id: str) -> Path:
     return view_dir() / f"{check_sandbox_id(sandbox_id)}.log"
+
+
+def input_path(sandbox_id: str) -> Path:
+    """Where the view server notes a person's inputs (:mod:`orchestrator.view.inputs`)."""
+    return view_dir() / f"{check_sandbox_id(sandbox_id)}.input.jsonl"
 
 
 def write_state(state: ViewState) -> None:
@@ -178,6 +186,7 @@ def stop_view_servers(sandbox_id: str) -> list[int]:
                 os.kill(pid, signal.SIGKILL)
     # not created here: a sandbox that never had a view leaves no folder behind
     (_base_dir() / f"{sandbox_id}.json").unlink(missing_ok=True)
+    (_base_dir() / f"{sandbox_id}.input.jsonl").unlink(missing_ok=True)
     return pids
 
 

@@ -114,8 +114,11 @@ def test_the_agent_loop_waits_for_the_person_and_the_trajectory_marks_the_handov
     assert kinds == [("handover", "taken"), ("handover", "released"), ("action", None)]
     released = next(e for e in events if e.get("state") == "released")
     assert released["by"] == "person" and released["held_s"] > 0
+    [person] = released["person_actions"]  # the person's click, marked as theirs
+    assert (person["kind"], person["button"], person["x"], person["y"]) == ("click", 1, 123, 456)
     report = (out / "report.html").read_text()
     assert 'id="handover"' in report and "a person has control" in report
+    assert "click 1 at (123, 456)" in report
 
     # --record: the video is beside the report, linked, and shows the screen
     [recording] = [e for e in events if e["kind"] == "recording"]
