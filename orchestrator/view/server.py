@@ -297,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             access_log=True,
             lifespan="off",
             ws="websockets-sansio",
+            timeout_graceful_shutdown=1,  # open views must not hold up down/gc
         )
     )
 
