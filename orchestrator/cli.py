@@ -312,17 +312,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _register_plugins(sub: Any) -> None:
-    """The drill's ``drill``/``run`` subcommands, when that package is present.
+    """The drill's ``drill``/``run`` and the live view's ``view`` subcommands, when those
+    packages are present.
 
     A plugin that fails to import is reported on stderr; the other commands keep working.
     """
-    try:
-        module = importlib.import_module("orchestrator.drill.cli")
-        module.register(sub)
-    except ImportError as exc:
-        if exc.name in ("orchestrator.drill.cli", "orchestrator.drill"):
-            return
-        _err(f"cubicle: the drill commands are unavailable: {exc}")
+    for package in ("orchestrator.drill", "orchestrator.view"):
+        try:
+            module = importlib.import_module(f"{package}.cli")
+            module.register(sub)
+        except ImportError as exc:
+            if exc.name in (f"{package}.cli", package):
+                continue
+            _err(f"cubicle: the {package.rpartition('.')[2]} commands are unavailable: {exc}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

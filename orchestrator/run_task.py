@@ -42,7 +42,7 @@ from drivers.computer import GuestDriver
 from drivers.errors import SettleOptionError
 from drivers.policy_file import load_policy
 from drivers.settle import SettleOption, check_settle
-from drivers.stall import DEFAULT_STALL_LIMIT
+from drivers.stall import DEFAULT_STALL_LIMIT, StallDetector
 from drivers.viewport import Viewport
 from guest.client import AgentClient
 from guest.errors import CubicleError
@@ -56,6 +56,13 @@ from orchestrator.errors import ConfigError
 from orchestrator.sandbox import Sandbox, teardown_on_signals
 from orchestrator.trajectory.recorder import TrajectoryRecorder
 from orchestrator.trajectory.report import write_report
+from orchestrator.view.handover import recorded_gate, take_over
+from orchestrator.view.recording import (
+    Recording,
+    add_record_argument,
+    parse_record,
+    recording_event,
+)
 
 __all__ = ["TaskResult", "Verifier", "cmd_run", "parse_verify_file", "register_run", "run_task"]
 
@@ -146,6 +153,8 @@ def run_task(
     cancel_requested: Callable[[], bool] = lambda: False,
     settle: SettleOption = True,
     stall_limit: int = DEFAULT_STALL_LIMIT,
+    takeover_on_stall: bool = False,
+    record: tuple[float, int] | None = None,
 ) -> TaskResult:
     """Run ``task`` with ``model`` through ``client`` on ``desktop``; record and verify.
 
@@ -155,24 +164,43 @@ def run_task(
     :param settle: the driver's settle option (:mod:`drivers.settle`).
     :param stall_limit: stop the run after this many state-changing actions in a row changed
         nothing visible (:mod:`drivers.stall`; 0: never).
+    :param takeover_on_stall: on a stall, hand control to a person (``cubicle view``) instead
+        of stopping; the run waits until they release it. While a person holds control
+        (``cubicle view ID --takeover``) every run on a sandbox waits (:mod:`orchestrator.view`).
+    :param record: ``(fps, kbps)``: write ``out/recording.mp4`` of the screen
+        (:mod:`orchestrator.view.recording`); ``None``: no video.
     """
     started = time.monotonic()
     result = TaskResult(out=out)
     with TrajectoryRecorder(out) as recorder:
         stall_hit = threading.Event()
+        gate = recorded_gate(desktop, recorder, cancel_requested)
+
+        def on_stall(message: str) -> None:
+            if takeover_on_stall and gate is not None:
+                session.stalled = None
+                session.stall = StallDetector(stall_limit)
+                take_over(gate, recorder, message)
+            else:
+                stall_hit.set()
+
         session = RecordedSession(
             recorder,
             safety_policy=safety_policy,
             action_policy=action_policy,
             stall_limit=stall_limit,
-            on_stall=lambda message: stall_hit.set(),
+            on_stall=on_stall,
+            gate=gate.wait if gate is not None else None,
         )
         client = OpenAI(
             base_url=base_url,
             api_key=api_key,
             http_client=session.http_client(trust_env=not _is_loopback(base_url)),
         )
+        recording = Recording(desktop, out, fps=record[0], kbps=record[1]) if record else None
         agent = desktop.connect()
+        if recording is not None:
+            recording.start()
         try:
             driver = GuestDriver(
                 agent, viewport=viewport, on_action=session.on_action, settle=settle
@@ -213,6 +241,8 @@ def run_task(
         finally:
             agent.close()
             client.close()
+            if recording is not None:
+                recorder.event("recording", **recording_event(recording.stop(), out))
             for check in result.checks:
                 recorder.event(
                     "check",
@@ -311,6 +341,13 @@ def register_run(sub: Any) -> None:
         help="stop after N state-changing actions in a row changed nothing visible "
         f"(default {DEFAULT_STALL_LIMIT}; 0 turns it off)",
     )
+    add_record_argument(p, where="the report")
+    p.add_argument(
+        "--takeover-on-stall",
+        action="store_true",
+        help="on a stall, hand control to you in the live view (cubicle view) instead of "
+        "stopping; the run resumes when you give it back",
+    )
     p.add_argument(
         "--settle",
         default="on",
@@ -388,6 +425,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     settle = parse_settle(args.settle)
     if args.stall < 0:
         raise ConfigError(f"--stall must be 0 (off) or a positive count, got {args.stall}")
+    record = parse_record(args.record) if args.record is not None else None
     out: Path = args.out or default_out("run")
     with teardown_on_signals():
         sandbox = Sandbox.create(
@@ -415,6 +453,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 cancel_requested=cancel,
                 settle=settle,
                 stall_limit=args.stall,
+                takeover_on_stall=args.takeover_on_stall,
+                record=record,
             )
     finally:
         if args.keep:

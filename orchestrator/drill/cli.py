@@ -21,6 +21,7 @@ from orchestrator.drill.session import LoopKind
 from orchestrator.drill.signals import cancel_on_signals
 from orchestrator.run_task import register_run
 from orchestrator.sandbox import Sandbox, teardown_on_signals
+from orchestrator.view.recording import add_record_argument, parse_record
 
 __all__ = ["cmd_drill", "register"]
 
@@ -56,6 +57,7 @@ def register(sub: Any) -> None:
         action="store_true",
         help="leave the sandbox (and the apps) running; remove it with cubicle down ID",
     )
+    add_record_argument(p, where="each report")
     p.set_defaults(func=cmd_drill)
 
     register_run(sub)
@@ -63,6 +65,7 @@ def register(sub: Any) -> None:
 
 def cmd_drill(args: argparse.Namespace) -> int:
     loops: list[LoopKind] = ["toolset", "runner"] if args.loop == "both" else [args.loop]
+    record = parse_record(args.record) if args.record is not None else None
     out: Path = args.out or default_out("drill")
     started = time.monotonic()
     with teardown_on_signals():
@@ -88,6 +91,7 @@ def cmd_drill(args: argparse.Namespace) -> int:
                     cancel_requested=cancel,
                     keep_apps=args.keep,
                     time_scale=guest_time_scale(sandbox.info),
+                    record=record,
                 )
                 results.append(result)
                 print(result.summary(), flush=True)

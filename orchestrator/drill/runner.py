@@ -35,6 +35,8 @@ from orchestrator.drill.verify import Check, verify_drill
 from orchestrator.provider import SandboxInfo
 from orchestrator.trajectory.recorder import TrajectoryRecorder
 from orchestrator.trajectory.report import write_report
+from orchestrator.view.handover import recorded_gate
+from orchestrator.view.recording import Recording, recording_event
 
 __all__ = [
     "DEFAULT_MODEL_VIEW",
@@ -160,6 +162,7 @@ def run_drill(
     cancel_requested: Callable[[], bool] = lambda: False,
     keep_apps: bool = False,
     time_scale: float = 1.0,
+    record: tuple[float, int] | None = None,
 ) -> DrillResult:
     """Run the drill once with the ``loop`` flavour of the SDK.
 
@@ -174,6 +177,8 @@ def run_drill(
     :param keep_apps: leave the launched editor, browser and server running.
     :param time_scale: multiplies the script's waits (timeouts and quiet periods) for slow
         guests; see :func:`guest_time_scale`.
+    :param record: ``(fps, kbps)``: write ``out/recording.mp4``
+        (:mod:`orchestrator.view.recording`).
     """
     started = time.monotonic()
     result = DrillResult(loop=loop, out=out)
@@ -197,7 +202,15 @@ def run_drill(
         steps = GuestSteps(
             client, paths, recorder=recorder, cancelled=cancel_requested, time_scale=time_scale
         )
-        session = RecordedSession(recorder, safety_policy=safety_policy or ApproveAll())
+        gate = recorded_gate(desktop, recorder, cancel_requested)
+        session = RecordedSession(
+            recorder,
+            safety_policy=safety_policy or ApproveAll(),
+            gate=gate.wait if gate is not None else None,
+        )
+        recording = Recording(desktop, out, fps=record[0], kbps=record[1]) if record else None
+        if recording is not None:
+            recording.start()
         recorder.event(
             "run",
             task=TASK_PROMPT,
@@ -245,6 +258,8 @@ def run_drill(
                     steps.stop_launched()
             finally:
                 client.close()
+                if recording is not None:
+                    recorder.event("recording", **recording_event(recording.stop(), out))
                 result.wall_s = time.monotonic() - started
                 result.guest_wait_s = steps.wait_s
                 result.model_s = session.model_s

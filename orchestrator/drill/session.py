@@ -77,6 +77,7 @@ class RecordedSession:
     :param stall_limit: state-changing actions in a row without a visible change that make the
         run stalled (:mod:`drivers.stall`; ``0`` never). On a stall a ``warning`` event is
         recorded and ``on_stall`` is called once (the run stops the loop there).
+    :param gate: the hand-over gate (see :attr:`gate`), or ``None``.
     """
 
     def __init__(
@@ -87,8 +88,12 @@ class RecordedSession:
         action_policy: ApprovalPolicy | None = None,
         stall_limit: int = DEFAULT_STALL_LIMIT,
         on_stall: Callable[[str], None] | None = None,
+        gate: Callable[[], bool] | None = None,
     ) -> None:
         self.recorder = recorder
+        self.gate = gate
+        """Called first in ``before_action``; blocks while a person has control (hand-over,
+        :class:`orchestrator.view.handover.HandoverGate.wait`); ``False`` (cancelled) refuses."""
         self.safety_policy = safety_policy
         self.action_policy = action_policy
         self.stall = StallDetector(stall_limit)
@@ -129,6 +134,8 @@ class RecordedSession:
         return allowed is True
 
     def before_action(self, action: ComputerActionInput) -> bool:
+        if self.gate is not None and not self.gate():
+            return False
         if self.action_policy is None:
             allowed, by, reason = True, "none", "no action policy: actions run without approval"
         else:

@@ -71,6 +71,7 @@ from orchestrator.providers.docker_errors import ENGINE_HINT, map_docker_errors
 from orchestrator.providers.docker_exec import DockerStreamCodec, bridge_argv, open_exec_socket
 from orchestrator.providers.docker_network import setup_network
 from orchestrator.providers.docker_seccomp import guest_profile
+from orchestrator.view import stop_view_servers
 
 __all__ = ["GUEST_UID", "DockerProvider"]
 
@@ -376,7 +377,17 @@ class DockerProvider(Provider):
     def cleanup_steps(self) -> builtins.list[Callable[[str], None]]:
         """What ``down`` and ``gc`` do to remove one sandbox, in order; each step is idempotent,
         finds its objects by the sandbox's label and is the place to add a new kind of object."""
-        return [self._remove_containers, self._remove_networks, self._remove_volumes]
+        return [
+            self._stop_view_servers,
+            self._remove_containers,
+            self._remove_networks,
+            self._remove_volumes,
+        ]
+
+    @staticmethod
+    def _stop_view_servers(sandbox_id: str) -> None:
+        """The sandbox's live view server (``cubicle view``), before what it streams from."""
+        stop_view_servers(sandbox_id)
 
     def _remove_containers(self, sandbox_id: str) -> None:
         for container in self._containers(sandbox_id):

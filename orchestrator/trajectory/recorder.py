@@ -30,6 +30,11 @@ Kinds and their fields:
 - ``check``: ``name``, ``ok``, ``expected``, ``got`` (verification of the guest's state)
 - ``error``: ``where``, ``type``, ``message``
 - ``warning``: ``what`` (``stall``), ``message``, ``actions``
+- ``handover``: ``state`` (``requested`` | ``taken`` | ``released`` | ``cancelled``), ``by``,
+  ``held_s``, ``reason`` (a person had control between ``taken`` and ``released``:
+  :mod:`orchestrator.view.handover`)
+- ``recording``: ``file`` (the video, relative; null when none), ``frames``, ``duration_s``,
+  ``bytes``, ``error`` (``--record``: :mod:`orchestrator.view.recording`)
 - ``stale_check``: ``shot``, ``stale``, ``changed_box``, ``changed_area``, ``window_s``, ``later``
   (the drill compared the screenshot the model received with the screen that much later; when
   stale, ``later`` is the file of what the screen became, under ``stale/``)

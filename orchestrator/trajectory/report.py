@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.trajectory.recorder import read_trajectory
+from orchestrator.view.report import handover_section, recording_section
 
 __all__ = ["REPORT_FILE", "render_report", "write_report"]
 
@@ -284,6 +285,8 @@ def render_report(folder: Path) -> str:
             )
         out.append("</table>")
 
+    out.extend(handover_section(by_kind.get("handover", [])))
+    out.extend(recording_section(by_kind.get("recording", [])))
     out.append("<h2>Steps</h2>")
     if actions_after.get(None):
         out.append(

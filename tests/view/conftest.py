@@ -1,0 +1,78 @@
+"""Fixtures of the live-view tests: Docker sandboxes (the orchestrator tests' tracker), a private
+view folder per test, and Debian's chromium driven headless through Playwright."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from orchestrator.providers.docker import DockerProvider
+from orchestrator.sandbox import Sandbox
+from orchestrator.view.state import DIR_ENV
+from tests.orchestrator.conftest import Tracker, cli, engine, provider, sandboxes
+from tests.view.guest_recorder import GuestRecorder
+
+__all__ = [
+    "browser",
+    "cli",
+    "engine",
+    "page",
+    "provider",
+    "recorder",
+    "sandbox",
+    "sandboxes",
+    "view_dir",
+]
+
+CHROMIUM = "/usr/bin/chromium"
+SCREEN = (1280, 800)
+LEFT_HALF = (0, 0, 640, 800)
+"""The guest recorder's window: the left half (white), the desktop's background on the right."""
+
+
+@pytest.fixture(autouse=True)
+def view_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """View state files and logs of this test (inherited by the servers it starts)."""
+    folder = tmp_path / "view"
+    monkeypatch.setenv(DIR_ENV, str(folder))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Chromium for one test module. Not session-wide: Playwright's sync API keeps an event
+    loop running in the main thread while it is open, which would break later tests that run
+    their own (``anyio.run``)."""
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
+        )
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    """A fresh browser context (no cookies) whose viewport shows the desktop 1:1 below the bar;
+    the page's CSP is bypassed so Playwright can evaluate its probes."""
+    context = browser.new_context(
+        viewport={"width": SCREEN[0], "height": SCREEN[1] + 100}, bypass_csp=True
+    )
+    page = context.new_page()
+    yield page
+    context.close()
+
+
+@pytest.fixture
+def sandbox(sandboxes: Tracker) -> Sandbox:
+    return sandboxes.create()
+
+
+@pytest.fixture
+def recorder(provider: DockerProvider, sandbox: Sandbox) -> Iterator[GuestRecorder]:
+    """Input events the guest's X server delivers to a window on the left half of the screen."""
+    with GuestRecorder(provider, sandbox.id, geometry=LEFT_HALF) as rec:
+        yield rec

@@ -1,0 +1,280 @@
+"""The live view of a Docker sandbox in a real headless browser (Debian's chromium).
+
+What the person sees is what the model sees (the page's canvas against a cubicle screenshot);
+view-only delivers no input (through the page, and from a forged VNC client); a takeover click
+lands on the right pixel while the agent's hand-over gate waits, until release; wrong tokens
+see nothing; the server listens on loopback only; no log holds a token; ``down`` and ``gc``
+remove the view server of their sandbox and of no other.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import socket
+import struct
+import threading
+import time
+from typing import Any
+
+import pytest
+import requests
+from PIL import Image, ImageChops, ImageStat
+from playwright.sync_api import Page
+from websockets.sync.client import connect as ws_connect
+
+from orchestrator.providers.docker import DockerProvider
+from orchestrator.sandbox import Sandbox
+from orchestrator.view.control import ViewLink, open_view, set_mode
+from orchestrator.view.handover import HandoverGate
+from orchestrator.view.state import read_state, view_server_pids
+from tests.orchestrator.conftest import CliRun, Tracker
+from tests.orchestrator.support import bridge_gateway
+from tests.view.guest_recorder import GuestRecorder
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+MAX_MAD = 0.03
+
+
+def open_page(page: Page, link: ViewLink, *, mode: str = "view") -> None:
+    page.goto(link.url)
+    page.wait_for_function(
+        "mode => window.cubicleView && window.cubicleView.connected"
+        " && window.cubicleView.mode === mode",
+        arg=mode,
+        timeout=30_000,
+    )
+
+
+def canvas_image(page: Page) -> Image.Image:
+    """The canvas as the page shows it (a screenshot of the element), at screen size."""
+    shot = Image.open(io.BytesIO(page.locator("#screen canvas").screenshot())).convert("RGB")
+    return shot if shot.size == (1280, 800) else shot.resize((1280, 800))
+
+
+def mad(a: Image.Image, b: Image.Image) -> float:
+    """Mean absolute pixel difference, as a fraction of full scale."""
+    diff = ImageChops.difference(a.convert("RGB"), b.convert("RGB"))
+    return sum(ImageStat.Stat(diff).mean) / 3 / 255
+
+
+def wait_canvas_matches(page: Page, sandbox: Sandbox, *, timeout_s: float = 20.0) -> float:
+    """Wait until the canvas shows the sandbox's screenshot (MAD under 3 %); return the MAD."""
+    page.wait_for_function("() => !!document.querySelector('#screen canvas')", timeout=10_000)
+    deadline = _deadline(timeout_s)
+    while True:
+        _, png = sandbox.screenshot()
+        score = mad(canvas_image(page), Image.open(io.BytesIO(png)))
+        if score < MAX_MAD or _past(deadline):
+            return score
+        page.wait_for_timeout(100)  # a frame in flight: the browser paints, then look again
+
+
+def agent_click(sandbox: Sandbox, x: int, y: int) -> None:
+    with sandbox.connect() as client:
+        client.hello(timeout=10.0)
+        client.call("click", {"x": x, "y": y})
+
+
+def presses(recorder: GuestRecorder) -> list[tuple[int, int]]:
+    return [(e["root_x"], e["root_y"]) for e in recorder.events() if e["kind"] == "ButtonPress"]
+
+
+def click_canvas(page: Page, x: int, y: int) -> None:
+    """Click the page where the canvas shows screen pixel (x, y)."""
+    box = page.locator("#screen canvas").bounding_box()
+    assert box is not None
+    scale = box["width"] / 1280
+    page.mouse.click(box["x"] + (x + 0.5) * scale, box["y"] + (y + 0.5) * scale)
+
+
+def forged_pointer_click(link: ViewLink, cookie: str, x: int, y: int) -> None:
+    """A VNC client of our own (not noVNC) that ignores view-only and sends a click."""
+    port = int(re.match(r"http://127\.0\.0\.1:(\d+)/", link.url).group(1))  # type: ignore[union-attr]
+    with ws_connect(
+        f"ws://127.0.0.1:{port}/websockify",
+        origin=f"http://127.0.0.1:{port}",  # type: ignore[arg-type]
+        additional_headers={"Cookie": f"cubicle_view={cookie}"},
+        subprotocols=["binary"],  # type: ignore[list-item]
+        open_timeout=20,
+    ) as ws:
+        reader = _RfbReader(ws)
+        version = reader.read(12)
+        assert version.startswith(b"RFB 003."), version
+        ws.send(b"RFB 003.008\n")
+        count = reader.read(1)[0]
+        types = reader.read(count)
+        assert 1 in types, f"x11vnc offered {types!r}"
+        ws.send(bytes([1]))
+        assert reader.read(4) == b"\0\0\0\0"
+        ws.send(bytes([1]))  # ClientInit, shared
+        width, height = struct.unpack(">HH", reader.read(4))
+        assert (width, height) == (1280, 800)
+        reader.read(16)
+        reader.read(struct.unpack(">I", reader.read(4))[0])
+        ws.send(struct.pack(">BBHH", 5, 1, x, y) + struct.pack(">BBHH", 5, 0, x, y))
+        # a FramebufferUpdateRequest answered proves x11vnc read (and dropped) the clicks
+        ws.send(struct.pack(">BBHHHH", 3, 0, 0, 0, 16, 16))
+        assert reader.read(1) == b"\0"
+
+
+class _RfbReader:
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+        self.buffer = b""
+
+    def read(self, n: int) -> bytes:
+        while len(self.buffer) < n:
+            self.buffer += self.ws.recv(timeout=20)
+        out, self.buffer = self.buffer[:n], self.buffer[n:]
+        return out
+
+
+def session_cookie(page: Page) -> str:
+    return next(c["value"] for c in page.context.cookies() if c["name"] == "cubicle_view")
+
+
+# ------------------------------------------------------------------------------------ tests
+
+
+def test_page_shows_the_desktop_and_view_only_delivers_no_input(
+    page: Page, sandbox: Sandbox, recorder: GuestRecorder
+) -> None:
+    link = open_view(sandbox.id)
+    assert link.mode == "view"
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+/#t=[\w-]{20,}", link.url), link.url
+    open_page(page, link)
+    assert page.evaluate("location.href").endswith(":" + link.url.split(":")[2].split("/")[0] + "/")
+    score = wait_canvas_matches(page, sandbox)
+    assert score < MAX_MAD, f"canvas differs from the screenshot by {score:.1%}"
+
+    click_canvas(page, 100, 100)  # noVNC in view-only mode
+    forged_pointer_click(link, session_cookie(page), 200, 200)  # a client ignoring view-only
+    agent_click(sandbox, 300, 300)  # the barrier: the agent's click arrives
+    recorder.wait_for(lambda e: e["kind"] == "ButtonPress")
+    assert presses(recorder) == [(300, 300)]
+
+
+def test_takeover_click_lands_on_the_pixel_and_pauses_the_agent(
+    page: Page, sandbox: Sandbox, recorder: GuestRecorder
+) -> None:
+    events: list[tuple[str, dict[str, Any]]] = []
+    taken = threading.Event()
+
+    def on_event(what: str, detail: dict[str, Any]) -> None:
+        events.append((what, detail))
+        if what == "taken":
+            taken.set()
+
+    link = open_view(sandbox.id, mode="takeover")
+    assert link.mode == "takeover"
+    gate = HandoverGate(sandbox.id, on_event=on_event)
+    outcome: list[bool] = []
+    agent = threading.Thread(target=lambda: outcome.append(gate.wait()))
+    agent.start()
+    assert taken.wait(10), "the gate did not see the person in control"
+
+    open_page(page, link, mode="takeover")
+    wait_canvas_matches(page, sandbox)
+    click_canvas(page, 123, 456)
+    press = recorder.wait_for(lambda e: e["kind"] == "ButtonPress")
+    assert (press["root_x"], press["root_y"], press["button"]) == (123, 456, 1)
+    assert agent.is_alive() and outcome == [], "the agent acted while a person had control"
+
+    cancelled_gate = HandoverGate(sandbox.id, cancelled=lambda: True)
+    assert cancelled_gate.wait() is False, "a cancelled run must stop waiting"
+
+    page.click("#toggle")  # "Give control back"
+    agent.join(10)
+    assert outcome == [True]
+    assert [what for what, _ in events] == ["taken", "released"]
+    assert events[1][1]["held_s"] > 0
+    page.wait_for_function(
+        "() => window.cubicleView.connected && window.cubicleView.mode === 'view'",
+        timeout=30_000,
+    )
+    state = read_state(sandbox.id)
+    assert state is not None and state.mode == "view"
+    click_canvas(page, 50, 60)  # view-only again
+    agent_click(sandbox, 70, 80)
+    recorder.wait_for(lambda e: e["kind"] == "ButtonPress" and e["root_x"] == 70)
+    assert presses(recorder) == [(123, 456), (70, 80)]
+
+
+def test_wrong_token_loopback_only_and_no_token_in_any_log(
+    page: Page, sandbox: Sandbox, provider: DockerProvider, view_dir: Any
+) -> None:
+    link = open_view(sandbox.id)
+    base, token = link.url.split("#t=")
+
+    page.goto(base + "#t=" + "x" * len(token))
+    page.wait_for_function("() => window.cubicleView && window.cubicleView.refused")
+    assert page.locator("#screen canvas").count() == 0
+    assert "wrong" in page.inner_text("#status")
+
+    assert requests.get(base + "api/state", timeout=10).status_code == 401
+    assert requests.post(base + "api/mint", timeout=10).status_code == 401
+    forged = requests.post(
+        base + "api/mode", json={"mode": "takeover"}, headers={"X-Cubicle-View": "1"}, timeout=10
+    )
+    assert forged.status_code == 401
+    with pytest.raises(Exception, match=r"403|401|rejected|1008"):
+        forged_pointer_click(link, "not-a-session", 1, 1)
+    rebound = requests.get(base.replace("127.0.0.1", "localhost"), timeout=10)
+    assert rebound.status_code == 400, "a Host other than 127.0.0.1 must be refused"
+
+    page = page.context.new_page()  # (a fragment change alone would not reload the page)
+    open_page(page, link)  # the real token works once ...
+    spent = requests.post(
+        base + "api/session", json={"token": token}, headers={"X-Cubicle-View": "1"}, timeout=10
+    )
+    assert spent.status_code == 401  # ... and only once
+    cookie = session_cookie(page)
+
+    state = read_state(sandbox.id)
+    assert state is not None
+    gateway = bridge_gateway(provider.client)
+    for address in (gateway, socket.gethostbyname(socket.gethostname())):
+        if address.startswith("127."):
+            continue
+        with pytest.raises(OSError):
+            socket.create_connection((address, state.port), timeout=5).close()
+
+    logs = "".join(p.read_text(errors="replace") for p in view_dir.glob("*.log"))
+    logs += provider.logs(sandbox.id, tail=10_000)
+    assert "WebSocket /websockify" in logs or "GET / " in logs, "the access log is not there"
+    for secret in (token, cookie, state.key):
+        assert secret not in logs
+
+
+def test_down_and_gc_remove_the_view_server_of_their_sandbox_only(
+    sandboxes: Tracker, provider: DockerProvider, cli: CliRun
+) -> None:
+    keep, down, expiring = sandboxes.create(), sandboxes.create(), sandboxes.create(ttl_s=1.0)
+    for sandbox in (keep, down, expiring):
+        open_view(sandbox.id)
+        assert len(view_server_pids(sandbox.id)) == 1
+    again = open_view(keep.id)  # reused, not a second server
+    assert view_server_pids(keep.id) == [again.pid]
+
+    done = cli("down", down.id)
+    assert done.returncode == 0, done.stderr
+    assert view_server_pids(down.id) == []
+    assert read_state(down.id) is None
+
+    while not _past(expiring.info.expires_at, wall=True):
+        _, _ = keep.screenshot()  # time passes doing something useful
+    assert expiring.id in provider.gc()
+    assert view_server_pids(expiring.id) == []
+    assert view_server_pids(keep.id) == [again.pid], "gc touched another sandbox's view"
+    set_mode(keep.id, "takeover")  # still answering
+    assert read_state(keep.id).mode == "takeover"  # type: ignore[union-attr]
+
+
+def _deadline(seconds: float) -> float:
+    return time.monotonic() + seconds
+
+
+def _past(deadline: float, *, wall: bool = False) -> bool:
+    return (time.time() if wall else time.monotonic()) > deadline
