@@ -312,25 +312,26 @@ class PollingTracker:
 
     def __init__(self, grab: Callable[[Rect | None], Image.Image]) -> None:
         self._grab = grab
-        self._before: dict[float, Image.Image] = {}
+        self._before: tuple[float, Image.Image] | None = None
+        """The grab taken when the current action began, with its start time."""
         self._lock = threading.Lock()
 
     def begin_input(self) -> float:
         image = self._grab(None)
         now = time.monotonic()
         with self._lock:
-            self._before = {now: image}
+            self._before = (now, image)
         return now
 
     def end_input(self) -> None:
         with self._lock:
-            self._before = {}
+            self._before = None
 
     def wait(
         self, since: float, spec: protocol.SettleSpec, region: Rect | None = None
     ) -> SettleOutcome:
         with self._lock:
-            before = self._before.get(since)
+            before = self._before[1] if self._before and self._before[0] == since else None
         start = time.monotonic()
         if before is None:
             before = self._grab(None)
@@ -370,7 +371,7 @@ class PollingTracker:
 
     def close(self) -> None:
         with self._lock:
-            self._before = {}
+            self._before = None
 
 
 def changed_rects(
