@@ -206,6 +206,10 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
+    from orchestrator.pool import admin  # noqa: PLC0415 — pools past their expiry, refillers
+
+    for key in admin.gc():
+        _err(f"pool {key}: expired")
     for provider in _available_providers():
         try:
             for sandbox_id in provider.gc():
@@ -312,12 +316,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _register_plugins(sub: Any) -> None:
-    """The drill's ``drill``/``run`` and the live view's ``view`` subcommands, when those
-    packages are present.
+    """The drill's ``drill``/``run``, the live view's ``view`` and the warm pools' ``pool``
+    subcommands, when those packages are present.
 
     A plugin that fails to import is reported on stderr; the other commands keep working.
     """
-    for package in ("orchestrator.drill", "orchestrator.view"):
+    for package in ("orchestrator.drill", "orchestrator.view", "orchestrator.pool"):
         try:
             module = importlib.import_module(f"{package}.cli")
             module.register(sub)

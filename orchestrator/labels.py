@@ -6,7 +6,8 @@ name), so nothing else on the engine is ever touched.
 
 =========================  ====================================================================
 ``io.cubicle.sandbox``     the sandbox id (``dk-…``); present on every object of the sandbox
-``io.cubicle.role``        ``guest`` (the desktop), ``egress`` (the allowlist proxy), ``network``
+``io.cubicle.role``        ``guest`` (the desktop), ``egress`` (the allowlist proxy), ``network``,
+                           ``claim`` (a warm pool claim marker, :mod:`orchestrator.pool`)
 ``io.cubicle.owner-pid``   pid of the creating process (``0``: made before lifetimes existed)
 ``io.cubicle.owner-start`` that process's start time (clock ticks since boot; guards pid reuse)
 ``io.cubicle.owner-host``  host name of the creating process (gc only judges pids of this host)
@@ -66,7 +67,7 @@ NETWORK = "io.cubicle.network"
 SCREEN = "io.cubicle.screen"
 VERSION = "io.cubicle.version"
 
-Role = Literal["guest", "egress", "network"]
+Role = Literal["guest", "egress", "network", "claim"]
 
 
 def process_start_ticks(pid: int) -> int | None:

@@ -82,6 +82,8 @@ class Sandbox:
         detached: bool = False,
         cpus: float | None = None,
         spec: SandboxSpec | None = None,
+        pool: bool = True,
+        provider: Provider | None = None,
     ) -> Sandbox:
         """Create a sandbox; wait until its agent answers ``hello`` (at most ``ready_timeout_s``).
 
@@ -93,10 +95,13 @@ class Sandbox:
             this process's: killed mid-start, ``gc`` removes it (:mod:`orchestrator.ownership`).
         :param cpus: CPU limit in cores (default: ``CUBICLE_CPUS``, else 1).
         :param spec: a full :class:`SandboxSpec` (overrides network/screen/ttl/detached/cpus).
+        :param pool: claim a ready member of a warm pool of this shape when one exists
+            (:mod:`orchestrator.pool`; returns in milliseconds); ``False``: always start one.
+        :param provider: the provider to use instead of ``backend``'s (the pool filler's).
         :raises SandboxStartError: not ready in time; everything created is removed first.
         :raises ConfigError, EngineUnavailable, ImageMissing: before anything is created.
         """
-        provider = get_provider(backend)
+        provider = provider or get_provider(backend)
         if spec is None:
             policy = network if isinstance(network, NetworkPolicy) else NetworkPolicy.parse(network)
             spec = SandboxSpec(
@@ -107,6 +112,13 @@ class Sandbox:
                 cpus=default_cpus() if cpus is None else cpus,
             )
         say = progress or (lambda _line: None)
+        if pool:
+            from orchestrator.pool.claim import claim  # noqa: PLC0415 — the pool hook
+
+            claimed = claim(provider, spec)
+            if claimed is not None:
+                say(f"{claimed.id}: claimed from a warm pool")
+                return cls(provider, claimed, owned=not spec.detached)
         started = time.monotonic()
         info = provider.create(spec)
         sandbox = cls(provider, info, owned=not spec.detached)

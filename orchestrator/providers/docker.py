@@ -57,6 +57,7 @@ from orchestrator.errors import (
     SandboxNotFound,
 )
 from orchestrator.network import NetworkPolicy
+from orchestrator.pool import marks
 from orchestrator.provider import (
     AgentStream,
     DoctorCheck,
@@ -136,15 +137,20 @@ def _describe(container: docker.models.containers.Container) -> str:
     return f"Docker container {container.name} ({str(container.id)[:12]})"
 
 
-def _info(container: docker.models.containers.Container) -> SandboxInfo | None:
-    """The sandbox of a guest container, or None (with a warning naming it) if its labels do not
-    parse."""
+def _info(container: docker.models.containers.Container, claim: Any = None) -> SandboxInfo | None:
+    """The sandbox of a guest container (and of its warm-pool claim marker, if any: the claim's
+    stamp counts, :mod:`orchestrator.pool.marks`), or None (with a warning naming it) if its
+    labels do not parse."""
     labels: dict[str, str] = container.labels
-    stamp = ownership.skip_malformed(_describe(container), labels, ID_PREFIX)
+    objects = [(_describe(container), labels)] + (
+        [(_describe(claim), claim.labels)] if claim else []
+    )
+    stamp = marks.effective_stamps(objects, ID_PREFIX).get(labels.get(L.SANDBOX, ""))
     if stamp is None:
         return None
     width, _, height = labels.get(L.SCREEN, "0x0").partition("x")
     ready = not str(container.name).endswith(CREATING_SUFFIX)
+    state = stamp.lifetime if ready else "creating"
     return SandboxInfo(
         id=stamp.sandbox_id,
         provider=DockerProvider.name,
@@ -156,7 +162,7 @@ def _info(container: docker.models.containers.Container) -> SandboxInfo | None:
         network=labels.get(L.NETWORK, ""),
         screen=(int(width) if width.isdigit() else 0, int(height) if height.isdigit() else 0),
         detail={"container": str(container.name), "image": str(container.attrs["Config"]["Image"])},
-        ownership=stamp.lifetime if ready else "creating",
+        ownership="pool" if claim is None and marks.is_member_name(str(container.name)) else state,
     )
 
 
@@ -412,7 +418,11 @@ class DockerProvider(Provider):
                 volume.remove(force=True)
 
     def list(self) -> list[SandboxInfo]:
-        infos = (_info(c) for c in self._containers(role="guest"))
+        containers = self._containers()
+        claims = {c.labels.get(L.SANDBOX): c for c in containers if _role(c) == marks.CLAIM_ROLE}
+        infos = (
+            _info(c, claims.get(c.labels.get(L.SANDBOX))) for c in containers if _role(c) == "guest"
+        )
         return sorted((i for i in infos if i is not None), key=lambda i: i.created_at)
 
     def _stamps(self) -> dict[str, ownership.Stamp]:
@@ -428,12 +438,7 @@ class DockerProvider(Provider):
             for volume in self.client.volumes.list(filters={"label": L.SANDBOX}):
                 labels = volume.attrs.get("Labels") or {}
                 objects.append((f"Docker volume {volume.name}", labels))
-        stamps: dict[str, ownership.Stamp] = {}
-        for what, labels in objects:
-            stamp = ownership.skip_malformed(what, labels, ID_PREFIX)
-            if stamp is not None:
-                stamps.setdefault(stamp.sandbox_id, stamp)
-        return stamps
+        return marks.effective_stamps(objects, ID_PREFIX)
 
     def gc(self) -> builtins.list[str]:
         """Judge each sandbox on its own (:func:`orchestrator.ownership.verdict`): the owner first,
@@ -445,14 +450,29 @@ class DockerProvider(Provider):
                 stamp, functools.partial(self._ready, sandbox_id), time.time()
             )
             if reason is not None:
+                # a warm-pool claim may have landed since the listing: its marker, read fresh
+                fresh = marks.effective_stamps(
+                    [(_describe(c), c.labels) for c in self._containers(sandbox_id)], ID_PREFIX
+                ).get(sandbox_id, stamp)
+                if fresh != stamp:
+                    reason = ownership.verdict(
+                        fresh, functools.partial(self._ready, sandbox_id), time.time()
+                    )
+            if reason is not None:
                 log.info("gc: removing %s (%s)", sandbox_id, reason)
                 self.destroy(sandbox_id)
                 removed.append(sandbox_id)
         return removed
 
     def describe(self, sandbox_id: str) -> SandboxInfo | None:
-        found = self._containers(sandbox_id, "guest")
-        return _info(found[0]) if found else None
+        found = self._containers(sandbox_id)
+        guests = [c for c in found if _role(c) == "guest"]
+        claims = [c for c in found if _role(c) == marks.CLAIM_ROLE]
+        return _info(guests[0], claims[0] if claims else None) if guests else None
+
+
+def _role(container: docker.models.containers.Container) -> str:
+    return str(container.labels.get(L.ROLE, ""))
 
 
 def _text(data: object) -> str:

@@ -15,19 +15,17 @@ a command line, a URL or a log.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import signal
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Final, Literal
 
 from orchestrator.errors import ConfigError
 from orchestrator.hostdirs import host_folder
+from orchestrator.hostprocs import module_pids, stop_pids
 
 __all__ = [
     "MODES",
@@ -142,24 +140,7 @@ def server_argv(sandbox_id: str) -> list[str]:
 
 def view_server_pids(sandbox_id: str | None = None) -> list[int]:
     """Pids of this user's view servers (of ``sandbox_id``, or of every sandbox)."""
-    uid = os.geteuid()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if entry.stat().st_uid != uid:
-                continue
-            argv = (entry / "cmdline").read_bytes().split(b"\0")[:-1]
-        except OSError:
-            continue
-        if (
-            len(argv) == 5
-            and argv[1:4] == [b"-m", SERVER_MODULE.encode(), b"--sandbox"]
-            and (sandbox_id is None or argv[4] == sandbox_id.encode())
-        ):
-            found.append(int(entry.name))
-    return found
+    return module_pids(SERVER_MODULE, "--sandbox", sandbox_id)
 
 
 def stop_view_servers(sandbox_id: str) -> list[int]:
@@ -171,29 +152,8 @@ def stop_view_servers(sandbox_id: str) -> list[int]:
     """
     check_sandbox_id(sandbox_id)
     pids = view_server_pids(sandbox_id)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while pids and time.monotonic() < deadline:
-        pids_left = [pid for pid in pids if _alive(pid)]
-        if not pids_left:
-            break
-        time.sleep(0.02)
-    for pid in pids:
-        if _alive(pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+    stop_pids(pids, STOP_TIMEOUT_S)
     # not created here: a sandbox that never had a view leaves no folder behind
     (_base_dir() / f"{sandbox_id}.json").unlink(missing_ok=True)
     (_base_dir() / f"{sandbox_id}.input.jsonl").unlink(missing_ok=True)
     return pids
-
-
-def _alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"

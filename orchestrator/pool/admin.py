@@ -1,0 +1,149 @@
+"""What ``cubicle pool fill|ls|drain`` and ``cubicle gc`` do with pools.
+
+- :func:`start` records a pool (or resizes one and extends its expiry) and fills it in the
+  foreground under its filler lock.
+- :func:`status`: each pool with its ready members, whether a filler is at work, its refillers.
+- :func:`drain`: forget the pool first (no claim starts on it after), end its refillers, wait for
+  its filler lock (a foreground fill finishes its member and removes it), then remove what is
+  left — members still being created by an ended refiller, and every ready member, each claimed
+  first by the drain itself so that a concurrent claimer never gets one being removed. Claimed
+  sandboxes are their claimers' and stay.
+- :func:`gc`: pools past their expiry are forgotten and their refillers ended; refillers of
+  pools that no longer exist too. Expired members are ordinary expired sandboxes: the
+  provider's ``gc`` takes them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Final
+
+from orchestrator import labels as L
+from orchestrator.errors import ConfigError
+from orchestrator.pool import docker_pool, fill, refill, registry
+from orchestrator.pool.registry import PoolRecord, PoolShape
+from orchestrator.provider import Progress, SandboxSpec
+from orchestrator.providers.docker import DockerProvider
+from orchestrator.providers.docker import _validate as validate
+
+__all__ = ["PoolStatus", "drain", "gc", "start", "status"]
+
+DRAIN_LOCK_WAIT_S: Final = 180.0
+
+
+@dataclass(frozen=True)
+class PoolStatus:
+    record: PoolRecord
+    ready: int
+    filling: bool
+    refillers: list[int]
+
+
+def _provider(shape: PoolShape) -> DockerProvider:
+    if shape.backend != "docker":
+        raise ConfigError(
+            f"pools on the {shape.backend} backend are not supported yet (Docker only)",
+            hint="use --backend docker",
+        )
+    return DockerProvider()
+
+
+def start(
+    backend: str,
+    spec: SandboxSpec,
+    size: int,
+    *,
+    progress: Progress,
+    parallel: int = fill.DEFAULT_PARALLEL,
+    ready_timeout_s: float = 90.0,
+) -> tuple[PoolRecord, list[str]]:
+    """Record pool ``spec``'s shape with ``size`` members expiring ``spec.ttl_s`` from now, and
+    fill it. Returns the record and the member ids made now.
+
+    :raises ConfigError: bad size, or a backend without pools.
+    """
+    if size < 1:
+        raise ConfigError(f"a pool holds at least 1 member, got {size}")
+    if spec.ttl_s <= docker_pool.CLAIM_MARGIN_S:
+        raise ConfigError(
+            f"pool ttl {spec.ttl_s:.0f} s is too short: members are not claimed in their last "
+            f"{docker_pool.CLAIM_MARGIN_S:.0f} s"
+        )
+    from orchestrator.pool.claim import shape_for  # noqa: PLC0415
+
+    if backend != "docker":
+        _provider(PoolShape.of(backend, "", "", spec))  # raises, naming the backend
+    validate(spec)  # before anything is recorded
+    shape = shape_for(DockerProvider(), spec)
+    record = PoolRecord(shape=shape, size=size, expires_at=time.time() + spec.ttl_s)
+    registry.write(record)
+    with registry.fill_lock(record.key, wait_s=None):
+        made = fill.fill(
+            record, progress=progress, parallel=parallel, ready_timeout_s=ready_timeout_s
+        )
+    return record, made
+
+
+def status() -> list[PoolStatus]:
+    """Every recorded pool, with its ready members and fillers."""
+    found = []
+    for record in registry.records():
+        provider = _provider(record.shape)
+        found.append(
+            PoolStatus(
+                record=record,
+                ready=len(docker_pool.members(provider, record.key)),
+                filling=not registry.lock_free(record.key),
+                refillers=refill.refill_pids(record.key),
+            )
+        )
+    return found
+
+
+def drain(key: str) -> list[str]:
+    """Remove pool ``key`` and its unclaimed members (see the module doc); the ids removed.
+
+    :raises ConfigError: a malformed key. An unknown key drains whatever members it has.
+    """
+    record = registry.read(key)
+    registry.remove(key)
+    provider = _provider(record.shape) if record else DockerProvider()
+    owners = {(pid, L.process_start_ticks(pid) or 0) for pid in refill.refill_pids(key)}
+    refill.stop_refills(key)
+    removed: list[str] = []
+    with registry.fill_lock(key, wait_s=DRAIN_LOCK_WAIT_S):
+        for sandbox_id in docker_pool.creating_by(provider, owners):
+            provider.destroy(sandbox_id)
+            removed.append(sandbox_id)
+        drainer = SandboxSpec(ttl_s=600.0)
+        for member in docker_pool.members(provider, key):
+            if docker_pool.take(provider, member, drainer):
+                provider.destroy(member.sandbox_id)
+                removed.append(member.sandbox_id)
+    return removed
+
+
+def gc(now: float | None = None) -> list[str]:
+    """Forget expired pools and end their refillers, and refillers of pools gone; the keys."""
+    when = time.time() if now is None else now
+    forgotten = []
+    for record in registry.records():
+        if record.expires_at < when:
+            registry.remove(record.key)
+            refill.stop_refills(record.key)
+            forgotten.append(record.key)
+    known = {record.key for record in registry.records()}
+    for pid in refill.refill_pids():
+        key = _key_of(pid)
+        if key is not None and key not in known:
+            refill.stop_refills(key)
+    return forgotten
+
+
+def _key_of(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as source:
+            return source.read().split(b"\0")[4].decode()
+    except (OSError, IndexError, UnicodeDecodeError):
+        return None

@@ -1,0 +1,45 @@
+"""The hook of :meth:`orchestrator.sandbox.Sandbox.create`: claim a ready member of a matching
+pool, or answer None (then ``create`` starts a sandbox as before).
+
+Cost when no pool exists: one directory read (:func:`orchestrator.pool.registry.has_pools`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from orchestrator.pool import registry
+from orchestrator.provider import Provider, SandboxInfo, SandboxSpec
+
+__all__ = ["claim", "engine_of", "shape_for"]
+
+
+def engine_of(provider: Provider) -> str:
+    """Where ``provider`` starts sandboxes (part of a pool's shape)."""
+    return os.environ.get("DOCKER_HOST", "") if provider.name == "docker" else ""
+
+
+def shape_for(provider: Provider, spec: SandboxSpec) -> registry.PoolShape:
+    """The pool shape a request for ``spec`` on ``provider`` matches."""
+    image = spec.image or provider.default_image()  # type: ignore[attr-defined]
+    return registry.PoolShape.of(provider.name, engine_of(provider), str(image), spec)
+
+
+def claim(provider: Provider, spec: SandboxSpec) -> SandboxInfo | None:
+    """A claimed member for ``spec`` (now owned per ``spec``: its lifetime and ttl), or None:
+    no matching pool, or none of its members ready. Either way after a match the pool's
+    refiller is asked to top it up."""
+    if not registry.has_pools():
+        return None
+    from orchestrator.pool import docker_pool, refill  # noqa: PLC0415 — only with pools
+    from orchestrator.providers.docker import DockerProvider  # noqa: PLC0415
+
+    if not isinstance(provider, DockerProvider):
+        return None  # pools are Docker-only for now (README: Warm pools)
+    record = registry.read(shape_for(provider, spec).key)
+    if record is None or record.expires_at < time.time() + docker_pool.CLAIM_MARGIN_S:
+        return None
+    info = docker_pool.claim(provider, record.key, spec)
+    refill.request(record.key)
+    return info

@@ -1,0 +1,219 @@
+"""Warm pools on Docker: claims are atomic and fresh, drains and gc leave nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import docker
+import pytest
+
+from orchestrator import labels as L
+from orchestrator.pool import docker_pool, fill, marks, refill, registry
+from orchestrator.pool.registry import PoolRecord
+from orchestrator.providers.docker import DockerProvider
+from orchestrator.sandbox import Sandbox
+from tests.orchestrator.conftest import REPO, CliRun
+from tests.orchestrator.support import leftovers
+from tests.pool.conftest import Pools
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+def _home(sandbox: Sandbox) -> list[str]:
+    """Every path under the desktop user's home, with its size (what a user could find)."""
+    result = sandbox.exec(["find", "/home/cubicle", "-printf", "%P %s\n"])
+    assert result.exit_code == 0, result.stderr
+    return sorted(result.stdout.splitlines())
+
+
+def test_claim_takes_a_member_and_pool_false_opts_out(pools: Pools) -> None:
+    spec = pools.spec()
+    record = pools.fill(spec, 2)
+    members = {m.sandbox_id for m in docker_pool.members(pools.provider, record.key)}
+    assert len(members) == 2
+
+    with pools.claim(spec) as sandbox:
+        assert sandbox.id in members
+        assert sandbox.info.ownership == "owned" and sandbox.info.state == "running"
+        result, png = sandbox.screenshot()
+        assert (result["width"], result["height"]) == spec.screen
+        assert png.startswith(b"\x89PNG")
+        info = pools.provider.describe(sandbox.id)
+        assert info is not None and info.detail["container"] == f"cubicle-{sandbox.id}"
+        assert sandbox.id not in {m.sandbox_id for m in docker_pool.members(pools.provider)}
+
+    with pools.claim(spec, pool=False) as cold:
+        assert cold.id not in members, "pool=False claimed a member"
+    with pools.claim(pools.spec()) as other_shape:
+        assert other_shape.id not in members, "a request of another shape claimed a member"
+
+
+def test_concurrent_takes_of_one_member_have_one_winner(pools: Pools) -> None:
+    spec = pools.spec()
+    record = pools.fill(spec, 1)
+    (member,) = docker_pool.members(pools.provider, record.key)
+    start = threading.Barrier(8)
+
+    def race(_: int) -> bool:
+        provider = DockerProvider()
+        start.wait()
+        return docker_pool.take(provider, member, spec)
+
+    with ThreadPoolExecutor(8) as workers:
+        wins = list(workers.map(race, range(8)))
+    assert wins.count(True) == 1, wins
+
+
+def test_concurrent_claims_never_share(pools: Pools) -> None:
+    spec = pools.spec()
+    record = pools.fill(spec, 4)
+    members = {m.sandbox_id for m in docker_pool.members(pools.provider, record.key)}
+    start = threading.Barrier(6)
+
+    def claim(_: int) -> Sandbox:
+        start.wait()
+        return pools.claim(spec)
+
+    with ThreadPoolExecutor(6) as workers:
+        got = list(workers.map(claim, range(6)))
+    try:
+        ids = [s.id for s in got]
+        assert len(set(ids)) == 6, f"two claims got the same sandbox: {ids}"
+        claimed = [i for i in ids if i in members]
+        assert len(claimed) == 4, f"claims missed ready members: {ids} vs {members}"
+        # each claim is marked once, naming this process as the owner
+        for sandbox_id in claimed:
+            (marker,) = pools.provider.client.containers.list(
+                all=True, filters={"label": [f"{L.SANDBOX}={sandbox_id}", f"{L.ROLE}=claim"]}
+            )
+            assert marker.labels[L.OWNER_PID] == str(os.getpid())
+            assert marker.labels[L.LIFETIME] == "owned"
+    finally:
+        for sandbox in got:
+            sandbox.destroy()
+
+
+def test_claimed_sandbox_has_a_fresh_home(pools: Pools) -> None:
+    spec = pools.spec()
+    pools.fill(spec, 2)
+    with pools.claim(spec) as first:
+        assert first.exec(["sh", "-c", "echo secret > ~/left-behind.txt"]).exit_code == 0
+    with pools.claim(spec) as second, pools.claim(spec, pool=False) as cold:
+        assert second.id != first.id
+        home = _home(second)
+        assert not any("left-behind" in line for line in home), home
+        assert home == _home(cold), "a claimed home differs from a new sandbox's home"
+
+
+def test_drained_pool_leaves_nothing(pools: Pools, engine: docker.DockerClient) -> None:
+    spec = pools.spec()
+    record = pools.fill(spec, 2)
+    first = {m.sandbox_id for m in docker_pool.members(pools.provider, record.key)}
+    claimed = pools.claim(spec)  # starts the refiller
+    try:
+        deadline = time.monotonic() + 30
+        while not refill.refill_pids(record.key) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert refill.refill_pids(record.key), "no refiller after a claim"
+        removed = set(_drain_cli(record.key))
+        assert first - {claimed.id} <= removed
+        assert registry.read(record.key) is None
+        assert not refill.refill_pids(record.key), "drain left the refiller running"
+        assert not docker_pool.members(pools.provider, record.key)
+        for sandbox_id in removed:
+            assert not leftovers(engine, {L.SANDBOX: sandbox_id}), sandbox_id
+        # the claimed sandbox is its claimer's: untouched and working
+        assert claimed.screenshot()[0]["width"] == spec.screen[0]
+    finally:
+        claimed.destroy()
+
+
+def _drain_cli(key: str) -> list[str]:
+    from orchestrator.pool import admin  # noqa: PLC0415
+
+    return admin.drain(key)
+
+
+def test_gc_collects_expired_members_and_pools(
+    pools: Pools, cli: CliRun, engine: docker.DockerClient
+) -> None:
+    spec = pools.spec(ttl_s=3.0)
+    record = PoolRecord(
+        shape=_shape(pools.provider, spec),
+        size=1,
+        expires_at=time.time() + 3.0,
+    )
+    registry.write(record)
+    expired = Sandbox.create(
+        spec=fill.member_spec(record),
+        provider=docker_pool.PoolMemberProvider(record.key),
+        pool=False,
+    )
+    pools.ids.add(expired.id)
+    live = pools.spec()
+    live_record = pools.fill(live, 1)
+    (alive,) = docker_pool.members(pools.provider, live_record.key)
+    while time.time() < record.expires_at + 0.5:
+        time.sleep(0.1)
+
+    gc = cli("gc")
+    assert gc.returncode == 0, gc.stderr
+    assert expired.id in gc.stdout.split()
+    assert f"pool {record.key}: expired" in gc.stderr
+    assert not leftovers(engine, {L.SANDBOX: expired.id})
+    assert registry.read(record.key) is None
+    assert alive.sandbox_id not in gc.stdout, "gc took a member of a live pool"
+    assert docker_pool.members(pools.provider, live_record.key)
+
+
+def _shape(provider: DockerProvider, spec: object) -> registry.PoolShape:
+    from orchestrator.pool.claim import shape_for  # noqa: PLC0415
+
+    return shape_for(provider, spec)  # type: ignore[arg-type]
+
+
+CLAIMER = """
+import sys, time
+from orchestrator.sandbox import Sandbox
+from orchestrator.provider import SandboxSpec
+sandbox = Sandbox.create(spec=SandboxSpec(screen=(1000, int(sys.argv[1])), ttl_s=900))
+print(sandbox.id, flush=True)
+time.sleep(600)
+"""
+
+
+def test_gc_takes_a_claimed_sandbox_once_its_claimer_is_gone(
+    pools: Pools, cli: CliRun, engine: docker.DockerClient
+) -> None:
+    spec = pools.spec()
+    record = pools.fill(spec, 1)
+    (member,) = docker_pool.members(pools.provider, record.key)
+    refill.stop_refills(record.key)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CLAIMER, str(spec.screen[1])],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        assert child.stdout is not None
+        claimed = child.stdout.readline().strip()
+        assert claimed == member.sandbox_id
+        markers = engine.containers.list(
+            all=True, filters={"label": [f"{L.SANDBOX}={claimed}", f"{L.ROLE}=claim"]}
+        )
+        assert [c.name for c in markers] == [marks.claim_marker_name(claimed)]
+        assert markers[0].labels[L.OWNER_PID] == str(child.pid)
+        assert claimed not in cli("gc").stdout.split(), "gc took a sandbox whose claimer lives"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.communicate(timeout=30)
+    gc = cli("gc")
+    assert claimed in gc.stdout.split(), gc.stdout + gc.stderr
+    assert not leftovers(engine, {L.SANDBOX: claimed})
