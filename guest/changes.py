@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import select
 import threading
 import time
@@ -176,6 +177,9 @@ class DamageTracker:
         self._screen = Rect(0, 0, int(root.get_geometry().width), int(root.get_geometry().height))
         self._initial_pending = True
         self._stop = threading.Event()
+        # the reader blocks on the X connection and this pipe (close() writes to it): an idle
+        # desktop costs no wake-ups
+        self._wake_r, self._wake_w = os.pipe()
         self._thread = threading.Thread(target=self._read, name="cubicle-damage", daemon=True)
         self._thread.start()
 
@@ -185,7 +189,8 @@ class DamageTracker:
         fd = self._display.fileno()
         try:
             while not self._stop.is_set():
-                select.select([fd], [], [], 0.2)
+                if self._display.pending_events() == 0:
+                    select.select([fd, self._wake_r], [], [])
                 for _ in range(self._display.pending_events()):
                     event = self._display.next_event()
                     if event.type != self._event_type:
@@ -253,7 +258,10 @@ class DamageTracker:
 
     def close(self) -> None:
         self._stop.set()
+        os.write(self._wake_w, b"x")
         self._thread.join(timeout=1.0)
+        os.close(self._wake_r)
+        os.close(self._wake_w)
         try:
             self._display.damage_destroy(self._damage)
             self._display.close()

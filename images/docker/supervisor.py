@@ -13,7 +13,8 @@ Contract (read by orchestrator/providers/docker.py and the drill):
   desktop a model will drive.
 - The agent, openbox and the panel are restarted when they exit (back-off 0.5 s → 5 s); Xvfb
   exiting ends the supervisor with status 1 (the desktop is gone; the host sees the container
-  exit).
+  exit). Between events it sleeps (woken by SIGCHLD/SIGTERM or a due restart), never polls.
+- Xvfb runs without GLX (nothing uses it; it costs ~11 MiB per desktop).
 - SIGTERM/SIGINT stop every child (TERM, then KILL after 3 s) and exit 0.
 - Every line it writes starts with ``[supervisor]``; children inherit stdout/stderr, so
   ``docker logs`` (``cubicle logs ID``) shows X, openbox and agent output in one stream.
@@ -24,7 +25,9 @@ Runs as the unprivileged desktop user; standard library only (it runs before any
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -83,6 +86,10 @@ def start_xvfb(width: int, height: int) -> subprocess.Popen[bytes]:
             "-noreset",
             "+extension",
             "XTEST",
+            # GLX loads Mesa (~11 MiB per desktop) that nothing here uses: Chromium renders
+            # WebGL with SwiftShader and composites in software, GTK draws with cairo
+            "-extension",
+            "GLX",
             "-ac",
             "-displayfd",
             str(write_fd),
@@ -129,21 +136,25 @@ class Child:
         self.started_at = time.monotonic()
         log(f"started {self.name} (pid {self.process.pid})")
 
-    def poll(self) -> None:
+    def poll(self) -> float | None:
+        """Start or reap as due; seconds until this child next needs a look (None: when it
+        exits, which wakes the supervisor)."""
         now = time.monotonic()
         if self.process is None:
-            if now >= self.next_start:
-                self.start()
-            return
+            if now < self.next_start:
+                return self.next_start - now
+            self.start()
+            return None
         status = self.process.poll()
         if status is None:
-            if now - self.started_at > 10 * BACKOFF_MAX_S:
-                self.backoff = BACKOFF_MIN_S
-            return
+            return None
+        if now - self.started_at > 10 * BACKOFF_MAX_S:
+            self.backoff = BACKOFF_MIN_S  # it ran a good while: a fresh failure, not a loop
         log(f"{self.name} exited with status {status}; restarting in {self.backoff:.1f} s")
         self.process = None
         self.next_start = now + self.backoff
         self.backoff = min(BACKOFF_MAX_S, self.backoff * 2)
+        return self.next_start - now
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -174,6 +185,13 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # the main loop sleeps until a signal (a child exiting, or a stop) or a restart is due: an
+    # idle desktop costs the supervisor no wake-ups. Each signal writes a byte to this pipe.
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
 
     width, height = screen_size()
     remove_stale_x_locks()
@@ -208,9 +226,11 @@ def main() -> int:
             log(f"Xvfb exited with status {xvfb.returncode}; the desktop is gone")
             status = 1
             break
-        for child in children:
-            child.poll()
-        time.sleep(0.1)
+        due = [t for t in (child.poll() for child in children) if t is not None]
+        select.select([wake_r], [], [], min(due) if due else None)
+        with contextlib.suppress(BlockingIOError):
+            while os.read(wake_r, 512):
+                pass
     stop_all([c.process for c in children if c.process is not None] + [xvfb])
     log("stopped")
     return status

@@ -28,7 +28,7 @@ def _cycles(report: Report) -> None:
     first_shot, teardown = [], []
     for _ in range(CYCLES):
         started = time.perf_counter()
-        sandbox = Sandbox.create()
+        sandbox = Sandbox.create(pool=False)  # cold: a pool of this shape would be claimed
         try:
             sandbox.screenshot()
             first_shot.append(time.perf_counter() - started)
@@ -80,7 +80,7 @@ def _footprint(report: Report, provider: DockerProvider) -> None:
     available_before = _mem_available_mib()
     try:
         for _ in range(IDLE_SANDBOXES):
-            sandboxes.append(Sandbox.create())
+            sandboxes.append(Sandbox.create(pool=False))
         time.sleep(IDLE_SETTLE_S)
         figures = [_memory_and_cpu(provider, s.id) for s in sandboxes]
         host_delta = (available_before - _mem_available_mib()) / IDLE_SANDBOXES
