@@ -63,6 +63,20 @@ def parse_network(text: str) -> NetworkPolicy:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def add_shape_options(parser: argparse.ArgumentParser) -> None:
+    """``--backend``, ``--network`` and ``--size``: what kind of sandbox (``up``, ``pool fill``)."""
+    parser.add_argument("--backend", choices=sorted(PROVIDERS), default="docker")
+    parser.add_argument(
+        "--network",
+        type=parse_network,
+        default=NetworkPolicy.none(),
+        help="none (default) | allow:HOST[:PORT],... | open",
+    )
+    parser.add_argument(
+        "--size", type=parse_size, default=(1280, 800), help="screen WxH pixels (default 1280x800)"
+    )
+
+
 def _available_providers() -> list[Provider]:
     providers = []
     for name in PROVIDERS:
@@ -250,16 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "up", help="start a sandbox and print its id (it runs until down or its ttl)"
     )
-    p.add_argument("--backend", choices=backends, default="docker")
-    p.add_argument(
-        "--network",
-        type=parse_network,
-        default=NetworkPolicy.none(),
-        help="none (default) | allow:HOST[:PORT],... | open",
-    )
-    p.add_argument(
-        "--size", type=parse_size, default=(1280, 800), help="screen WxH pixels (default 1280x800)"
-    )
+    add_shape_options(p)
     p.add_argument(
         "--ttl", type=float, default=3600.0, help="seconds until gc may remove it (default 3600)"
     )

@@ -15,7 +15,6 @@ import sys
 import time
 from typing import Any
 
-from orchestrator.network import NetworkPolicy
 from orchestrator.pool import admin, fill, registry
 from orchestrator.provider import SandboxSpec, default_cpus
 
@@ -91,8 +90,7 @@ def cmd_drain(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     """Add ``pool`` to the ``cubicle`` subcommand parser."""
-    from orchestrator.cli import parse_network, parse_size  # noqa: PLC0415 — no import cycle
-    from orchestrator.providers import PROVIDERS  # noqa: PLC0415
+    from orchestrator.cli import add_shape_options  # noqa: PLC0415 — no import cycle
 
     pool = sub.add_parser(
         "pool",
@@ -103,16 +101,7 @@ def register(sub: Any) -> None:
 
     p = pool_sub.add_parser("fill", help="start N members of one shape and park them")
     p.add_argument("count", type=int, metavar="N", help="ready members the pool keeps")
-    p.add_argument("--backend", choices=sorted(PROVIDERS), default="docker")
-    p.add_argument(
-        "--network",
-        type=parse_network,
-        default=NetworkPolicy.none(),
-        help="none (default) | allow:HOST[:PORT],... | open",
-    )
-    p.add_argument(
-        "--size", type=parse_size, default=(1280, 800), help="screen WxH pixels (default 1280x800)"
-    )
+    add_shape_options(p)
     p.add_argument("--cpus", type=float, default=None, help="CPU limit in cores (default 1)")
     p.add_argument(
         "--ttl",
