@@ -11,6 +11,7 @@ SIGTERM/SIGINT stop it cleanly: held keys released, remapped keycodes restored, 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -56,6 +57,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
+    parser.add_argument(
+        "--wait-fd",
+        type=int,
+        default=None,
+        metavar="FD",
+        help="before opening the display, wait until this inherited file descriptor reads EOF "
+        "(the supervisor closes it once the desktop is drawn): the imports overlap its start",
+    )
     args = parser.parse_args(argv)
     if args.listen and not args.listen.startswith(("unix:", "virtio:")):
         parser.error(f"--listen must be unix:PATH or virtio:DEVICE, got {args.listen!r}")
@@ -75,6 +84,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
+    if args.wait_fd is not None:
+        try:
+            _wait_for_eof(args.wait_fd)
+        except _Stop:
+            return 0
     try:
         agent = Agent(display_name)
     except GuestError as exc:
@@ -99,6 +113,18 @@ def main(argv: list[str] | None = None) -> int:
             listener.close()
         agent.close()
     return 0
+
+
+def _wait_for_eof(fd: int) -> None:
+    """Block until ``fd`` reads EOF (its writer closed it or exited), then close it."""
+    try:
+        while os.read(fd, 512):
+            pass
+    except OSError as exc:
+        log.warning("--wait-fd %d: %s; going on", fd, exc)
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 if __name__ == "__main__":

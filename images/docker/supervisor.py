@@ -8,9 +8,11 @@ Contract (read by orchestrator/providers/docker.py and the drill):
 - Starts Xvfb on ``:0`` and waits until it reports the display, paints the root window, starts
   openbox and waits until it manages the screen, starts the panel (tint2) and waits until it is
   drawn (``desktop_ready.py wm|panel``, each at most :data:`DESKTOP_READY_TIMEOUT_S`; lateness is
-  logged, not fatal), then starts the guest agent ``python3 -m guest --listen
-  unix:/run/cubicle/agent.sock``. So the agent's hello means the first screenshot shows the
-  desktop a model will drive.
+  logged, not fatal), then lets the guest agent ``python3 -m guest --listen
+  unix:/run/cubicle/agent.sock`` go on: the agent is started right after Xvfb, loads its
+  libraries meanwhile and waits on a pipe (``--wait-fd``) that is closed here before it opens the
+  display and listens. So the agent's hello means the first screenshot shows the desktop a model
+  will drive, and the agent's start-up overlaps the desktop's.
 - The agent, openbox and the panel are restarted when they exit (back-off 0.5 s → 5 s); Xvfb
   exiting ends the supervisor with status 1 (the desktop is gone; the host sees the container
   exit). Between events it sleeps (woken by SIGCHLD/SIGTERM or a due restart), never polls.
@@ -129,10 +131,15 @@ class Child:
         self.next_start = 0.0
         self.started_at = 0.0
 
-    def start(self) -> None:
+    def start(self, gate: int | None = None) -> None:
+        """Start it; ``gate``: a pipe's read end it waits on (``--wait-fd``) before starting."""
         if self.name == "agent" and (AGENT_SOCKET.exists() or AGENT_SOCKET.is_symlink()):
             AGENT_SOCKET.unlink()
-        self.process = subprocess.Popen(self.argv)
+        if gate is None:
+            self.process = subprocess.Popen(self.argv)
+        else:
+            argv = [*self.argv, "--wait-fd", str(gate)]
+            self.process = subprocess.Popen(argv, pass_fds=(gate,))
         self.started_at = time.monotonic()
         log(f"started {self.name} (pid {self.process.pid})")
 
@@ -206,6 +213,12 @@ def main() -> int:
         Child("openbox", ["openbox", "--sm-disable"]),
         Child("panel", ["tint2", "-c", "/etc/xdg/tint2/tint2rc"]),
     ]
+    # the agent starts now and loads its libraries while the desktop starts, but opens the
+    # display and listens only once the gate closes (below): its hello still means a drawn desktop
+    agent = Child("agent", [sys.executable, "-m", "guest", "--listen", f"unix:{AGENT_SOCKET}"])
+    gate_r, gate_w = os.pipe()
+    agent.start(gate=gate_r)
+    os.close(gate_r)
     for child in desktop:
         wait_for = "wm" if child.name == "openbox" else "panel"
         child.start()
@@ -218,7 +231,7 @@ def main() -> int:
             log(f"{child.name} is not ready after {waited_ms:.0f} ms; going on")
         else:
             log(f"{child.name} ready in {waited_ms:.0f} ms")
-    agent = Child("agent", [sys.executable, "-m", "guest", "--listen", f"unix:{AGENT_SOCKET}"])
+    os.close(gate_w)
     children = [*desktop, agent]
     status = 0
     while not stopping:
