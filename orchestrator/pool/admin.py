@@ -93,7 +93,7 @@ def status() -> list[PoolStatus]:
         found.append(
             PoolStatus(
                 record=record,
-                ready=len(docker_pool.members(provider, record.key)),
+                ready=sum(m.state == "running" for m in docker_pool.members(provider, record.key)),
                 filling=not registry.lock_free(record.key),
                 refillers=refill.refill_pids(record.key),
             )

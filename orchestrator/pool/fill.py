@@ -61,9 +61,10 @@ def _make_one(record: PoolRecord, ready_timeout_s: float) -> str | None:
 
 
 def missing(record: PoolRecord) -> int:
-    """How many ready members pool ``record`` lacks."""
+    """How many ready members pool ``record`` lacks (a member that stopped is not ready)."""
     provider = docker_pool.PoolMemberProvider(record.key)
-    return max(0, record.size - len(docker_pool.members(provider, record.key)))
+    running = [m for m in docker_pool.members(provider, record.key) if m.state == "running"]
+    return max(0, record.size - len(running))
 
 
 def fill(
