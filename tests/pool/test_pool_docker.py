@@ -162,10 +162,10 @@ def test_gc_collects_expired_members_and_pools(
     while time.time() < record.expires_at + 0.5:
         time.sleep(0.1)
 
+    # effects, not gc's exit code or list: on a shared engine another process's gc may take the
+    # expired member first, and its VM half may fail on someone else's VM
     gc = cli("gc")
-    assert gc.returncode == 0, gc.stderr
-    assert expired.id in gc.stdout.split()
-    assert f"pool {record.key}: expired" in gc.stderr
+    assert f"pool {record.key}: expired" in gc.stderr, gc.stderr
     assert not leftovers(engine, {L.SANDBOX: expired.id})
     assert registry.read(record.key) is None
     assert alive.sandbox_id not in gc.stdout, "gc took a member of a live pool"
@@ -215,5 +215,4 @@ def test_gc_takes_a_claimed_sandbox_once_its_claimer_is_gone(
         child.send_signal(signal.SIGKILL)
         child.communicate(timeout=30)
     gc = cli("gc")
-    assert claimed in gc.stdout.split(), gc.stdout + gc.stderr
-    assert not leftovers(engine, {L.SANDBOX: claimed})
+    assert not leftovers(engine, {L.SANDBOX: claimed}), gc.stdout + gc.stderr
