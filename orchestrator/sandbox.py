@@ -138,13 +138,19 @@ class Sandbox:
         """A handle on an existing sandbox (for the CLI). Leaving ``with`` does not destroy it.
 
         :param backend: defaults to the backend named by the id's prefix (``dk-``, ``vm-``).
-        :raises SandboxNotFound: no such sandbox.
+        :raises SandboxNotFound: no such sandbox, or an unclaimed warm-pool member
+            (:mod:`orchestrator.pool`: members are never used before their claim).
         """
         provider = get_provider(backend or backend_of(sandbox_id))
         info = provider.describe(sandbox_id)
         if info is None:
             raise SandboxNotFound(
                 f"no {provider.name} sandbox {sandbox_id!r}", hint="list sandboxes with: cubicle ls"
+            )
+        if info.ownership == "pool":  # a claimed sandbox must never have been used
+            raise SandboxNotFound(
+                f"{sandbox_id} is an unclaimed warm-pool member, not for use before its claim",
+                hint="claim one with: cubicle up (same shape); remove it with: cubicle pool drain",
             )
         return cls(provider, info, owned=False)
 

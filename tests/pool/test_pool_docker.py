@@ -54,6 +54,23 @@ def test_claim_takes_a_member_and_pool_false_opts_out(pools: Pools) -> None:
         assert other_shape.id not in members, "a request of another shape claimed a member"
 
 
+def test_an_unclaimed_member_cannot_be_used_by_id(pools: Pools, cli: CliRun) -> None:
+    record = pools.fill(pools.spec(), 1)
+    (member,) = docker_pool.members(pools.provider, record.key)
+    for args in (
+        ["exec", member.sandbox_id, "--", "touch", "/home/cubicle/used"],
+        ["screenshot", member.sandbox_id, "-o", "/dev/null"],
+        ["down", member.sandbox_id],
+    ):
+        refused = cli(*args)
+        assert refused.returncode == 5, refused.stderr
+        assert "unclaimed warm-pool member" in refused.stderr
+    assert docker_pool.members(pools.provider, record.key) == [member]
+    with pools.claim(pools.spec(screen=record.shape.screen)) as claimed:
+        assert claimed.id == member.sandbox_id
+        assert claimed.exec(["test", "-e", "/home/cubicle/used"]).exit_code == 1
+
+
 def test_concurrent_takes_of_one_member_have_one_winner(pools: Pools) -> None:
     spec = pools.spec()
     record = pools.fill(spec, 1)
