@@ -20,8 +20,7 @@ from typing import Any, Final
 
 import requests
 
-from orchestrator.errors import OrchestratorError, SandboxNotFound
-from orchestrator.providers import backend_of, get_provider
+from orchestrator.errors import OrchestratorError
 from orchestrator.view.state import (
     MODES,
     Mode,
@@ -63,9 +62,10 @@ def open_view(sandbox_id: str, *, mode: Mode | None = None) -> ViewLink:
     :raises SandboxNotFound: no such sandbox.
     :raises ViewError: the server did not start or answer.
     """
+    from orchestrator.sandbox import Sandbox  # noqa: PLC0415 — providers import this package
+
     check_sandbox_id(sandbox_id)
-    if get_provider(backend_of(sandbox_id)).describe(sandbox_id) is None:
-        raise SandboxNotFound(f"no sandbox {sandbox_id!r}", hint="list sandboxes with: cubicle ls")
+    Sandbox.attach(sandbox_id)  # exists, and is no unclaimed warm-pool member
     state = _ensure_server(sandbox_id, mode or "view")
     if mode is not None and mode != state.mode:
         state = set_mode(sandbox_id, mode)

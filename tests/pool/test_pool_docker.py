@@ -61,6 +61,7 @@ def test_an_unclaimed_member_cannot_be_used_by_id(pools: Pools, cli: CliRun) -> 
         ["exec", member.sandbox_id, "--", "touch", "/home/cubicle/used"],
         ["screenshot", member.sandbox_id, "-o", "/dev/null"],
         ["down", member.sandbox_id],
+        ["view", member.sandbox_id, "--takeover"],
     ):
         refused = cli(*args)
         assert refused.returncode == 5, refused.stderr
