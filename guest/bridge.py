@@ -22,19 +22,20 @@ in a few tens of milliseconds.
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 import sys
 import threading
 import time
-from typing import Final
 
 __all__ = ["main"]
 
-CHUNK: Final = 256 * 1024
-RETRY_S: Final = 0.05
-EXIT_UNREACHABLE: Final = 3
+# constants carry no typing.Final: importing typing alone costs ~10 ms, and every agent
+# connection starts this module
+
+CHUNK = 256 * 1024
+RETRY_S = 0.05
+EXIT_UNREACHABLE = 3
 
 
 def _connect(path: str, wait_s: float) -> socket.socket:
@@ -79,18 +80,43 @@ def forward(sock: socket.socket, first: bytes, stdin: int = 0, stdout: int = 1) 
         _write_all(stdout, data)
 
 
+USAGE = "usage: python -m guest.bridge PATH [--wait SECONDS]  (default wait 10 s)"
+EXIT_USAGE = 2
+
+
+def parse_args(argv: list[str]) -> tuple[str, float] | None:
+    """``PATH [--wait SECONDS]`` → (path, seconds), or None when malformed. By hand, not
+    argparse: this runs on every agent connection, and argparse (with typing) costs ~20 ms."""
+    path: str | None = None
+    wait = 10.0
+    rest = list(argv)
+    while rest:
+        word = rest.pop(0)
+        if word == "--wait" and rest:
+            try:
+                wait = float(rest.pop(0))
+            except ValueError:
+                return None
+            if not wait >= 0:
+                return None
+        elif path is None and not word.startswith("-"):
+            path = word
+        else:
+            return None
+    return None if path is None else (path, wait)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m guest.bridge", description=__doc__)
-    parser.add_argument("path", help="the agent's unix socket inside the guest")
-    parser.add_argument(
-        "--wait", type=float, default=10.0, help="seconds to wait for the agent (default 10)"
-    )
-    args = parser.parse_args(argv)
+    parsed = parse_args(sys.argv[1:] if argv is None else argv)
+    if parsed is None:
+        print(USAGE, file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    path, wait_s = parsed
     first = os.read(0, CHUNK)
     if not first:
         return 0
     try:
-        sock = _connect(args.path, args.wait)
+        sock = _connect(path, wait_s)
     except OSError as exc:
         print(f"cubicle bridge: {exc.strerror or exc}", file=sys.stderr, flush=True)
         return EXIT_UNREACHABLE

@@ -75,3 +75,16 @@ def test_no_agent_is_said_on_stderr_and_nothing_on_stdout(tmp_path: Path) -> Non
     assert process.returncode == EXIT_UNREACHABLE
     assert out == b""
     assert str(path).encode() in err and b"within 0.2 s" in err
+
+
+def test_a_bad_command_line_exits_2_with_the_usage(tmp_path: Path) -> None:
+    for extra in (["--wait"], ["--wait", "soon"], ["--wait", "-1"], ["--frobnicate"], ["two"]):
+        process = bridge(tmp_path / "agent.sock", *extra)
+        _out, err = process.communicate(b"", timeout=30)
+        assert process.returncode == 2, (extra, err)
+        assert b"usage: python -m guest.bridge PATH [--wait SECONDS]" in err
+    process = subprocess.Popen(
+        [sys.executable, "-m", "guest.bridge"], stdin=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    _out, err = process.communicate(b"", timeout=30)
+    assert process.returncode == 2 and b"usage" in err
