@@ -234,3 +234,39 @@ def test_gc_takes_a_claimed_sandbox_once_its_claimer_is_gone(
         child.communicate(timeout=30)
     gc = cli("gc")
     assert not leftovers(engine, {L.SANDBOX: claimed}), gc.stdout + gc.stderr
+
+
+HALF_CLAIM = """
+import sys
+from orchestrator.pool import docker_pool
+from orchestrator.provider import SandboxSpec
+from orchestrator.providers.docker import DockerProvider
+provider = DockerProvider()
+(member,) = [m for m in docker_pool.members(provider, sys.argv[1]) if m.sandbox_id == sys.argv[2]]
+assert docker_pool.take(provider, member, SandboxSpec(ttl_s=900))
+# exits here, as if killed between the claim marker and the rename
+"""
+
+
+def test_a_claimer_gone_between_marker_and_rename_leaves_nothing_to_claim_and_gc_takes_it(
+    pools: Pools, cli: CliRun, engine: docker.DockerClient
+) -> None:
+    spec = pools.spec()
+    record = pools.fill(spec, 1)
+    (member,) = docker_pool.members(pools.provider, record.key)
+    done = subprocess.run(
+        [sys.executable, "-c", HALF_CLAIM, record.key, member.sandbox_id],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    info = pools.provider.describe(member.sandbox_id)
+    assert info is not None and info.ownership == "owned", "the marker's stamp must count"
+    assert not docker_pool.take(pools.provider, member, spec), "a claimed member was taken again"
+    with pools.claim(spec, pool=True) as other:
+        assert other.id != member.sandbox_id
+    cli("gc")
+    assert not leftovers(engine, {L.SANDBOX: member.sandbox_id})
