@@ -63,9 +63,19 @@ class Member:
 
 
 def members(provider: DockerProvider, key: str | None = None) -> list[Member]:
-    """The unclaimed, parked members of pool ``key`` (of every pool when None), running or not."""
+    """The unclaimed, parked members of pool ``key`` (of every pool when None), running or not.
+    A member with a claim marker is claimed, whatever its name still says (its claimer may have
+    died before the rename: ``gc`` takes it then)."""
     pattern = rf"\.pool\.{key}$" if key else r"\.pool\.[0-9a-f]{12}$"
-    return [m for m in (_member(row) for row in _rows(provider, pattern)) if m is not None]
+    parked = [m for m in (_member(row) for row in _rows(provider, pattern)) if m is not None]
+    if not parked:
+        return []
+    with map_docker_errors("listing claim markers"):
+        markers = provider.client.api.containers(
+            all=True, filters={"label": [L.SANDBOX, f"{L.ROLE}={marks.CLAIM_ROLE}"]}
+        )
+    claimed = {str(row["Labels"].get(L.SANDBOX)) for row in markers}
+    return [m for m in parked if m.sandbox_id not in claimed]
 
 
 def creating_by(provider: DockerProvider, owners: set[tuple[int, int]]) -> list[str]:

@@ -266,6 +266,7 @@ def test_a_claimer_gone_between_marker_and_rename_leaves_nothing_to_claim_and_gc
     info = pools.provider.describe(member.sandbox_id)
     assert info is not None and info.ownership == "owned", "the marker's stamp must count"
     assert not docker_pool.take(pools.provider, member, spec), "a claimed member was taken again"
+    assert not docker_pool.members(pools.provider, record.key), "a claimed member is listed"
     with pools.claim(spec, pool=True) as other:
         assert other.id != member.sandbox_id
     cli("gc")
