@@ -18,6 +18,7 @@ from orchestrator.pool import docker_pool, fill, marks, refill, registry
 from orchestrator.pool.registry import PoolRecord
 from orchestrator.providers.docker import DockerProvider
 from orchestrator.sandbox import Sandbox
+from tests.desktop.checks import assert_panel_drawn, screenshot
 from tests.orchestrator.conftest import REPO, CliRun
 from tests.orchestrator.support import leftovers
 from tests.pool.conftest import Pools
@@ -41,9 +42,10 @@ def test_claim_takes_a_member_and_pool_false_opts_out(pools: Pools) -> None:
     with pools.claim(spec) as sandbox:
         assert sandbox.id in members
         assert sandbox.info.ownership == "owned" and sandbox.info.state == "running"
-        result, png = sandbox.screenshot()
-        assert (result["width"], result["height"]) == spec.screen
-        assert png.startswith(b"\x89PNG")
+        with sandbox.connect() as client:
+            first = screenshot(client)
+        assert first.size == spec.screen
+        assert_panel_drawn(first)  # a claimed desktop is as ready as a new one
         info = pools.provider.describe(sandbox.id)
         assert info is not None and info.detail["container"] == f"cubicle-{sandbox.id}"
         assert sandbox.id not in {m.sandbox_id for m in docker_pool.members(pools.provider)}
