@@ -16,6 +16,7 @@ closed (ending the bridge in the guest). Buffers are bounded (:data:`BUFFER_LIMI
 from __future__ import annotations
 
 import contextlib
+import os
 import select
 import socket
 import ssl
@@ -26,6 +27,8 @@ __all__ = ["BUFFER_LIMIT", "relay"]
 
 BUFFER_LIMIT: Final = 4 * 1024 * 1024
 CHUNK: Final = 256 * 1024
+SEND_POLL_S: Final = 0.005
+"""How often a full ssh send window is polled (paramiko has no descriptor for it)."""
 
 
 class _Stream(Protocol):
@@ -59,6 +62,11 @@ def relay(stream: Any, name: str) -> socket.socket:
     return ours
 
 
+def _polls_send(stream: _Stream) -> bool:
+    """A paramiko channel: its ``fileno`` is a pipe that only signals input."""
+    return hasattr(stream, "send_ready")
+
+
 def _pending(stream: _Stream) -> bool:
     """Bytes already decrypted/received but not yet read (``select`` cannot see them)."""
     pending = getattr(stream, "pending", None)  # SSLSocket
@@ -77,18 +85,25 @@ def _run(stream: _Stream, local: socket.socket) -> None:
         while local_open and (engine_open or to_local):
             readers: list[Any] = []
             writers: list[Any] = []
+            readable: list[Any]
+            writable: list[Any]
             if engine_open and len(to_local) < BUFFER_LIMIT:
                 readers.append(stream)
             if len(to_engine) < BUFFER_LIMIT:
                 readers.append(local)
-            if to_engine and engine_open:
+            polled = _polls_send(stream)
+            if to_engine and engine_open and not polled:
                 writers.append(stream)
             if to_local:
                 writers.append(local)
-            if not (engine_open and _pending(stream) and stream in readers):
-                readable, writable, _ = select.select(readers, writers, [])
-            else:
+            if engine_open and _pending(stream) and stream in readers:
                 readable, writable = [stream], []
+            else:
+                # a channel's descriptor only signals input: poll its send window instead
+                wait = SEND_POLL_S if (polled and to_engine and engine_open) else None
+                readable, writable, _ = select.select(readers, writers, [], wait)
+            if polled and to_engine and engine_open and stream.send_ready():  # type: ignore[attr-defined]
+                writable.append(stream)
             if stream in readable:
                 try:
                     data = stream.recv(CHUNK)
@@ -134,9 +149,23 @@ def _run(stream: _Stream, local: socket.socket) -> None:
                 local.shutdown(socket.SHUT_WR)  # the caller reads end-of-file
             _drain_until_closed(local)
     finally:
-        with contextlib.suppress(Exception):
-            stream.close()
+        _close(stream)
         local.close()
+
+
+def _close(stream: _Stream) -> None:
+    """Close the engine's stream for good. A socket that HTTP reader objects still refer to
+    only closes when they do, so its descriptor is taken and closed here (no TLS goodbye: the
+    engine reads end-of-file, which ends the exec's stdin just the same)."""
+    if isinstance(stream, socket.socket):
+        with contextlib.suppress(OSError):
+            os.close(stream.detach())
+    with contextlib.suppress(Exception):
+        stream.close()
+    response = getattr(stream, "_response", None)  # kept alive by docker-py until now
+    if response is not None:
+        with contextlib.suppress(Exception):
+            response.close()
 
 
 def _drain_until_closed(local: socket.socket) -> None:
