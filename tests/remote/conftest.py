@@ -86,17 +86,9 @@ def _env(box: EngineBox, transport: str) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def remote_image(box: EngineBox, docker_image: str) -> str:
     """The guest image, pushed to the box over TLS through the engine API (timed)."""
-    env = _env(box, "tls")
+    tls = Remote("tls", box.tcp_url, _env(box, "tls"), box)
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "image", "push", "--engine", box.tcp_url],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=REPO,
-        env={**os.environ, **env},
-        check=False,
-    )
+    done = tls.cli("image", "push", "--engine", box.tcp_url, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     print(f"image push to the box: {time.monotonic() - started:.1f} s\n{done.stdout}")
     return docker_image

@@ -471,8 +471,13 @@ class EngineBox:
 
 
 def _processes_of(name: str, folder: Path) -> list[int]:
-    """Pids in the box's namespace, or whose command line names its folder."""
+    """Pids in the box's namespace, in its cgroups (containers: they have namespaces of their
+    own), or whose command line names its folder (containerd, shims)."""
     pids: set[int] = set()
+    for hierarchy in CGROUP_ROOT.iterdir():
+        for procs in (hierarchy / name).rglob("cgroup.procs"):
+            with contextlib.suppress(OSError, ValueError):
+                pids.update(int(p) for p in procs.read_text().split())
     with contextlib.suppress(BoxError):
         pids.update(int(p) for p in _run("ip", "netns", "pids", name).split())
     marker = str(folder).encode()
