@@ -151,22 +151,19 @@ def test_gc_on_the_remote_engine_judges_only_this_hosts_pids(on_remote: Remote) 
     decides)."""
     if on_remote.transport != "tls":
         pytest.skip("gc is engine-side; one transport is enough")
-    owner = subprocess.Popen(
-        [sys.executable, "-c", CREATE_AND_WAIT],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ},
-    )
-    try:
-        assert owner.stdout is not None
-        orphan = owner.stdout.readline().strip()
-        assert orphan.startswith("dk-"), orphan
-    finally:
-        owner.send_signal(signal.SIGKILL)
-        owner.wait()
+    with subprocess.Popen(
+        [sys.executable, "-c", CREATE_AND_WAIT], stdout=subprocess.PIPE, text=True
+    ) as owner:
+        try:
+            assert owner.stdout is not None
+            orphan = owner.stdout.readline().strip()
+            assert orphan.startswith("dk-"), orphan
+        finally:
+            owner.send_signal(signal.SIGKILL)
+            owner.wait()
     client = on_remote.client
     elsewhere = L.create_labels(
-        "dk-0e1se0where",
+        "dk-0000e15e00",
         "guest",
         owner=L.Owner(owner.pid, 1, "another-host.example"),  # a dead pid, but not ours
         ttl_s=3600,
@@ -176,7 +173,7 @@ def test_gc_on_the_remote_engine_judges_only_this_hosts_pids(on_remote: Remote) 
     foreign = client.containers.create(
         os.environ["CUBICLE_DOCKER_IMAGE"],
         entrypoint=["true"],
-        name=guest_name("dk-0e1se0where", ready=True),
+        name=guest_name("dk-0000e15e00", ready=True),
         labels=elsewhere,
         network_mode="none",
     )
@@ -186,8 +183,8 @@ def test_gc_on_the_remote_engine_judges_only_this_hosts_pids(on_remote: Remote) 
         assert done.returncode == 0, done.stderr
         assert orphan in done.stdout.split()
         assert leftovers(client, {L.SANDBOX: orphan}) == []
-        assert "dk-0e1se0where" not in done.stdout
+        assert "dk-0000e15e00" not in done.stdout
         foreign.reload()  # still there
     finally:
-        DockerProvider(client).destroy("dk-0e1se0where")
+        DockerProvider(client).destroy("dk-0000e15e00")
     assert EngineBook().lookup(orphan) is None
