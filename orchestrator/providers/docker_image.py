@@ -167,15 +167,18 @@ def _run_streaming(argv: list[str], progress: Progress, what: str) -> None:
         raise ImageBuildError(f"{what} failed with exit status {status}", log_tail="\n".join(tail))
 
 
-def _pull_registry_base(progress: Progress) -> bool:
+def _pull_registry_base(client: docker.DockerClient, progress: Progress) -> bool:
+    """Pull the registry base on ``client``'s engine (the one building), with a short timeout."""
     progress(f"base: trying to pull {BASE_REGISTRY} (timeout {PULL_TIMEOUT_S:.0f} s)")
+    api = client.api
+    saved = api.timeout
     try:
-        api = docker.APIClient(timeout=int(PULL_TIMEOUT_S), version="auto")
+        api.timeout = int(PULL_TIMEOUT_S)
         try:
             repository, tag = BASE_REGISTRY.split(":")
             api.pull(repository, tag=tag)
         finally:
-            api.close()
+            api.timeout = saved
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         progress(f"base: pull failed ({str(exc).splitlines()[0][:160]}); bootstrapping from Debian")
         return False
@@ -229,7 +232,7 @@ def ensure_base(client: docker.DockerClient, progress: Progress) -> str:
         present = _present_base(client)
     if present is not None:
         return present
-    if _pull_registry_base(progress):
+    if _pull_registry_base(client, progress):
         return BASE_REGISTRY
     return bootstrap_base(client, progress)
 
