@@ -165,8 +165,17 @@ class DockerProvider(Provider):
         book: EngineBook | None = None,
     ) -> None:
         self._client = client
-        self._engine = engine if engine is not None else explicit_engine()
+        self._given = engine
         self._book = book or EngineBook()
+
+    @property
+    def _engine(self) -> Engine | None:
+        """The one engine this provider works on, if any: given, else ``--engine`` /
+        ``CUBICLE_DOCKER_HOST`` (read at use, so a bad URL fails the command that uses it).
+
+        :raises ConfigError: the named engine's URL is not usable.
+        """
+        return self._given if self._given is not None else explicit_engine()
 
     # -- engine ------------------------------------------------------------------------------
 

@@ -71,6 +71,9 @@ __all__ = [
 
 LOCAL_URL: Final = "unix:///var/run/docker.sock"
 ENGINE_TIMEOUT_S: Final = 60
+CONNECT_TIMEOUT_S: Final = 10
+TIMEOUTS: Final = (CONNECT_TIMEOUT_S, ENGINE_TIMEOUT_S)
+"""(connect, read) seconds of a tcp:// engine's requests."""
 TLS_FILES: Final = ("ca.pem", "cert.pem", "key.pem")
 SCHEMES: Final = ("unix", "tcp", "ssh")
 
@@ -191,6 +194,8 @@ def _open(engine: Engine) -> docker.DockerClient:
     probe = docker.APIClient(base_url=engine.url, tls=tls, timeout=ENGINE_TIMEOUT_S, version=newest)
     try:
         probe.trust_env = False
+        # an unreachable host fails in CONNECT_TIMEOUT_S, not in the 60 s a slow answer may take
+        setattr(probe, "timeout", TIMEOUTS)  # noqa: B010 — docker-py types it as a number
         server = str(probe.version(api_version=False)["ApiVersion"])
     finally:
         probe.close()
@@ -199,6 +204,7 @@ def _open(engine: Engine) -> docker.DockerClient:
         base_url=engine.url, tls=tls, timeout=ENGINE_TIMEOUT_S, version=version
     )
     client.api.trust_env = False
+    setattr(client.api, "timeout", TIMEOUTS)  # noqa: B010 — requests takes (connect, read)
     return client
 
 

@@ -141,3 +141,12 @@ def test_relay_carries_every_byte_both_ways_over_tls_and_ends_cleanly(tmp_path: 
     thread.join()
     assert bytes(echoed) == payload
     ours.close()
+
+
+def test_cli_names_a_bad_engine_url(capsys: pytest.CaptureFixture[str]) -> None:
+    from orchestrator.cli import main  # noqa: PLC0415
+
+    assert main(["ls", "--engine", "http://box:2375"]) == 1
+    err = capsys.readouterr().err
+    assert "'http://box:2375': the scheme must be one of unix://, tcp://, ssh://" in err
+    assert DOCKER_ENGINE_ENV not in os.environ  # --engine lasts one command
