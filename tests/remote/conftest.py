@@ -114,3 +114,13 @@ def on_remote(remote: Remote, monkeypatch: pytest.MonkeyPatch) -> Remote:
     """``remote``, named as this process's engine (``CUBICLE_DOCKER_HOST``) for the test."""
     monkeypatch.setenv(DOCKER_ENGINE_ENV, remote.url)
     return remote
+
+
+@pytest.fixture
+def on_tls(box: EngineBox, remote_image: str, monkeypatch: pytest.MonkeyPatch) -> Remote:
+    """The box over TLS only, as this process's engine (for engine-side behaviour such as gc,
+    where the transport does not matter)."""
+    env = _env(box, "tls")
+    for key, value in {**env, DOCKER_ENGINE_ENV: box.tcp_url}.items():
+        monkeypatch.setenv(key, value)
+    return Remote("tls", box.tcp_url, env, box)

@@ -145,12 +145,11 @@ time.sleep(600)
 """
 
 
-def test_gc_on_the_remote_engine_judges_only_this_hosts_pids(on_remote: Remote) -> None:
+def test_gc_on_the_remote_engine_judges_only_this_hosts_pids(on_tls: Remote) -> None:
     """An owner killed on this host: gc removes its sandbox from the box. A sandbox stamped by
     an owner on another host, whose pid does not exist here: gc keeps it (only its expiry
     decides)."""
-    if on_remote.transport != "tls":
-        pytest.skip("gc is engine-side; one transport is enough")
+    on_remote = on_tls
     with subprocess.Popen(
         [sys.executable, "-c", CREATE_AND_WAIT], stdout=subprocess.PIPE, text=True
     ) as owner:
