@@ -15,6 +15,11 @@ Architecture (one sandbox ``dk-<10 hex>``):
   (:mod:`guest.bridge`) through the engine's API; its stdin/stdout carry the protocol
   (:mod:`orchestrator.providers.docker_exec`). No TCP port, no host socket path: the host never
   follows a path the guest could change.
+- **engine**: local or remote (``tcp://`` with TLS, ``ssh://``; :mod:`.docker_engine`): nothing
+  here needs a filesystem shared with the engine — the seccomp profile and the proxy's
+  allowlist travel in the container configuration, images over the API (``image push``), the
+  agent over the exec stream (relayed for TLS and ssh, :mod:`.docker_relay`). The creating
+  host's book leads a sandbox id to its engine.
 - **network**: :mod:`orchestrator.providers.docker_network` (none / allow via an egress-proxy
   container on an internal network / open).
 - **labels**: every object carries :func:`orchestrator.labels.create_labels`; ``list``, ``gc``

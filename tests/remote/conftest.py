@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import docker
 import pytest
@@ -27,8 +25,7 @@ import pytest
 from orchestrator.providers import DOCKER_ENGINE_ENV
 from orchestrator.providers.docker_engine import Engine, connect
 from tests.remote.enginebox import EngineBox, leftovers, sweep_stale
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.cli import run_cli
 
 
 @pytest.fixture(scope="session")
@@ -63,15 +60,7 @@ class Remote:
     def cli(self, *args: str, timeout: float = 240.0) -> subprocess.CompletedProcess[str]:
         """``python -m orchestrator.cli ARGS`` with this transport's environment (no
         ``--engine`` added: pass it where the test means to)."""
-        return subprocess.run(
-            [sys.executable, "-m", "orchestrator.cli", *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            cwd=REPO,
-            env={**os.environ, **self.env},
-            check=False,
-        )
+        return run_cli(*args, timeout=timeout, env=self.env)
 
 
 def _env(box: EngineBox, transport: str) -> dict[str, str]:
