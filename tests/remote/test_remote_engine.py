@@ -14,10 +14,12 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import docker
 import pytest
@@ -30,6 +32,8 @@ from orchestrator.sandbox import Sandbox
 from tests.orchestrator.support import http_server, leftovers
 from tests.orchestrator.test_docker_network import PROXY_PROBE, run_probe
 from tests.remote.conftest import Remote
+from tests.remote.enginebox import EngineBox, make_tls
+from tests.support.cli import run_cli
 from tests.support.guest_probes import DIRECT_PROBE
 
 pytestmark = [pytest.mark.docker, pytest.mark.remote, pytest.mark.slow]
@@ -187,3 +191,17 @@ def test_gc_on_the_remote_engine_judges_only_this_hosts_pids(on_tls: Remote) -> 
     finally:
         DockerProvider(client).destroy("dk-0000e15e00")
     assert EngineBook().lookup(orphan) is None
+
+
+def test_an_unknown_ssh_host_key_or_a_foreign_ca_is_refused(box: EngineBox, tmp_path: Path) -> None:
+    """The box answers, but this client cannot verify it: nothing is created, exit 3."""
+    home = tmp_path / "home"
+    shutil.copytree(box.ssh_home, home)
+    (home / ".ssh" / "known_hosts").write_text("")  # the key is not known here
+    done = run_cli("up", "--engine", box.ssh_url, env={"HOME": str(home)})
+    assert done.returncode == 3, done.stderr
+    assert "not found in known_hosts" in done.stderr
+    other = make_tls(tmp_path / "other-pki", box.box_ip)  # a CA the engine never saw
+    done = run_cli("up", "--engine", box.tcp_url, env={"DOCKER_CERT_PATH": str(other.client_dir)})
+    assert done.returncode == 3, done.stderr
+    assert "CERTIFICATE_VERIFY_FAILED" in done.stderr
