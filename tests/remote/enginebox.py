@@ -61,6 +61,7 @@ SSH_PORT: Final = 22
 START_TIMEOUT_S: Final = 60.0
 STOP_TIMEOUT_S: Final = 20.0
 PR_SET_PDEATHSIG: Final = 1
+PRIVSEP_DIR: Final = Path("/run/sshd")
 
 
 class BoxError(RuntimeError):
@@ -396,9 +397,8 @@ class EngineBox:
                 ]
             )
         )
-        privsep = Path("/run/sshd")
-        if not privsep.exists():
-            privsep.mkdir(mode=0o755)
+        if not PRIVSEP_DIR.exists():
+            PRIVSEP_DIR.mkdir(mode=0o755)
             self.made_privsep_dir = True
         self._spawn("sshd", ["/usr/sbin/sshd", "-D", "-e", "-f", str(config)])
         home = self.ssh_home / ".ssh"
@@ -439,8 +439,7 @@ class EngineBox:
         attempt("mounts", lambda: unmount_under(self.folder))
         attempt("folder", lambda: shutil.rmtree(self.folder, ignore_errors=False))
         if self.made_privsep_dir:
-            with contextlib.suppress(OSError):
-                Path("/run/sshd").rmdir()
+            remove_privsep_dir()
             self.made_privsep_dir = False
         if errors and any(Path(p).exists() for p in (self.folder,)):
             raise BoxError("the engine box left things behind: " + "; ".join(errors))
@@ -500,6 +499,18 @@ def kill_box_processes(name: str, folder: Path) -> None:
         if time.monotonic() > deadline:
             raise BoxError(f"processes {pids} of {name} survive SIGKILL")
         time.sleep(0.05)
+
+
+def remove_privsep_dir() -> None:
+    """Remove ``/run/sshd`` (sshd's compiled-in privilege separation folder, which a box makes
+    when missing) unless some sshd still runs — another box's, or the host's own."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if (entry / "comm").read_text().strip() == "sshd":
+                    return
+    with contextlib.suppress(OSError):
+        PRIVSEP_DIR.rmdir()  # only when empty
 
 
 def remove_link(name: str) -> None:
@@ -573,4 +584,6 @@ def sweep_stale() -> list[str]:
         unmount_under(folder)
         shutil.rmtree(folder, ignore_errors=True)
         swept.append(name)
+    if swept:
+        remove_privsep_dir()
     return swept
