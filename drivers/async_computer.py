@@ -37,7 +37,7 @@ from drivers.options import (
     check_wait_ms,
 )
 from drivers.records import ActionObserver
-from drivers.settle import SettleOption, check_settle, require_receipts
+from drivers.settle import SettleOption, check_settle, settle_for_agent
 from drivers.steps import ActionStep, DriverBase, ScreenshotStep, wait_pauses
 from drivers.view_state import ViewState, screen_from_hello, screenshot_output
 from drivers.viewport import Viewport
@@ -73,7 +73,7 @@ class AsyncGuestDriver(DriverBase):
         self._settle = check_settle(settle)
         self.on_action = on_action
         if self._settle is not None:
-            require_receipts(hello, client.name)
+            self._settle = settle_for_agent(self._settle, hello, client.name)
         self._view = ViewState(viewport or Viewport.native(), screen_from_hello(hello, client.name))
 
     @classmethod

@@ -43,7 +43,7 @@ from drivers.options import (
     check_wait_ms,
 )
 from drivers.records import ActionObserver
-from drivers.settle import SettleOption, check_settle, require_receipts
+from drivers.settle import SettleOption, check_settle, settle_for_agent
 from drivers.steps import ActionStep, DriverBase, ScreenshotStep, wait_pauses
 from drivers.view_state import ViewState, screen_from_hello, screenshot_output
 from drivers.viewport import Viewport
@@ -89,7 +89,7 @@ class GuestDriver(DriverBase):
         with map_guest_errors("hello"):
             hello = client.hello_result or client.hello(timeout=action_timeout_s)
         if self._settle is not None:
-            require_receipts(hello, client.name)
+            self._settle = settle_for_agent(self._settle, hello, client.name)
         self._view = ViewState(viewport or Viewport.native(), screen_from_hello(hello, client.name))
 
     @classmethod

@@ -23,11 +23,13 @@ __all__ = ["FocusedWindow", "Receipt"]
 
 @dataclass(frozen=True)
 class FocusedWindow:
-    """The window that had the input focus: X id, title, WM_CLASS."""
+    """The window that had the input focus: X id, title, WM_CLASS, EWMH type (``normal``,
+    ``dialog``...; empty from an agent that does not report it)."""
 
     id: int
     title: str
     wm_class: tuple[str, ...] = ()
+    type: str = ""
 
     @classmethod
     def parse(cls, value: object) -> FocusedWindow | None:
@@ -38,10 +40,16 @@ class FocusedWindow:
             int(value["id"]),
             str(value.get("title") or ""),
             tuple(str(part) for part in wm_class) if isinstance(wm_class, list) else (),
+            str(value.get("type") or ""),
         )
 
     def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "title": self.title, "wm_class": list(self.wm_class)}
+        return {
+            "id": self.id,
+            "title": self.title,
+            "wm_class": list(self.wm_class),
+            "type": self.type,
+        }
 
 
 @dataclass(frozen=True)

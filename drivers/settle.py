@@ -3,10 +3,11 @@
 ``GuestDriver(..., settle=...)`` and ``AsyncGuestDriver`` accept:
 
 * ``True`` (default) — :class:`guest.protocol.SettleSpec` defaults: wait up to ``expect_ms``
-  (300) for a first change, then until the screen has been quiet ``quiet_ms`` (400), at most
-  ``cap_ms`` (3000);
+  (300) for a first change, then until the screen has been quiet ``quiet_ms`` (400; 150, the
+  ``typing_quiet_ms``, after typing into a normal window), at most ``cap_ms`` (3000);
 * a :class:`~guest.protocol.SettleSpec`, or a mapping with any of ``expect_ms``, ``quiet_ms``,
-  ``cap_ms`` (milliseconds; the others keep their defaults);
+  ``cap_ms``, ``typing_quiet_ms`` (milliseconds; the others keep their defaults;
+  ``typing_quiet_ms: None`` waits ``quiet_ms`` after typing too);
 * ``False`` or ``None`` — off: actions return as soon as their input is sent, screenshots show
   whatever is on screen then, and records carry no receipt.
 
@@ -17,13 +18,14 @@ SDK takes after the batch see its effect. ``wait`` is a plain wait either way.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 from drivers.errors import SettleOptionError
 from guest.errors import GuestError
 from guest.protocol import SettleSpec
 
-__all__ = ["SettleOption", "SettleSpec", "check_settle", "require_receipts"]
+__all__ = ["SettleOption", "SettleSpec", "check_settle", "settle_for_agent"]
 
 SettleOption = SettleSpec | Mapping[str, int] | bool | None
 """What the drivers' ``settle`` parameter accepts (module docstring)."""
@@ -47,8 +49,12 @@ def check_settle(value: object) -> SettleSpec | None:
         raise SettleOptionError(exc.reason) from None
 
 
-def require_receipts(hello: Mapping[str, object], name: str) -> None:
-    """Raise :class:`SettleOptionError` when the agent cannot settle actions (old agent)."""
+def settle_for_agent(spec: SettleSpec, hello: Mapping[str, object], name: str) -> SettleSpec:
+    """``spec`` as the agent that said ``hello`` takes it: without ``typing_quiet_ms`` for an
+    agent that lacks the ``typing_quiet`` feature (it waits ``quiet_ms`` after typing too).
+
+    :raises SettleOptionError: the agent cannot settle actions at all (no ``receipts``).
+    """
     features = hello.get("features")  # guest.protocol.FEATURES of the agent
     if not isinstance(features, list) or "receipts" not in features:
         raise SettleOptionError(
@@ -56,3 +62,6 @@ def require_receipts(hello: Mapping[str, object], name: str) -> None:
             f"{hello.get('protocol')}, feature 'receipts' needed)",
             hint="update the guest image (cubicle image build), or pass settle=False",
         )
+    if "typing_quiet" not in features:
+        return dataclasses.replace(spec, typing_quiet_ms=None)
+    return spec

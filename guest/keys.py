@@ -28,10 +28,12 @@ from Xlib import XK
 from guest.errors import GuestError
 
 __all__ = [
+    "COMMIT_KEYSYMS",
     "KEY_NAMES",
     "MODIFIER_KEYSYMS",
     "ChordKey",
     "char_keysym",
+    "is_typing_key",
     "keysym_name",
     "keysym_number",
     "resolve_chord",
@@ -382,3 +384,20 @@ def resolve_chord(names: Sequence[str]) -> list[ChordKey]:
             for key in keys
         ]
     return keys
+
+
+COMMIT_KEYSYMS: Final = frozenset({"Return", "KP_Enter", "Escape", "Tab", "ISO_Left_Tab"})
+"""Keys that commit, cancel or move focus: they may open or close windows."""
+
+
+def is_typing_key(names: Sequence[str]) -> bool:
+    """True when a ``keypress`` of ``names`` only types: one key, not a modifier, not one of
+    :data:`COMMIT_KEYSYMS` (letters, digits, Backspace, Delete, arrows, Home/End...). Unknown
+    names are False (the keypress itself reports them)."""
+    if len(names) != 1:
+        return False
+    try:
+        key = resolve_key(names[0])
+    except GuestError:
+        return False
+    return not key.is_modifier and key.keysym_name not in COMMIT_KEYSYMS

@@ -38,6 +38,7 @@ field names follow ``openai.types.responses.computer_action``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 from collections.abc import Callable, Mapping
@@ -61,6 +62,7 @@ __all__ = [
     "PROTOCOL_VERSION",
     "RECEIPT_FIELDS",
     "SCROLL_PIXELS_PER_CLICK",
+    "TYPING_QUIET_MS",
     "VISIBLE_CHANGE_AREA",
     "Frame",
     "FrameDecoder",
@@ -99,8 +101,12 @@ VISIBLE_CHANGE_AREA: Final = 400
 more than a blinking caret (2-3 px wide, one line high)."""
 MAX_SETTLE_CAP_MS: Final = 30_000
 """Largest ``cap_ms`` of a ``settle`` argument (milliseconds)."""
-FEATURES: Final = ("receipts",)
-"""Optional protocol-v1 features this agent has, listed in ``hello``/``info`` ``features``."""
+FEATURES: Final = ("receipts", "typing_quiet")
+"""Optional protocol-v1 features this agent has, listed in ``hello``/``info`` ``features``.
+``receipts``: input ops take ``settle`` and answer with a ``receipt``; ``typing_quiet``: the
+``settle`` object also takes ``typing_quiet_ms`` (:class:`SettleSpec`)."""
+TYPING_QUIET_MS: Final = 150
+"""Default ``typing_quiet_ms``: the quiet period after typing into a normal (non-dialog) window."""
 
 BUTTONS: Final[Mapping[str, int]] = {"left": 1, "wheel": 2, "right": 3, "back": 8, "forward": 9}
 """OpenAI button names → X11 button numbers (``wheel`` is a middle click)."""
@@ -262,17 +268,27 @@ class SettleSpec:
     ~100 ms and finish a dialog or a local page within ~1 s; the longest pause seen inside one
     effect is GTK's file chooser, which repaints at once on Enter and closes ~250-300 ms later
     (measured over repeated saves on Docker, under load), so ``quiet_ms`` is 400.
+
+    ``typing_quiet_ms`` (feature ``typing_quiet``; ``None`` turns it off) replaces ``quiet_ms``
+    for *typing into a normal window*: a ``type`` whose text has no newline, carriage return or
+    tab, or a ``keypress`` of one key that is not a modifier chord, Enter, Escape or Tab, while the
+    focused window's EWMH type is ``normal`` (not a dialog). Typed text is drawn in one go and
+    cannot open or close a window, so the long quiet period that window changes need is waste
+    there (``make bench``: typing in the editor); keys that commit or cancel, shortcuts, clicks
+    and anything typed into a dialog keep ``quiet_ms``. It never exceeds ``quiet_ms``.
     """
 
     expect_ms: int = 300
     quiet_ms: int = 400
     cap_ms: int = 3000
+    typing_quiet_ms: int | None = TYPING_QUIET_MS
 
-    NAMES = ("expect_ms", "quiet_ms", "cap_ms")
+    NAMES = ("expect_ms", "quiet_ms", "cap_ms", "typing_quiet_ms")
 
     @classmethod
     def parse(cls, value: object, *, name: str = "settle") -> SettleSpec:
-        """Check a ``settle`` object (any subset of the three fields; others default).
+        """Check a ``settle`` object (any subset of the fields; others default;
+        ``typing_quiet_ms`` may be ``null``: off).
 
         :raises GuestError: ``bad_args`` naming the field that is wrong: not an integer,
             negative, ``cap_ms`` over :data:`MAX_SETTLE_CAP_MS`, or ``expect_ms``/``quiet_ms``
@@ -293,6 +309,8 @@ class SettleSpec:
         fields: dict[str, int] = {}
         for key in cls.NAMES:
             item = value.get(key, getattr(cls, key))
+            if key == "typing_quiet_ms" and item is None:
+                continue
             if not _is_int(item) or item < 0:
                 raise GuestError(
                     "bad_args",
@@ -300,15 +318,20 @@ class SettleSpec:
                     details={"option": key},
                 )
             fields[key] = item
-        spec = cls(**fields)
+        spec = cls(
+            fields["expect_ms"],
+            fields["quiet_ms"],
+            fields["cap_ms"],
+            fields.get("typing_quiet_ms"),
+        )
         if spec.cap_ms > MAX_SETTLE_CAP_MS:
             raise GuestError(
                 "bad_args",
                 f"{name}.cap_ms must be <= {MAX_SETTLE_CAP_MS}, got {spec.cap_ms}",
                 details={"option": "cap_ms", "limit": MAX_SETTLE_CAP_MS},
             )
-        for key in ("expect_ms", "quiet_ms"):
-            if getattr(spec, key) > spec.cap_ms:
+        for key in ("expect_ms", "quiet_ms", "typing_quiet_ms"):
+            if (getattr(spec, key) or 0) > spec.cap_ms:
                 raise GuestError(
                     "bad_args",
                     f"{name}.{key} ({getattr(spec, key)}) is over {name}.cap_ms ({spec.cap_ms})",
@@ -317,7 +340,18 @@ class SettleSpec:
         return spec
 
     def as_args(self) -> dict[str, int]:
-        return {"expect_ms": self.expect_ms, "quiet_ms": self.quiet_ms, "cap_ms": self.cap_ms}
+        """The ``settle`` object to send (``typing_quiet_ms`` only when set)."""
+        args = {"expect_ms": self.expect_ms, "quiet_ms": self.quiet_ms, "cap_ms": self.cap_ms}
+        if self.typing_quiet_ms is not None:
+            args["typing_quiet_ms"] = self.typing_quiet_ms
+        return args
+
+    def for_input(self, typing_into_normal_window: bool) -> SettleSpec:
+        """The spec one action waits with: ``quiet_ms`` becomes ``typing_quiet_ms`` (never
+        longer) when the action types into a normal window (class docstring)."""
+        if not typing_into_normal_window or self.typing_quiet_ms is None:
+            return self
+        return dataclasses.replace(self, quiet_ms=min(self.quiet_ms, self.typing_quiet_ms))
 
 
 RECEIPT_FIELDS: Final = (
@@ -327,7 +361,7 @@ RECEIPT_FIELDS: Final = (
     "damage",  # {x, y, width, height} bounding box of what changed (native px), or null
     "damage_events",  # int: damage notifications counted (background activity excluded)
     "method",  # "damage" (X DAMAGE events) or "poll" (frame hashing fallback)
-    "focus_before",  # {id, title, wm_class} of the active window before the action, or null
+    "focus_before",  # {id, title, wm_class, type} of the active window before the action, or null
     "focus_after",  # the same after the wait
 )
 """The fields of an action's ``receipt`` (the reply of an action sent with ``settle``)."""

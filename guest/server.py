@@ -21,6 +21,7 @@ from guest import __version__, protocol, system
 from guest.changes import ChangeTracker, open_tracker
 from guest.errors import GuestError, ProtocolError
 from guest.geometry import Rect
+from guest.keys import is_typing_key
 from guest.screen import Screen
 from guest.windows import active_window, list_windows
 from guest.xinput import XInput
@@ -195,15 +196,23 @@ class Agent:
         }, b""
 
     def _act(
-        self, args: dict[str, Any], perform: Callable[[], Mapping[str, Any] | None]
+        self,
+        args: dict[str, Any],
+        perform: Callable[[], Mapping[str, Any] | None],
+        *,
+        typing: bool = False,
     ) -> tuple[dict[str, Any], bytes]:
         """Perform an input action; with a ``settle`` argument, wait for its effect and add the
-        ``receipt`` (:data:`guest.protocol.RECEIPT_FIELDS`)."""
+        ``receipt`` (:data:`guest.protocol.RECEIPT_FIELDS`). ``typing``: the action only types
+        text (see :class:`guest.protocol.SettleSpec`'s ``typing_quiet_ms``)."""
         raw = args.get("settle")
         if raw is None:
             return dict(perform() or {}), b""
         spec = protocol.SettleSpec.parse(raw)
         focus_before = self._focus()
+        spec = spec.for_input(
+            typing and focus_before is not None and focus_before.get("type") == "normal"
+        )
         since = self.changes.begin_input()
         try:
             result = dict(perform() or {})
@@ -247,10 +256,16 @@ class Agent:
         )
 
     def _keypress(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
-        return self._act(args, lambda: self.input.keypress(args["keys"]))
+        return self._act(
+            args, lambda: self.input.keypress(args["keys"]), typing=is_typing_key(args["keys"])
+        )
 
     def _type(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
-        return self._act(args, lambda: self.input.type_text(args["text"]))
+        return self._act(
+            args,
+            lambda: self.input.type_text(args["text"]),
+            typing=not any(char in args["text"] for char in "\n\r\t"),
+        )
 
     def _wait(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
         ms = args.get("ms")

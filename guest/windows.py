@@ -113,7 +113,8 @@ def _is_ancestor_of(window: Any, other: Any) -> bool:
 
 
 def active_window(display: Display) -> dict[str, Any] | None:
-    """The window with the input focus: ``id``, ``title``, ``wm_class`` — or None.
+    """The window with the input focus: ``id``, ``title``, ``wm_class``, ``type`` (EWMH, lower
+    case: ``normal``, ``dialog``...) — or None.
 
     The window manager's ``_NET_ACTIVE_WINDOW`` when it names one, otherwise the X input focus
     (walked up to its top-level child of the root). Cheap: a few property reads, no tree walk of
@@ -138,6 +139,7 @@ def active_window(display: Display) -> dict[str, Any] | None:
             "id": int(window.id),
             "title": _title(display, window),
             "wm_class": list(wm_class) if wm_class else [],
+            "type": _window_type(display, window),
         }
     except (error.BadWindow, error.BadDrawable, error.BadMatch):
         return None

@@ -5,7 +5,9 @@ Exit codes: 0 ok; 1 a cubicle error (message on stderr, then ``hint:`` with the 
 130/143 interrupted by SIGINT/SIGTERM (sandboxes being created are removed first).
 
 Sandbox ids carry their backend (``dk-…`` Docker, ``vm-…`` VM), so commands taking an id need
-no ``--backend``.
+no ``--backend``. Docker commands take ``--engine URL`` (a remote engine over ``tcp://`` with TLS
+or ``ssh://``; :mod:`orchestrator.providers.docker_engine`); a sandbox id created on this host
+leads to its engine without it.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import contextlib
 import importlib
 import json
 import logging
+import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -27,7 +30,7 @@ from guest.protocol import MAX_EXEC_OUTPUT_BYTES
 from orchestrator.errors import ConfigError, EngineUnavailable, ImageMissing, SandboxNotFound
 from orchestrator.network import NetworkPolicy
 from orchestrator.provider import Provider, SandboxSpec, default_cpus
-from orchestrator.providers import PROVIDERS, get_provider
+from orchestrator.providers import DOCKER_ENGINE_ENV, PROVIDERS, get_provider
 from orchestrator.sandbox import Sandbox, teardown_on_signals
 
 __all__ = ["build_parser", "main"]
@@ -110,6 +113,15 @@ def cmd_image_build(args: argparse.Namespace) -> int:
     provider = get_provider(args.backend)
     ref = provider.build_image(progress=_out, force=args.force)
     _out(ref)
+    return 0
+
+
+def cmd_image_push(args: argparse.Namespace) -> int:
+    provider = get_provider("docker")
+    push = getattr(provider, "push_image", None)
+    if push is None:
+        raise ConfigError("this checkout's Docker backend cannot push images")
+    _out(push(progress=_out))
     return 0
 
 
@@ -242,9 +254,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     backends = sorted(PROVIDERS)
+    # the Docker engine (docs: orchestrator/providers/docker_engine.py), on every command using it
+    engine = argparse.ArgumentParser(add_help=False)
+    engine.add_argument(
+        "--engine",
+        metavar="URL",
+        help=f"Docker engine: unix://PATH, tcp://HOST:PORT (TLS), ssh://[USER@]HOST "
+        f"(default: ${DOCKER_ENGINE_ENV}, else the engine each sandbox id was created on, "
+        "else $DOCKER_HOST)",
+    )
 
     p = sub.add_parser(
-        "doctor", help="check engines, images and accelerators (one line each, with the fix)"
+        "doctor",
+        help="check engines, images and accelerators (one line each, with the fix)",
+        parents=[engine],
     )
     p.add_argument(
         "--backend",
@@ -256,13 +279,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     image = sub.add_parser("image", help="guest images")
     image_sub = image.add_subparsers(dest="image_command", required=True, metavar="ACTION")
-    p = image_sub.add_parser("build", help="build the guest image (no-op when up to date)")
+    p = image_sub.add_parser(
+        "build", help="build the guest image (no-op when up to date)", parents=[engine]
+    )
     p.add_argument("--backend", choices=backends, default="docker")
     p.add_argument("--force", action="store_true", help="rebuild without the cache")
     p.set_defaults(func=cmd_image_build)
+    p = image_sub.add_parser(
+        "push",
+        help="send the guest image from the local Docker engine to --engine over the engines' "
+        "APIs (no registry)",
+        parents=[engine],
+    )
+    p.set_defaults(func=cmd_image_push)
 
     p = sub.add_parser(
-        "up", help="start a sandbox and print its id (it runs until down or its ttl)"
+        "up",
+        help="start a sandbox and print its id (it runs until down or its ttl)",
+        parents=[engine],
     )
     add_shape_options(p)
     p.add_argument(
@@ -283,29 +317,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the sandbox as JSON")
     p.set_defaults(func=cmd_up)
 
-    p = sub.add_parser("ls", help="list sandboxes of every available backend")
+    p = sub.add_parser(
+        "ls", help="list sandboxes of every available backend and known engine", parents=[engine]
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_ls)
 
-    p = sub.add_parser("screenshot", help="save a screenshot (PNG)")
+    p = sub.add_parser("screenshot", help="save a screenshot (PNG)", parents=[engine])
     p.add_argument("id")
     p.add_argument("-o", "--output", required=True, help="file to write")
     p.set_defaults(func=cmd_screenshot)
 
     p = sub.add_parser(
-        "exec", help="run a command in the guest as the desktop user: exec ID -- ARGV..."
+        "exec",
+        help="run a command in the guest as the desktop user: exec ID -- ARGV...",
+        parents=[engine],
     )
     p.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
     p.add_argument("id")
     p.add_argument("argv", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_exec)
 
-    p = sub.add_parser("logs", help="the guest's log (and the egress proxy's decisions)")
+    p = sub.add_parser(
+        "logs", help="the guest's log (and the egress proxy's decisions)", parents=[engine]
+    )
     p.add_argument("id")
     p.add_argument("--tail", type=int, default=200)
     p.set_defaults(func=cmd_logs)
 
-    p = sub.add_parser("down", help="remove sandboxes")
+    p = sub.add_parser("down", help="remove sandboxes", parents=[engine])
     p.add_argument("ids", nargs="*")
     p.add_argument("--all", action="store_true", help="remove every cubicle sandbox")
     p.set_defaults(func=cmd_down)
@@ -313,6 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "gc",
         help="remove sandboxes whose owner process is gone (or, once ready, whose ttl passed)",
+        parents=[engine],
     )
     p.set_defaults(func=cmd_gc)
 
@@ -336,13 +377,31 @@ def _register_plugins(sub: Any) -> None:
             _err(f"cubicle: the {package.rpartition('.')[2]} commands are unavailable: {exc}")
 
 
+@contextlib.contextmanager
+def _engine_override(url: str | None) -> Iterator[None]:
+    """``--engine URL``: ``CUBICLE_DOCKER_HOST`` for the duration of one command."""
+    if not url:
+        yield
+        return
+    previous = os.environ.get(DOCKER_ENGINE_ENV)
+    os.environ[DOCKER_ENGINE_ENV] = url
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(DOCKER_ENGINE_ENV, None)
+        else:
+            os.environ[DOCKER_ENGINE_ENV] = previous
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # warnings (e.g. gc and ls skipping an object whose labels do not parse) go to stderr
     logging.basicConfig(level=logging.WARNING, format="cubicle: warning: %(message)s")
     func: Command = args.func
     try:
-        return func(args)
+        with _engine_override(getattr(args, "engine", None)):
+            return func(args)
     except KeyboardInterrupt:
         _err("cubicle: interrupted")
         return 130

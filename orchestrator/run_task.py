@@ -41,7 +41,7 @@ from drivers.approvals import ApprovalPolicy, FilePolicy, NonInteractive, Termin
 from drivers.computer import GuestDriver
 from drivers.errors import SettleOptionError
 from drivers.policy_file import load_policy
-from drivers.settle import SettleOption, check_settle
+from drivers.settle import SettleOption, SettleSpec, check_settle
 from drivers.stall import DEFAULT_STALL_LIMIT, StallDetector
 from drivers.viewport import Viewport
 from guest.client import AgentClient
@@ -363,7 +363,8 @@ def register_run(sub: Any) -> None:
 
 
 def parse_settle(text: str) -> SettleOption:
-    """``--settle``: ``on``, ``off`` or ``expect_ms=N,quiet_ms=N,cap_ms=N`` (any subset).
+    """``--settle``: ``on``, ``off`` or ``expect_ms=N,quiet_ms=N,cap_ms=N,typing_quiet_ms=N``
+    (any subset).
 
     :raises ConfigError: naming the part that is wrong.
     """
@@ -374,7 +375,8 @@ def parse_settle(text: str) -> SettleOption:
         name, sep, value = part.partition("=")
         if not sep or not value.strip().isdecimal() or not value.strip().isascii():
             raise ConfigError(
-                f"--settle: {part!r} is not NAME=MILLISECONDS (names: expect_ms, quiet_ms, cap_ms)"
+                f"--settle: {part!r} is not NAME=MILLISECONDS (names: "
+                f"{', '.join(SettleSpec.NAMES)})"
             )
         values[name.strip()] = int(value)
     try:

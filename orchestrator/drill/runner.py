@@ -139,6 +139,8 @@ def scaled_settle(time_scale: float) -> SettleSpec:
         min(MAX_SETTLE_CAP_MS, round(base.expect_ms * factor)),
         min(MAX_SETTLE_CAP_MS, round(base.quiet_ms * factor)),
         min(MAX_SETTLE_CAP_MS, round(base.cap_ms * factor)),
+        # typing pauses there too (the CJK font above): typing waits the full quiet period
+        base.typing_quiet_ms if factor == 1.0 else None,
     )
 
 

@@ -74,8 +74,9 @@ def start(
 
     if backend != "docker":
         _provider(PoolShape.of(backend, "", "", spec))  # raises, naming the backend
-    validate(spec)  # before anything is recorded
-    shape = shape_for(DockerProvider(), spec)
+    provider = DockerProvider()
+    validate(spec, provider._cpu_count())  # before anything is recorded
+    shape = shape_for(provider, spec)
     record = PoolRecord(shape=shape, size=size, expires_at=time.time() + spec.ttl_s)
     registry.write(record)
     with registry.fill_lock(record.key, wait_s=None):

@@ -6,7 +6,6 @@ Cost when no pool exists: one directory read (:func:`orchestrator.pool.registry.
 
 from __future__ import annotations
 
-import os
 import time
 
 from orchestrator.pool import registry
@@ -16,8 +15,10 @@ __all__ = ["claim", "engine_of", "shape_for"]
 
 
 def engine_of(provider: Provider) -> str:
-    """Where ``provider`` starts sandboxes (part of a pool's shape)."""
-    return os.environ.get("DOCKER_HOST", "") if provider.name == "docker" else ""
+    """Where ``provider`` starts sandboxes (part of a pool's shape): the Docker engine's URL."""
+    from orchestrator.providers.docker import DockerProvider  # noqa: PLC0415
+
+    return str(provider.engine) if isinstance(provider, DockerProvider) else ""
 
 
 def shape_for(provider: Provider, spec: SandboxSpec) -> registry.PoolShape:

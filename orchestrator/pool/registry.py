@@ -53,7 +53,7 @@ class PoolShape:
 
     backend: str
     engine: str
-    """Where the members run (Docker: ``DOCKER_HOST``, ``""`` for the local socket)."""
+    """Where the members run: the Docker engine's URL (see ``docker_engine``)."""
     image: str
     screen: tuple[int, int]
     network: str

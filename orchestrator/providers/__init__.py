@@ -15,13 +15,17 @@ import importlib
 from orchestrator.errors import ConfigError, SandboxNotFound
 from orchestrator.provider import Provider
 
-__all__ = ["ID_PREFIXES", "PROVIDERS", "backend_of", "get_provider"]
+__all__ = ["DOCKER_ENGINE_ENV", "ID_PREFIXES", "PROVIDERS", "backend_of", "get_provider"]
 
 PROVIDERS: dict[str, str] = {
     "docker": "orchestrator.providers.docker:DockerProvider",
     "vm": "orchestrator.providers.vm:VmProvider",
 }
 """Backend name → ``module:Class`` of its :class:`Provider`."""
+
+DOCKER_ENGINE_ENV = "CUBICLE_DOCKER_HOST"
+"""Names the Docker engine every command uses (``--engine URL`` sets it for one command);
+see :mod:`orchestrator.providers.docker_engine`."""
 
 ID_PREFIXES: dict[str, str] = {"dk-": "docker", "vm-": "vm"}
 """Sandbox id prefix → backend name."""

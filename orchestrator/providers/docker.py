@@ -15,6 +15,11 @@ Architecture (one sandbox ``dk-<10 hex>``):
   (:mod:`guest.bridge`) through the engine's API; its stdin/stdout carry the protocol
   (:mod:`orchestrator.providers.docker_exec`). No TCP port, no host socket path: the host never
   follows a path the guest could change.
+- **engine**: local or remote (``tcp://`` with TLS, ``ssh://``; :mod:`.docker_engine`): nothing
+  here needs a filesystem shared with the engine — the seccomp profile and the proxy's
+  allowlist travel in the container configuration, images over the API (``image push``), the
+  agent over the exec stream (relayed for TLS and ssh, :mod:`.docker_relay`). The creating
+  host's book leads a sandbox id to its engine.
 - **network**: :mod:`orchestrator.providers.docker_network` (none / allow via an egress-proxy
   container on an internal network / open).
 - **labels**: every object carries :func:`orchestrator.labels.create_labels`; ``list``, ``gc``
@@ -31,7 +36,6 @@ Exec goes through the agent's ``exec`` op (runs as the desktop user, bounded by 
 
 from __future__ import annotations
 
-import atexit
 import builtins
 import contextlib
 import functools
@@ -39,8 +43,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar, Final
 
 import docker
@@ -51,8 +54,8 @@ from orchestrator import labels as L
 from orchestrator import ownership
 from orchestrator.errors import (
     ConfigError,
-    EngineUnavailable,
     ImageMissing,
+    OrchestratorError,
     ProviderError,
     SandboxNotFound,
 )
@@ -68,6 +71,13 @@ from orchestrator.provider import (
     SandboxSpec,
 )
 from orchestrator.providers import docker_image
+from orchestrator.providers.docker_engine import (
+    Engine,
+    EngineBook,
+    connect,
+    default_engine,
+    explicit_engine,
+)
 from orchestrator.providers.docker_errors import ENGINE_HINT, map_docker_errors
 from orchestrator.providers.docker_exec import DockerStreamCodec, bridge_argv, open_exec_socket
 from orchestrator.providers.docker_network import setup_network
@@ -91,41 +101,12 @@ TMPFS: Final = {
     "/run/cubicle": f"rw,nosuid,nodev,noexec,size=1m,uid={GUEST_UID},gid={GUEST_UID},mode=0700",
 }
 STOP_TIMEOUT_S: Final = 2
-ENGINE_TIMEOUT_S: Final = 60
 AGENT_OP_MARGIN_S: Final = 10.0
 BRIDGE_WAIT_SHARE: Final = 0.75
 CREATING_SUFFIX: Final = "-creating"
 """The guest container's name ends with this until the sandbox is ready (the ready mark)."""
 
 log = logging.getLogger(__name__)
-
-
-_SHARED: dict[str, docker.DockerClient] = {}
-
-
-def _shared_client() -> docker.DockerClient:
-    """One engine connection per process and ``DOCKER_HOST``, closed at exit."""
-    where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-    client = _SHARED.get(where)
-    if client is None:
-        socket_path = where.removeprefix("unix://")
-        if where.startswith("unix://") and not Path(socket_path).exists():
-            # checked here: docker-py leaks its socket when the path does not exist
-            raise EngineUnavailable(
-                f"no Docker engine at {where}: {socket_path} does not exist", hint=ENGINE_HINT
-            )
-        with map_docker_errors(f"connecting to the Docker engine at {where}"):
-            client = docker.from_env(timeout=ENGINE_TIMEOUT_S)
-        if not _SHARED:
-            atexit.register(_close_shared)
-        _SHARED[where] = client
-    return client
-
-
-def _close_shared() -> None:
-    for client in _SHARED.values():
-        client.close()
-    _SHARED.clear()
 
 
 def guest_name(sandbox_id: str, *, ready: bool) -> str:
@@ -137,10 +118,12 @@ def _describe(container: docker.models.containers.Container) -> str:
     return f"Docker container {container.name} ({str(container.id)[:12]})"
 
 
-def _info(container: docker.models.containers.Container, claim: Any = None) -> SandboxInfo | None:
-    """The sandbox of a guest container (and of its warm-pool claim marker, if any: the claim's
-    stamp counts, :mod:`orchestrator.pool.marks`), or None (with a warning naming it) if its
-    labels do not parse."""
+def _info(
+    container: docker.models.containers.Container, engine: str, claim: Any = None
+) -> SandboxInfo | None:
+    """The sandbox of a guest container on ``engine`` (and of its warm-pool claim marker, if any:
+    the claim's stamp counts, :mod:`orchestrator.pool.marks`), or None (with a warning naming it)
+    if its labels do not parse."""
     labels: dict[str, str] = container.labels
     objects = [(_describe(container), labels)] + (
         [(_describe(claim), claim.labels)] if claim else []
@@ -161,51 +144,111 @@ def _info(container: docker.models.containers.Container, claim: Any = None) -> S
         owner_host=stamp.owner.host,
         network=labels.get(L.NETWORK, ""),
         screen=(int(width) if width.isdigit() else 0, int(height) if height.isdigit() else 0),
-        detail={"container": str(container.name), "image": str(container.attrs["Config"]["Image"])},
+        detail={
+            "container": str(container.name),
+            "image": str(container.attrs["Config"]["Image"]),
+            "engine": engine,
+        },
         ownership="pool" if claim is None and marks.is_member_name(str(container.name)) else state,
     )
 
 
 class DockerProvider(Provider):
-    """Sandboxes as Docker containers on the local engine (``DOCKER_HOST`` or the default socket).
+    """Sandboxes as Docker containers on a Docker engine, local or remote
+    (:mod:`orchestrator.providers.docker_engine`).
 
-    Instances are cheap: the engine connection is made on first use and shared by every
-    instance of the process (closed at exit); pass ``client`` to use your own. The caller of
-    :meth:`create` owns the sandbox and removes it with :meth:`destroy`.
+    New sandboxes go to the explicit engine (``--engine`` / ``CUBICLE_DOCKER_HOST``), else the
+    default one (``DOCKER_HOST`` or the local socket); an existing sandbox is found on its
+    engine through the creating host's :class:`EngineBook`. ``list`` and ``gc`` cover every
+    engine this host knows. Pass ``engine`` (or ``client``, a connection of your own) to work
+    on one engine only.
+
+    Instances are cheap: engine connections are made on first use and shared by every instance
+    of the process (closed at exit). The caller of :meth:`create` owns the sandbox and removes
+    it with :meth:`destroy`.
     """
 
     name: ClassVar[str] = "docker"
 
-    def __init__(self, client: docker.DockerClient | None = None) -> None:
+    def __init__(
+        self,
+        client: docker.DockerClient | None = None,
+        *,
+        engine: Engine | None = None,
+        book: EngineBook | None = None,
+    ) -> None:
         self._client = client
+        self._given = engine
+        self._book = book or EngineBook()
+
+    @property
+    def _engine(self) -> Engine | None:
+        """The one engine this provider works on, if any: given, else ``--engine`` /
+        ``CUBICLE_DOCKER_HOST`` (read at use, so a bad URL fails the command that uses it).
+
+        :raises ConfigError: the named engine's URL is not usable.
+        """
+        return self._given if self._given is not None else explicit_engine()
 
     # -- engine ------------------------------------------------------------------------------
 
     @property
+    def engine(self) -> Engine:
+        """Where new sandboxes go: this provider's engine, else the default one."""
+        return self._engine or default_engine()
+
+    @property
     def client(self) -> docker.DockerClient:
-        """The engine connection (made lazily). :raises EngineUnavailable: engine not answering."""
-        if self._client is None:
-            self._client = _shared_client()
-        return self._client
+        """The connection to :attr:`engine` (made lazily).
+
+        :raises EngineUnavailable: the engine does not answer.
+        """
+        return self._client or connect(self.engine)
+
+    def engine_of(self, sandbox_id: str) -> Engine:
+        """The engine ``sandbox_id`` lives on: this provider's, else the book's, else the
+        default (see :mod:`orchestrator.providers.docker_engine`)."""
+        if self._engine is not None:
+            return self._engine
+        entry = self._book.lookup(sandbox_id)
+        return entry.engine_of() if entry is not None else default_engine()
+
+    def client_of(self, sandbox_id: str) -> docker.DockerClient:
+        """The connection to the engine ``sandbox_id`` lives on."""
+        return self._client or connect(self.engine_of(sandbox_id))
+
+    def engines(self) -> builtins.list[Engine]:
+        """Every engine ``list`` and ``gc`` cover: this provider's one, else the default engine
+        and every engine of the book."""
+        if self._engine is not None:
+            return [self._engine]
+        known = [default_engine()]
+        known += [engine for engine in self._book.engines() if engine not in known]
+        return known
+
+    def _bound(self) -> builtins.list[DockerProvider]:
+        """One provider per engine of :meth:`engines` (this one when it has a client)."""
+        if self._client is not None:
+            return [self]
+        return [DockerProvider(engine=engine, book=self._book) for engine in self.engines()]
 
     def _containers(self, sandbox_id: str | None = None, role: str | None = None) -> list[Any]:
         filters = [f"{L.SANDBOX}={sandbox_id}" if sandbox_id else L.SANDBOX]
         if role:
             filters.append(f"{L.ROLE}={role}")
+        client = self.client_of(sandbox_id) if sandbox_id else self.client
         with map_docker_errors("listing cubicle containers"):
             # a container removed meanwhile (a concurrent destroy or gc) is not an error
             return list(
-                self.client.containers.list(
-                    all=True, filters={"label": filters}, ignore_removed=True
-                )
+                client.containers.list(all=True, filters={"label": filters}, ignore_removed=True)
             )
 
     def _guest(self, sandbox_id: str) -> docker.models.containers.Container:
         found = self._containers(sandbox_id, "guest")
         if not found:
             raise SandboxNotFound(
-                f"no Docker sandbox {sandbox_id!r} on this engine",
-                hint="list sandboxes with: cubicle ls",
+                f"no Docker sandbox {sandbox_id!r} on the engine {self.engine_of(sandbox_id)}",
+                hint="list sandboxes with: cubicle ls (another host's sandbox: --engine URL)",
             )
         container: docker.models.containers.Container = found[0]
         return container
@@ -222,7 +265,11 @@ class DockerProvider(Provider):
                 DoctorCheck("docker engine", False, str(exc), getattr(exc, "hint", ENGINE_HINT))
             ]
         checks.append(
-            DoctorCheck("docker engine", True, f"Docker {version.get('Version', '?')} answers")
+            DoctorCheck(
+                "docker engine",
+                True,
+                f"Docker {version.get('Version', '?')} answers at {self.engine}",
+            )
         )
         try:
             ref = docker_image.current_image_ref(self.client)
@@ -237,6 +284,25 @@ class DockerProvider(Provider):
     def build_image(self, *, progress: Progress, force: bool = False) -> str:
         return docker_image.build_image(self.client, progress=progress, force=force)
 
+    def push_image(self, *, progress: Progress) -> str:
+        """Send the guest image (``CUBICLE_DOCKER_IMAGE``, else the current sources' image on the
+        default engine) to this provider's engine (:func:`.docker_image.push_image`).
+
+        :raises ConfigError: no other engine is named (``--engine`` / ``CUBICLE_DOCKER_HOST``).
+        """
+        source_engine = default_engine()
+        if self._engine is None or self._engine == source_engine:
+            raise ConfigError(
+                f"image push needs a target engine other than the one the image is on "
+                f"({source_engine})",
+                hint="cubicle image push --engine tcp://HOST:2376 (or ssh://USER@HOST)",
+            )
+        source = connect(source_engine)
+        ref = os.environ.get(IMAGE_ENV) or docker_image.current_image_ref(source)
+        return docker_image.push_image(
+            source, self.client, ref, progress=progress, target_name=str(self._engine)
+        )
+
     def default_image(self) -> str:
         """``CUBICLE_DOCKER_IMAGE`` if set (must exist), else the image of the current sources.
 
@@ -244,7 +310,15 @@ class DockerProvider(Provider):
         """
         pinned = os.environ.get(IMAGE_ENV)
         if not pinned:
-            return docker_image.current_image_ref(self.client)
+            try:
+                return docker_image.current_image_ref(self.client)
+            except ImageMissing as exc:
+                if self._client is not None or self.engine.is_local:
+                    raise
+                raise ImageMissing(
+                    f"{exc} on the engine {self.engine}",
+                    hint=f"send it there with: cubicle image push --engine {self.engine}",
+                ) from exc
         with map_docker_errors(f"looking up {pinned} ({IMAGE_ENV})"):
             try:
                 self.client.images.get(pinned)
@@ -262,9 +336,12 @@ class DockerProvider(Provider):
         (:class:`orchestrator.sandbox.Sandbox`). On any failure removes what it made and raises.
 
         """
-        _validate(spec)
+        engine = self.engine
+        _validate(spec, self._cpu_count())
         image = spec.image or self.default_image()
         sandbox_id = ID_PREFIX + secrets.token_hex(5)
+        if self._client is None:
+            self._book.record(sandbox_id, engine)  # before anything exists on the engine
         labels = L.create_labels(
             sandbox_id,
             "guest",
@@ -304,12 +381,19 @@ class DockerProvider(Provider):
                 )
                 container.start()
                 container.reload()
-            info = _info(container)
+            info = _info(container, str(engine))
             assert info is not None  # our own labels parse
             return info
         except BaseException:
             self.destroy(sandbox_id)
             raise
+
+    def _cpu_count(self) -> int:
+        """CPUs of the engine's machine (this host's for a local engine)."""
+        if self._client is None and self.engine.is_local:
+            return os.cpu_count() or 1
+        with map_docker_errors(f"asking the engine {self.engine} for its CPU count"):
+            return int(self.client.info().get("NCPU") or 1)
 
     def mark_ready(self, sandbox_id: str) -> None:
         """Rename the guest container ``cubicle-<id>-creating`` → ``cubicle-<id>`` (atomic)."""
@@ -334,7 +418,7 @@ class DockerProvider(Provider):
         container = self._guest(sandbox_id)
         argv = bridge_argv(GUEST_PYTHON, AGENT_SOCKET, wait_s=timeout * BRIDGE_WAIT_SHARE)
         sock = open_exec_socket(
-            self.client.api,
+            self.client_of(sandbox_id).api,
             str(container.id),
             argv,
             user=f"{GUEST_UID}:{GUEST_UID}",
@@ -388,6 +472,7 @@ class DockerProvider(Provider):
             self._remove_containers,
             self._remove_networks,
             self._remove_volumes,
+            self._book.forget,
         ]
 
     @staticmethod
@@ -402,7 +487,9 @@ class DockerProvider(Provider):
 
     def _remove_networks(self, sandbox_id: str) -> None:
         with map_docker_errors(f"listing the networks of {sandbox_id}"):
-            networks = self.client.networks.list(filters={"label": f"{L.SANDBOX}={sandbox_id}"})
+            networks = self.client_of(sandbox_id).networks.list(
+                filters={"label": f"{L.SANDBOX}={sandbox_id}"}
+            )
         for network in networks:
             with (
                 map_docker_errors(f"removing network {network.name}"),
@@ -412,18 +499,44 @@ class DockerProvider(Provider):
 
     def _remove_volumes(self, sandbox_id: str) -> None:
         with map_docker_errors(f"listing the volumes of {sandbox_id}"):
-            volumes = self.client.volumes.list(filters={"label": f"{L.SANDBOX}={sandbox_id}"})
+            volumes = self.client_of(sandbox_id).volumes.list(
+                filters={"label": f"{L.SANDBOX}={sandbox_id}"}
+            )
         for volume in volumes:
             with map_docker_errors(f"removing volume {volume.name}"):
                 volume.remove(force=True)
 
     def list(self) -> list[SandboxInfo]:
-        containers = self._containers()
-        claims = {c.labels.get(L.SANDBOX): c for c in containers if _role(c) == marks.CLAIM_ROLE}
-        infos = (
-            _info(c, claims.get(c.labels.get(L.SANDBOX))) for c in containers if _role(c) == "guest"
-        )
-        return sorted((i for i in infos if i is not None), key=lambda i: i.created_at)
+        """Sandboxes on every engine of :meth:`engines`; an engine other than the first that
+        does not answer is skipped with a warning naming it."""
+        infos: builtins.list[SandboxInfo] = []
+        for bound in self._each_engine("listing sandboxes"):
+            where = str(bound.engine)
+            containers = bound._containers()
+            claims = {
+                c.labels.get(L.SANDBOX): c for c in containers if _role(c) == marks.CLAIM_ROLE
+            }
+            found = (
+                _info(c, where, claims.get(c.labels.get(L.SANDBOX)))
+                for c in containers
+                if _role(c) == "guest"
+            )
+            infos += (i for i in found if i is not None)
+        return sorted(infos, key=lambda i: i.created_at)
+
+    def _each_engine(self, doing: str) -> Iterator[DockerProvider]:
+        """:meth:`_bound` providers; an unreachable engine raises only when it is the first
+        (the one commands are about), the others are skipped with a warning."""
+        for index, bound in enumerate(self._bound()):
+            try:
+                with map_docker_errors(f"{doing} on the engine {bound.engine}"):
+                    bound.client.ping()
+            except OrchestratorError as exc:
+                if index == 0:
+                    raise
+                log.warning("%s: skipping the engine %s (%s)", doing, bound.engine, exc)
+                continue
+            yield bound
 
     def _stamps(self) -> dict[str, ownership.Stamp]:
         """One stamp per sandbox id that has any labelled object (container, network, volume);
@@ -443,32 +556,52 @@ class DockerProvider(Provider):
     def gc(self) -> builtins.list[str]:
         """Judge each sandbox on its own (:func:`orchestrator.ownership.verdict`): the owner first,
         then a fresh read of the ready mark; destroy the doomed ones. Never a sweep of whatever
-        an earlier listing did not show."""
+        an earlier listing did not show. Every engine of :meth:`engines`, each on its own; then
+        book entries whose sandbox left nothing on its engine and whose creator is gone."""
         removed: builtins.list[str] = []
-        for sandbox_id, stamp in sorted(self._stamps().items()):
-            reason = ownership.verdict(
-                stamp, functools.partial(self._ready, sandbox_id), time.time()
-            )
-            if reason is not None:
-                # a warm-pool claim may have landed since the listing: its marker, read fresh
-                fresh = marks.effective_stamps(
-                    [(_describe(c), c.labels) for c in self._containers(sandbox_id)], ID_PREFIX
-                ).get(sandbox_id, stamp)
-                if fresh != stamp:
-                    reason = ownership.verdict(
-                        fresh, functools.partial(self._ready, sandbox_id), time.time()
-                    )
-            if reason is not None:
-                log.info("gc: removing %s (%s)", sandbox_id, reason)
-                self.destroy(sandbox_id)
-                removed.append(sandbox_id)
+        for bound in self._each_engine("gc"):
+            stamps = bound._stamps()
+            for sandbox_id, stamp in sorted(stamps.items()):
+                reason = ownership.verdict(
+                    stamp, functools.partial(bound._ready, sandbox_id), time.time()
+                )
+                if reason is not None:
+                    # a warm-pool claim may have landed since the listing: its marker, read fresh
+                    fresh = marks.effective_stamps(
+                        [(_describe(c), c.labels) for c in bound._containers(sandbox_id)],
+                        ID_PREFIX,
+                    ).get(sandbox_id, stamp)
+                    if fresh != stamp:
+                        reason = ownership.verdict(
+                            fresh, functools.partial(bound._ready, sandbox_id), time.time()
+                        )
+                if reason is not None:
+                    log.info("gc: removing %s on %s (%s)", sandbox_id, bound.engine, reason)
+                    bound.destroy(sandbox_id)
+                    removed.append(sandbox_id)
+            if self._client is None:
+                bound._forget_vanished(set(stamps))
         return removed
+
+    def _forget_vanished(self, present: set[str]) -> None:
+        """Drop this engine's book entries with no object on it and no live creator (a creator
+        still alive may be about to create them)."""
+        for entry in self._book.entries():
+            if (
+                entry.engine_of() == self.engine
+                and entry.sandbox_id not in present
+                and entry.owner_gone()
+                and not self._containers(entry.sandbox_id)
+            ):
+                self._book.forget(entry.sandbox_id)
 
     def describe(self, sandbox_id: str) -> SandboxInfo | None:
         found = self._containers(sandbox_id)
         guests = [c for c in found if _role(c) == "guest"]
         claims = [c for c in found if _role(c) == marks.CLAIM_ROLE]
-        return _info(guests[0], claims[0] if claims else None) if guests else None
+        if not guests:
+            return None
+        return _info(guests[0], str(self.engine_of(sandbox_id)), claims[0] if claims else None)
 
 
 def _role(container: docker.models.containers.Container) -> str:
@@ -492,7 +625,7 @@ def _check_id(sandbox_id: str) -> None:
         )
 
 
-def _validate(spec: SandboxSpec) -> None:
+def _validate(spec: SandboxSpec, cpus: int) -> None:
     width, height = spec.screen
     if not (320 <= width <= 7680 and 200 <= height <= 4320):
         raise ConfigError(f"screen {width}x{height} is outside 320x200 .. 7680x4320 pixels")
@@ -500,9 +633,8 @@ def _validate(spec: SandboxSpec) -> None:
         raise ConfigError(f"ttl must be positive seconds, got {spec.ttl_s}")
     if spec.memory_mb < 256:
         raise ConfigError(f"memory {spec.memory_mb} MiB is below the 256 MiB a desktop needs")
-    cpus = os.cpu_count() or 1
     if not 0.1 <= spec.cpus <= cpus:
-        raise ConfigError(f"cpus {spec.cpus} is outside 0.1 .. {cpus} (this host's CPU count)")
+        raise ConfigError(f"cpus {spec.cpus} is outside 0.1 .. {cpus} (the engine's CPU count)")
     if not isinstance(spec.network, NetworkPolicy):
         raise ConfigError(f"network must be a NetworkPolicy, got {type(spec.network).__name__}")
     if spec.image is not None and not spec.image:

@@ -10,8 +10,9 @@ stream (1 stdout, 2 stderr), three zero bytes, a big-endian u32 payload size —
 a :class:`guest.client.StreamCodec`); the bridge's stderr is kept (bounded) and told when the
 stream ends, so "the agent is not listening" reaches the caller in the bridge's own words.
 
-The same shape — an exec stream carrying the agent's bytes to a bridge — is what a remote engine
-or a Kubernetes exec uses; only the codec and the call that opens the stream differ.
+The same shape serves remote engines (``tcp://`` with TLS, ``ssh://``: the stream is relayed
+through a local socket pair, :mod:`orchestrator.providers.docker_relay`) and would serve a
+Kubernetes exec; only the codec and the call that opens the stream differ.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import docker.errors
 
 from guest.client import AgentConnectionError
 from guest.errors import ProtocolError
+from orchestrator.providers.docker_relay import relay
 
 __all__ = ["DockerStreamCodec", "bridge_argv", "open_exec_socket"]
 
@@ -120,20 +122,25 @@ def open_exec_socket(
 
 
 def _detach(raw: Any, name: str) -> socket.socket:
-    """Take the upgraded connection's file descriptor into a socket of our own.
+    """Take the upgraded connection into a socket of our own.
 
-    docker-py returns the ``SocketIO`` under its HTTP response (local engines), whose objects
+    A local engine: docker-py returns the ``SocketIO`` under its HTTP response, whose objects
     all refer to one socket object. Detaching its descriptor leaves them holding a closed socket
     (closing or collecting them is then harmless) and gives the caller sole ownership.
+
+    A TLS (``tcp://``) or ssh engine: the stream is an :class:`ssl.SSLSocket` or a paramiko
+    channel, framed in Python; :func:`orchestrator.providers.docker_relay.relay` puts a plain
+    socket in front of it (the HTTP response stays referenced by the stream, as docker-py set).
     """
     inner = raw if isinstance(raw, socket.socket) else getattr(raw, "_sock", None)
+    if isinstance(inner, ssl.SSLSocket) or _is_channel(raw):
+        return relay(inner if isinstance(inner, ssl.SSLSocket) else raw, name)
     response = getattr(raw, "_response", None)
     try:
-        if not isinstance(inner, socket.socket) or isinstance(inner, ssl.SSLSocket):
+        if not isinstance(inner, socket.socket):
             raise AgentConnectionError(
                 f"cannot reach the agent of {name}: the engine connection is a "
-                f"{type(inner).__name__}, not a plain socket (a TLS or ssh DOCKER_HOST is not "
-                "supported yet)"
+                f"{type(raw).__name__}, not a socket, a TLS socket or an ssh channel"
             )
         return socket.socket(fileno=inner.detach())
     finally:
@@ -142,3 +149,8 @@ def _detach(raw: Any, name: str) -> socket.socket:
         if response is not None:
             with contextlib.suppress(Exception):
                 response.close()
+
+
+def _is_channel(raw: Any) -> bool:
+    """A paramiko channel (an ssh:// engine), recognised without importing paramiko."""
+    return type(raw).__module__.startswith("paramiko.") and hasattr(raw, "recv_ready")

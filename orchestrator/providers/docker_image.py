@@ -50,6 +50,7 @@ __all__ = [
     "build_image",
     "current_image_ref",
     "image_inputs",
+    "push_image",
 ]
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
@@ -166,15 +167,18 @@ def _run_streaming(argv: list[str], progress: Progress, what: str) -> None:
         raise ImageBuildError(f"{what} failed with exit status {status}", log_tail="\n".join(tail))
 
 
-def _pull_registry_base(progress: Progress) -> bool:
+def _pull_registry_base(client: docker.DockerClient, progress: Progress) -> bool:
+    """Pull the registry base on ``client``'s engine (the one building), with a short timeout."""
     progress(f"base: trying to pull {BASE_REGISTRY} (timeout {PULL_TIMEOUT_S:.0f} s)")
+    api = client.api
+    saved = api.timeout
     try:
-        api = docker.APIClient(timeout=int(PULL_TIMEOUT_S), version="auto")
+        api.timeout = int(PULL_TIMEOUT_S)
         try:
             repository, tag = BASE_REGISTRY.split(":")
             api.pull(repository, tag=tag)
         finally:
-            api.close()
+            api.timeout = saved
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         progress(f"base: pull failed ({str(exc).splitlines()[0][:160]}); bootstrapping from Debian")
         return False
@@ -228,7 +232,7 @@ def ensure_base(client: docker.DockerClient, progress: Progress) -> str:
         present = _present_base(client)
     if present is not None:
         return present
-    if _pull_registry_base(progress):
+    if _pull_registry_base(client, progress):
         return BASE_REGISTRY
     return bootstrap_base(client, progress)
 
@@ -369,3 +373,73 @@ def prune_stale_images(
     if removed:
         progress(f"image: removed {len(removed)} stale tag(s): {', '.join(sorted(removed))}")
     return removed
+
+
+PUSH_REPORT_BYTES: Final = 128 * 1024 * 1024
+"""``image push`` reports its progress every this many bytes."""
+
+
+def push_image(
+    source: docker.DockerClient,
+    target: docker.DockerClient,
+    ref: str,
+    *,
+    progress: Progress,
+    target_name: str,
+) -> str:
+    """Send ``ref`` and its base image from the ``source`` engine to ``target`` through the
+    engines' APIs — ``docker save`` streamed into ``docker load``, no registry and no file on
+    either host. The base goes too (layers it shares with ``ref`` travel once) because the
+    image tag is computed from the base's id (:func:`current_image_ref` on the target).
+    A no-op when ``target`` already has ``ref`` with the same image id. Returns ``ref``.
+
+    :raises ImageMissing: ``ref`` is not on ``source``.
+    """
+    started = time.monotonic()
+    with map_docker_errors(f"looking up {ref} on the local engine"):
+        wanted = _image_id(source, ref)
+        if wanted is None:
+            raise ImageMissing(f"the image {ref} is not on the local engine", hint=IMAGE_HINT)
+        names = [ref] + [base for base in (_present_base(source),) if base is not None]
+    with map_docker_errors(f"looking up {ref} on {target_name}"):
+        if _image_id(target, ref) == wanted:
+            progress(f"image {ref} is up to date on {target_name}")
+            return ref
+    progress(f"image push: {', '.join(names)} -> {target_name}")
+    api = source.api
+    with map_docker_errors(f"saving {', '.join(names)} on the local engine"):
+        # the multi-name form of GET /images/get (docker-py's get_image takes one name)
+        url = f"{api.base_url}/v{api.api_version}/images/get"
+        response = api.get(url, params={"names": names}, stream=True)
+        if response.status_code != 200:
+            raise ImageMissing(
+                f"the local engine could not save {', '.join(names)}: "
+                f"{response.status_code} {response.text.strip()[:300]}"
+            )
+    sent = 0
+
+    def chunks() -> Iterator[bytes]:
+        nonlocal sent
+        reported = 0
+        for chunk in response.iter_content(chunk_size=1024 * 1024):
+            sent += len(chunk)
+            if sent - reported >= PUSH_REPORT_BYTES:
+                reported = sent
+                progress(f"  {sent / 2**20:.0f} MiB sent")
+            yield chunk
+
+    try:
+        with map_docker_errors(f"loading {ref} into {target_name}"):
+            for event in target.api.load_image(chunks()):  # type: ignore[no-untyped-call]
+                if "error" in event:
+                    raise ImageBuildError(
+                        f"{target_name} refused the image: {str(event['error']).strip()}"
+                    )
+            loaded = _image_id(target, ref)
+    finally:
+        response.close()
+    if loaded != wanted:
+        raise ImageBuildError(f"{target_name} has {ref} as {loaded}, not {wanted}, after the load")
+    elapsed = time.monotonic() - started
+    progress(f"image {ref} pushed to {target_name}: {sent / 2**20:.0f} MiB in {elapsed:.1f} s")
+    return ref

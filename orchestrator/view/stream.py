@@ -37,7 +37,7 @@ def open_vnc_stream(provider: Provider, sandbox_id: str, *, view_only: bool) -> 
     if info is None:
         raise SandboxNotFound(f"no Docker sandbox {sandbox_id!r} on this engine")
     sock = open_exec_socket(
-        provider.client.api,
+        provider.client_of(sandbox_id).api,
         info.detail["container"],
         vnc_argv(view_only=view_only),
         user=f"{GUEST_UID}:{GUEST_UID}",

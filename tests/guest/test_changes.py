@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator
 from io import BytesIO
 from pathlib import Path
+from typing import Any
 
 import pytest
 from PIL import Image
@@ -25,7 +26,10 @@ from tests.support.xvfb import Xvfb
 pytestmark = pytest.mark.x11
 
 EFFECTS = Path(__file__).with_name("tk_effects.py")
-SETTLE = protocol.SettleSpec().as_args()
+SETTLE: dict[str, Any] = {**protocol.SettleSpec().as_args(), "typing_quiet_ms": None}
+"""The defaults with the typing shortcut off: these tests time the quiet period itself."""
+LONG_QUIET = {"expect_ms": 300, "quiet_ms": 1000, "cap_ms": 3000, "typing_quiet_ms": 150}
+"""Quiet periods far apart, so which one the agent chose shows in ``settle_ms`` under load."""
 
 
 @pytest.fixture(scope="module")
@@ -154,8 +158,36 @@ def test_bad_settle_arguments_name_the_option_and_the_agent_keeps_serving(
         ({"cap_ms": 40_000}, "settle.cap_ms must be <= 30000"),
         ({"expect_ms": 900, "cap_ms": 500}, "settle.expect_ms (900) is over settle.cap_ms"),
         ({"pause": 1}, "unknown settle option(s) pause"),
+        ({"typing_quiet_ms": "fast"}, "settle.typing_quiet_ms must be an integer"),
+        ({"typing_quiet_ms": 5000}, "settle.typing_quiet_ms (5000) is over settle.cap_ms"),
         ([], "argument .settle. must be an object"),
     ):
         with pytest.raises(Exception, match=named.replace("(", r"\(").replace(")", r"\)")):
             client.call("move", {"x": 1, "y": 1, "settle": settle})
     assert client.call("info").result["features"] == list(protocol.FEATURES)
+
+
+@pytest.mark.parametrize("window_type", ["normal", "dialog"])
+def test_typing_waits_the_typing_quiet_period_only_in_a_normal_window(
+    xserver: Xvfb, client: AgentClient, window_type: str
+) -> None:
+    process = _effects(xserver.display, *(["--dialog"] if window_type == "dialog" else []))
+    try:
+        client.call("settle", {"quiet_ms": 300, "timeout_ms": 3000})
+        typed = client.call("keypress", {"keys": ["b"], "settle": LONG_QUIET}).result["receipt"]
+        assert typed["changed"] is True and typed["focus_before"]["type"] == window_type
+        text = client.call("type", {"text": "b", "settle": LONG_QUIET}).result["receipt"]
+        committed = client.call("keypress", {"keys": ["Return"], "settle": LONG_QUIET})
+        assert committed.result["receipt"]["changed"] is True
+        assert committed.result["receipt"]["settle_ms"] >= 1000, "Enter is not typing"
+        if window_type == "normal":
+            assert typed["settle_ms"] < 1000 and text["settle_ms"] < 1000, (typed, text)
+            assert typed["settle_ms"] >= 150
+        else:
+            assert typed["settle_ms"] >= 1000 and text["settle_ms"] >= 1000, (typed, text)
+        off = client.call(
+            "keypress", {"keys": ["b"], "settle": {**LONG_QUIET, "typing_quiet_ms": None}}
+        )
+        assert off.result["receipt"]["settle_ms"] >= 1000, "typing_quiet_ms null turns it off"
+    finally:
+        stop_process(process)

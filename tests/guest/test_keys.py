@@ -9,7 +9,7 @@ from Xlib import X
 
 from guest.client import AgentClient
 from guest.errors import GuestError
-from guest.keys import KEY_NAMES, char_keysym, keysym_number, resolve_key
+from guest.keys import KEY_NAMES, char_keysym, is_typing_key, keysym_number, resolve_key
 from tests.support.recorder import RecordedEvent, Recorder
 
 pytestmark = pytest.mark.x11
@@ -154,3 +154,23 @@ def test_key_names_are_case_insensitive_but_characters_are_not() -> None:
     assert resolve_key("a").keysym == char_keysym("a") != resolve_key("A").keysym
     for alias in ("cmd", "CMD", "meta", "Meta", "win", "super", "command", "SUPER"):
         assert resolve_key(alias).keysym_name == "Super_L"
+
+
+@pytest.mark.parametrize(
+    ("keys", "typing"),
+    [
+        (["a"], True),
+        (["BACKSPACE"], True),
+        (["ArrowLeft"], True),
+        (["日"], True),
+        (["ENTER"], False),
+        (["Return"], False),
+        (["ESC"], False),
+        (["TAB"], False),
+        (["CTRL", "S"], False),
+        (["SHIFT"], False),
+        (["notakey"], False),
+    ],
+)
+def test_typing_keys_are_single_non_commit_keys(keys: list[str], typing: bool) -> None:
+    assert is_typing_key(keys) is typing

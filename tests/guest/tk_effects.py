@@ -1,16 +1,33 @@
-"""A window whose key presses have effects at known delays: ``python tk_effects.py [--animate]``.
+"""A window whose key presses have effects at known delays:
+``python tk_effects.py [--animate] [--dialog]``.
 
 Maps a full-screen override-redirect canvas with the keyboard focus (so keys reach it with or
 without a window manager, wherever the pointer is) and prints ``ready``.
 Keys: ``d`` paints a 300x200 red block 250 ms later; ``s`` paints a blue block at once and a
-green one 150 ms after it; ``c`` clears the canvas; any other key does nothing. With
-``--animate`` a 40x40 square moves along the top right corner every 40 ms, forever.
+green one 150 ms after it; ``b`` and Return paint a 200x200 block at once, yellow and purple in
+turn; ``c`` clears the canvas; any other key does nothing. With ``--animate`` a 40x40 square
+moves along the top right corner every 40 ms, forever. With ``--dialog`` the window's EWMH type
+is ``dialog`` (otherwise unset: ``normal``).
 """
 
 from __future__ import annotations
 
 import sys
 import tkinter
+
+from Xlib import X, display
+
+
+def _focus(window_id: int) -> None:
+    """Give the window the X input focus, as a window manager would (Tk cannot for an
+    override-redirect window: the focus stays PointerRoot, and no window counts as focused)."""
+    connection = display.Display()
+    try:
+        window = connection.create_resource_object("window", window_id)
+        window.set_input_focus(X.RevertToPointerRoot, X.CurrentTime)
+        connection.sync()
+    finally:
+        connection.close()
 
 
 def main() -> None:
@@ -31,12 +48,19 @@ def main() -> None:
             root.after(
                 150, lambda: canvas.create_rectangle(150, 200, 300, 400, fill="green", width=0)
             )
+        elif event.char == "b" or event.keysym == "Return":
+            flip[0] = not flip[0]
+            colour = "yellow" if flip[0] else "purple"
+            canvas.create_rectangle(400, 200, 600, 400, fill=colour, width=0)
         elif event.char == "c":
             canvas.delete("block")
             canvas.delete("all")
             if square is not None:
                 canvas.create_rectangle(*coords, fill="black", width=0, tags="square")
 
+    flip = [False]
+    if "--dialog" in sys.argv:
+        root.wm_attributes("-type", "dialog")
     root.bind_all("<Key>", key)
     square = "square" if "--animate" in sys.argv else None
     coords = [500, 0, 540, 40]
@@ -54,6 +78,7 @@ def main() -> None:
         root.update()
     canvas.focus_force()
     root.update()
+    _focus(int(root.wm_frame(), 16))
     print("ready", flush=True)
     root.mainloop()
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from orchestrator import labels as L
 from orchestrator.providers.docker import DockerProvider
 from orchestrator.sandbox import Sandbox
 from tests.orchestrator.support import leftovers
+from tests.support.cli import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 CliRun = Callable[..., "subprocess.CompletedProcess[str]"]
@@ -32,14 +32,7 @@ def cli(docker_image: str) -> CliRun:
     """Run ``python -m orchestrator.cli ARGS...`` as a subprocess; returns the completed process."""
 
     def run(*args: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "orchestrator.cli", *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            cwd=REPO,
-            check=False,
-        )
+        return run_cli(*args, timeout=timeout)
 
     return run
 

@@ -1,0 +1,44 @@
+"""The drivers' ``settle`` option and how it meets the agent's features (no guest needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from drivers.errors import SettleOptionError
+from drivers.settle import check_settle, settle_for_agent
+from guest.protocol import TYPING_QUIET_MS, SettleSpec
+
+
+def test_the_default_types_with_the_short_quiet_period_and_never_longer_than_quiet() -> None:
+    spec = check_settle(True)
+    assert spec is not None and spec.typing_quiet_ms == TYPING_QUIET_MS < spec.quiet_ms
+    assert spec.for_input(True).quiet_ms == TYPING_QUIET_MS
+    assert spec.for_input(False).quiet_ms == spec.quiet_ms
+    short = check_settle({"quiet_ms": 100})
+    assert short is not None and short.for_input(True).quiet_ms == 100
+    off = check_settle({"typing_quiet_ms": None})
+    assert off is not None and off.for_input(True).quiet_ms == off.quiet_ms
+    assert "typing_quiet_ms" not in off.as_args()
+
+
+@pytest.mark.parametrize(
+    ("option", "named"),
+    [
+        ({"typing_quiet_ms": -1}, "settle.typing_quiet_ms must be an integer >= 0"),
+        ({"typing_quiet_ms": 1.5}, "settle.typing_quiet_ms must be an integer >= 0"),
+        ({"typing_quiet_ms": 4000}, r"settle.typing_quiet_ms \(4000\) is over settle.cap_ms"),
+    ],
+)
+def test_a_bad_typing_quiet_period_is_named(option: dict[str, object], named: str) -> None:
+    with pytest.raises(SettleOptionError, match=named):
+        check_settle(option)
+
+
+def test_an_agent_without_the_feature_gets_the_spec_without_it() -> None:
+    spec = SettleSpec()
+    old = settle_for_agent(spec, {"features": ["receipts"], "protocol": 1}, "old")
+    assert old.typing_quiet_ms is None and "typing_quiet_ms" not in old.as_args()
+    new = settle_for_agent(spec, {"features": ["receipts", "typing_quiet"]}, "new")
+    assert new == spec
+    with pytest.raises(SettleOptionError, match="feature 'receipts' needed"):
+        settle_for_agent(spec, {"features": []}, "older")

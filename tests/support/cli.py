@@ -1,0 +1,27 @@
+"""Run the ``cubicle`` CLI as a subprocess of the tests (``python -m orchestrator.cli``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_cli(
+    *args: str, timeout: float = 180.0, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The completed ``cubicle ARGS`` (text output captured), with ``env`` added to this
+    process's environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
