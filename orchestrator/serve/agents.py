@@ -1,0 +1,152 @@
+"""``agent`` of a session request: which loop runs a turn.
+
+``agent.model`` is one of
+
+- ``cubicle-drill`` — the built-in scripted drill (:func:`orchestrator.drill.runner.run_drill`:
+  the scripted model server plus the drill's script, through the SDK's recorded loop);
+- ``cubicle-task:NAME`` — a shipped task with its script, through :func:`resolve_task` (the one
+  seam for task files; unknown names are a 400 naming ``agent.model``);
+- any other name — a Responses model, called by the server with its own ``OPENAI_API_KEY``
+  (and ``OPENAI_BASE_URL`` when set) through :func:`orchestrator.run_task.run_task`.
+
+Agent settings cubicle cannot honour (``agent_id``, ``instructions``, ``tools`` other than
+computer use, ``reasoning``, ``text``, ``multi_agent``, ``service_tier``, ``compaction``,
+``experimental``) are a 400 naming the field.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from orchestrator.serve import wire
+from orchestrator.serve.errors import bad_request
+
+__all__ = [
+    "DRILL_MODEL",
+    "TASK_PREFIX",
+    "AgentSpec",
+    "TaskNotFound",
+    "parse_agent",
+    "resolve_task",
+    "set_task_resolver",
+]
+
+DRILL_MODEL = "cubicle-drill"
+TASK_PREFIX = "cubicle-task:"
+Kind = Literal["drill", "task", "responses"]
+_UNSUPPORTED = (
+    "instructions",
+    "reasoning",
+    "text",
+    "multi_agent",
+    "service_tier",
+    "compaction",
+    "experimental",
+)
+
+
+class TaskNotFound(LookupError):
+    """No shipped task has that name."""
+
+
+def _no_tasks(name: str) -> object:
+    raise TaskNotFound(f"no shipped task named {name!r}")
+
+
+_task_resolver: Callable[[str], object] = _no_tasks
+
+
+def set_task_resolver(resolver: Callable[[str], object]) -> None:
+    """Install the task-file loader: ``resolver(NAME)`` returns the task (whatever the turn
+    runner's task branch takes) or raises :class:`TaskNotFound`."""
+    global _task_resolver
+    _task_resolver = resolver
+
+
+def resolve_task(name: str) -> object:
+    """The shipped task ``name``. :raises TaskNotFound: no such task."""
+    return _task_resolver(name)
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """The agent of one session."""
+
+    model: str
+    kind: Kind
+    task: object = None
+    id: str = ""
+
+    def resource(self) -> dict[str, Any]:
+        """The session's ``agent`` object."""
+        return {
+            "id": self.id,
+            "model": self.model,
+            "instructions": None,
+            "name": None,
+            "multi_agent": {"enabled": False, "max_concurrent_subagents": None},
+            "reasoning": {"effort": None, "summary": None},
+            "service_tier": "auto",
+            "text": {"format": {"type": "text"}, "verbosity": "medium"},
+            "tools": [{"type": "computer_use", "include_screenshots": True}],
+        }
+
+
+def parse_agent(body: dict[str, Any], *, has_api_key: bool | None = None) -> AgentSpec:
+    """Check ``agent``/``agent_id`` of a create request.
+
+    :param has_api_key: whether the server can call the Responses API (default: whether
+        ``OPENAI_API_KEY`` is set).
+    :raises ApiError: 400 naming the field.
+    """
+    if body.get("agent_id") is not None:
+        raise bad_request(
+            "agent_id: saved agents are not available in cubicle serve; send agent.model",
+            "agent_id",
+        )
+    agent = body.get("agent")
+    if not isinstance(agent, dict):
+        raise bad_request("agent is required, with agent.model", "agent")
+    for key, value in agent.items():
+        if key == "model":
+            continue
+        if key == "tools":
+            tools = value or []
+            if not isinstance(tools, list) or any(
+                not isinstance(t, dict) or t.get("type") != "computer_use" for t in tools
+            ):
+                raise bad_request(
+                    "agent.tools: cubicle agents have the computer tool only", "agent.tools"
+                )
+            continue
+        if key in _UNSUPPORTED:
+            if value is None or value == {}:
+                continue
+            raise bad_request(f"agent.{key} is not supported by cubicle serve", f"agent.{key}")
+        raise bad_request(f"agent.{key} is not a known field", f"agent.{key}")
+    model = agent.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise bad_request("agent.model is required (a model name)", "agent.model")
+    agent_id = wire.new_id("agent")
+    if model == DRILL_MODEL:
+        return AgentSpec(model, "drill", id=agent_id)
+    if model.startswith(TASK_PREFIX):
+        name = model[len(TASK_PREFIX) :]
+        try:
+            task = resolve_task(name)
+        except TaskNotFound as exc:
+            raise bad_request(f"agent.model: {exc}", "agent.model", code="unknown_task") from None
+        return AgentSpec(model, "task", task=task, id=agent_id)
+    if has_api_key is None:
+        has_api_key = bool(os.environ.get("OPENAI_API_KEY"))
+    if not has_api_key:
+        raise bad_request(
+            f"agent.model {model!r} is a Responses model and this server has no OPENAI_API_KEY "
+            f"to call it; use '{DRILL_MODEL}', 'cubicle-task:NAME', or start the server with "
+            "OPENAI_API_KEY set",
+            "agent.model",
+        )
+    return AgentSpec(model, "responses", id=agent_id)
