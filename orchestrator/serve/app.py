@@ -304,7 +304,8 @@ def _submit_message(
             raise bad_request("the session failed; create a new one", "events")
         if session.turn is not None:
             raise bad_request(
-                "the session has a turn in progress; wait for it or cancel it", "events",
+                "the session has a turn in progress; wait for it or cancel it",
+                "events",
                 code="turn_in_progress",
             )
         turn = TurnState(wire.new_id("turn"), content, wire.now())
@@ -433,7 +434,11 @@ def _sse(
                 yield {"event": event["type"], "data": json.dumps(event)}
                 if until_turn is not None:
                     kind = event["type"]
-                    if kind.startswith("agent.session.turn.") and event.get("turn_id") == until_turn.id and kind.rsplit(".", 1)[1] in ("completed", "failed", "cancelled"):
+                    if (
+                        kind.startswith("agent.session.turn.")
+                        and event.get("turn_id") == until_turn.id
+                        and kind.rsplit(".", 1)[1] in ("completed", "failed", "cancelled")
+                    ):
                         ended = True
                     if kind == "agent.session.failed" or (ended and kind == "agent.session.idle"):
                         return
@@ -532,7 +537,9 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
     log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
     return JSONResponse(
         error_body(
-            "internal server error (logged by cubicle serve)", type="server_error", code="internal_error"
+            "internal server error (logged by cubicle serve)",
+            type="server_error",
+            code="internal_error",
         ),
         status_code=500,
     )

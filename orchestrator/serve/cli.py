@@ -101,6 +101,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))
+    sock.listen(128)  # connections queue from the moment the address is printed
     port = sock.getsockname()[1]
     host = f"[{args.host}]" if ":" in args.host else args.host
     if generated:

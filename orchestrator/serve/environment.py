@@ -45,7 +45,11 @@ __all__ = ["WORKSPACE", "EnvironmentPlan", "FileToWrite", "SetupCommand", "parse
 WORKSPACE = "/home/cubicle/workspace"
 """Where the API's ``/workspace`` lives in a cubicle guest (the desktop user's home)."""
 API_WORKSPACE = "/workspace"
-SIZES: dict[str, tuple[float, int]] = {"small": (1.0, 2048), "medium": (1.0, 2048), "large": (2.0, 4096)}
+SIZES: dict[str, tuple[float, int]] = {
+    "small": (1.0, 2048),
+    "medium": (1.0, 2048),
+    "large": (2.0, 4096),
+}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _KNOWN = {
     "type",
@@ -216,7 +220,9 @@ def _network(network: object) -> EnvironmentPlan:
         try:
             policy = NetworkPolicy.parse("allow:" + ",".join(allowed))
         except ConfigError as exc:
-            raise bad_request(f"environment.network.allowed_domains: {exc}", f"{p}.allowed_domains") from None
+            raise bad_request(
+                f"environment.network.allowed_domains: {exc}", f"{p}.allowed_domains"
+            ) from None
         return EnvironmentPlan(policy, access, list(allowed))
     raise bad_request(
         f"environment.network.access {access!r} is not enabled, disabled or restricted",

@@ -59,8 +59,7 @@ class Registry:
         except BlockingIOError:
             os.close(fd)
             raise ConfigError(
-                f"another cubicle serve uses the data folder {folder}; stop it or pass "
-                "--data-dir"
+                f"another cubicle serve uses the data folder {folder}; stop it or pass --data-dir"
             ) from None
         (folder / SANDBOXES).mkdir(mode=0o700, exist_ok=True)
         (folder / SESSIONS).mkdir(mode=0o700, exist_ok=True)

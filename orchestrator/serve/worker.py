@@ -214,7 +214,11 @@ class SessionWorker:
         session = self.session
         with session.lock:
             session.environment_status = "failed"
-            session.environment_error = {"code": code, "message": message, "type": "environment_error"}
+            session.environment_error = {
+                "code": code,
+                "message": message,
+                "type": "environment_error",
+            }
         session.publish(
             wire.event(
                 "agent.session.environment.failed",
@@ -241,7 +245,8 @@ class SessionWorker:
         reporter = TurnReporter(session, turn.id, out)
         follower = TrajectoryFollower(out, reporter).start()
         policy: ApprovalPolicy = (
-            FilePolicy(self._policy) if session.review == "auto_review" and self._policy
+            FilePolicy(self._policy)
+            if session.review == "auto_review" and self._policy
             else ApiApproval(session, turn)
         )
         assert session.sandbox is not None
@@ -257,7 +262,9 @@ class SessionWorker:
             outcome = TurnOutcome("cancelled", outcome.error)
         self._end_turn(turn, outcome)
 
-    def _turn_object(self, turn: TurnState, status: str, outcome: TurnOutcome | None = None) -> dict[str, Any]:
+    def _turn_object(
+        self, turn: TurnState, status: str, outcome: TurnOutcome | None = None
+    ) -> dict[str, Any]:
         error = None
         if outcome is not None and outcome.status == "failed":
             error = {"code": outcome.code, "message": outcome.error or "the turn failed"}
@@ -315,8 +322,14 @@ def prepare(sandbox: Sandbox, plan: EnvironmentPlan) -> None:
             client.call("write_file", {"path": ENV_FILE}, blob=lines.encode())
             client.call(
                 "exec",
-                {"argv": ["sh", "-c", 'grep -qs cubicle-session-env ~/.bashrc || '
-                          'echo ". ~/.cubicle-session-env" >> ~/.bashrc']},
+                {
+                    "argv": [
+                        "sh",
+                        "-c",
+                        "grep -qs cubicle-session-env ~/.bashrc || "
+                        'echo ". ~/.cubicle-session-env" >> ~/.bashrc',
+                    ]
+                },
             )
     for index, command in enumerate(plan.setup_commands):
         with sandbox.connect() as client:
@@ -338,4 +351,3 @@ def prepare(sandbox: Sandbox, plan: EnvironmentPlan) -> None:
                 + (" (timed out)" if reply.get("timed_out") else "")
                 + (f": {tail.strip()}" if tail.strip() else "")
             )
-

@@ -23,7 +23,7 @@ from orchestrator import labels as L
 from tests.orchestrator.conftest import engine
 from tests.orchestrator.support import leftovers
 
-__all__ = ["Server", "engine", "server", "start_server"]
+__all__ = ["Server", "api_server", "engine", "server", "start_server"]
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "test-token-0123456789abcdef"
@@ -59,8 +59,17 @@ def start_server(data_dir: Path, *extra: str, env: dict[str, str] | None = None)
     environ = {**os.environ, "CUBICLE_API_TOKEN": TOKEN, **(env or {})}
     environ.pop("OPENAI_API_KEY", None)
     process = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.cli", "serve", "--port", "0",
-         "--data-dir", str(data_dir), *extra],
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli",
+            "serve",
+            "--port",
+            "0",
+            "--data-dir",
+            str(data_dir),
+            *extra,
+        ],
         cwd=REPO,
         env=environ,
         stdout=subprocess.PIPE,
@@ -77,9 +86,7 @@ def start_server(data_dir: Path, *extra: str, env: dict[str, str] | None = None)
 
 
 @pytest.fixture
-def server(
-    docker_image: str, engine: docker.DockerClient, tmp_path: Path
-) -> Iterator[Server]:
+def server(docker_image: str, engine: docker.DockerClient, tmp_path: Path) -> Iterator[Server]:
     started = start_server(tmp_path / "serve")
     try:
         yield started
@@ -87,3 +94,13 @@ def server(
         started.stop()
         left = leftovers(engine, {L.OWNER_PID: str(started.process.pid)})
         assert not left, f"cubicle serve left objects behind: {left}"
+
+
+@pytest.fixture(scope="module")
+def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server for requests that never create a sandbox (errors, auth), one per module."""
+    started = start_server(tmp_path_factory.mktemp("serve") / "data")
+    try:
+        yield started
+    finally:
+        started.stop()

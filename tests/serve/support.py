@@ -1,0 +1,56 @@
+"""Helpers of the serve tests: event collection, approval answers, screenshot checks."""
+
+from __future__ import annotations
+
+import base64
+import io
+from typing import Any, cast
+
+from openai.types.beta.agent_session_event import AgentSessionEvent
+from openai.types.beta.agent_session_input_param import AgentSessionInputParam
+from PIL import Image
+
+DRILL_ENV: dict[str, Any] = {
+    "type": "openai_hosted",
+    "desktop": {"enabled": True},
+    "network": {"access": "disabled"},
+}
+MODEL_VIEW = (1024, 640)
+"""What the drill's scripted model sees of the 1280x800 screen."""
+
+
+def answer(request_id: str, decision: str) -> AgentSessionInputParam:
+    """cubicle's safety-check answer, sent as a plain dict (not one of the SDK's kinds)."""
+    return cast(
+        AgentSessionInputParam,
+        {
+            "type": "agent.session.input.computer_use_approval_request_result",
+            "request_id": request_id,
+            "response": {"type": "safety_check", "decision": decision},
+        },
+    )
+
+
+def pending_request(event: AgentSessionEvent) -> tuple[str, dict[str, Any]]:
+    """The request id and request of the one required action of a requires_action event."""
+    assert event.type == "agent.session.requires_action"
+    actions = event.session.required_actions
+    assert len(actions) == 1, actions
+    action = actions[0].to_dict(warnings=False)
+    assert action["type"] == "computer_use_approval_request"
+    return str(action["request_id"]), dict(action["request"])
+
+
+def screenshot_of(item: dict[str, Any]) -> Image.Image:
+    """The JPEG of a completed computer_use_call item, decoded."""
+    output = item["output"]
+    assert output["type"] == "computer_screenshot"
+    prefix = "data:image/jpeg;base64,"
+    assert output["image_url"].startswith(prefix)
+    image = Image.open(io.BytesIO(base64.b64decode(output["image_url"][len(prefix) :])))
+    assert image.format == "JPEG"
+    return image
+
+
+def types(events: list[AgentSessionEvent]) -> list[str]:
+    return [e.type for e in events]
