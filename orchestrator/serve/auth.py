@@ -17,15 +17,15 @@ from orchestrator.serve.errors import ApiError
 
 __all__ = ["TOKEN_ENV", "check_bearer", "resolve_token"]
 
-TOKEN_ENV = "CUBICLE_API_TOKEN"
+TOKEN_ENV = "CUBICLE_API_TOKEN"  # noqa: S105 — the variable's name, not a token
 MIN_TOKEN_CHARS = 16
 
 
 def resolve_token(environ: dict[str, str] | None = None) -> tuple[str, bool]:
     """``(token, generated)``: ``CUBICLE_API_TOKEN`` when set, else a new random one.
 
-    :raises ApiError: never; a token shorter than 16 characters raises ``ValueError`` naming
-        the variable (a guessable token is refused, not used).
+    :raises ValueError: the variable holds a token shorter than 16 characters or with spaces
+        (a guessable token is refused, not used); the message names the variable.
     """
     env = os.environ if environ is None else environ
     given = env.get(TOKEN_ENV)

@@ -122,7 +122,7 @@ class EnvironmentPlan:
 
 
 def _empty(value: object) -> bool:
-    return value is None or value == [] or value == {}
+    return value is None or value in ([], {})
 
 
 def _map_path(raw: object, param: str) -> str:
@@ -202,7 +202,7 @@ def _network(network: object) -> EnvironmentPlan:
         )
     if not isinstance(allowed, list) or not all(isinstance(d, str) for d in allowed):
         raise bad_request("environment.network.allowed_domains must be a list of strings", p)
-    if access == "disabled" or access == "enabled":
+    if access in ("disabled", "enabled"):
         if allowed:
             raise bad_request(
                 f"environment.network.allowed_domains needs access 'restricted' (got {access!r})",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -182,10 +183,8 @@ class Session:
             subscribers = list(self._subscribers)
             self._subscribers.clear()
         for loop, queue in subscribers:
-            try:
+            with contextlib.suppress(RuntimeError):  # that loop is closed already
                 loop.call_soon_threadsafe(queue.put_nowait, None)
-            except RuntimeError:
-                pass
 
 
 class SessionStore:

@@ -8,9 +8,10 @@ from typing import Any, cast
 
 from openai.types.beta.agent_session_event import AgentSessionEvent
 from openai.types.beta.agent_session_input_param import AgentSessionInputParam
+from openai.types.beta.environment_param import EnvironmentParamOpenAIHosted
 from PIL import Image
 
-DRILL_ENV: dict[str, Any] = {
+DRILL_ENV: EnvironmentParamOpenAIHosted = {
     "type": "openai_hosted",
     "desktop": {"enabled": True},
     "network": {"access": "disabled"},
@@ -36,7 +37,7 @@ def pending_request(event: AgentSessionEvent) -> tuple[str, dict[str, Any]]:
     assert event.type == "agent.session.requires_action"
     actions = event.session.required_actions
     assert len(actions) == 1, actions
-    action = actions[0].to_dict(warnings=False)
+    action: dict[str, Any] = actions[0].to_dict(warnings=False)
     assert action["type"] == "computer_use_approval_request"
     return str(action["request_id"]), dict(action["request"])
 

@@ -3,6 +3,7 @@ safety check answered, items paginated, cancel, delete leaving nothing."""
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +12,10 @@ import docker
 import openai
 import pytest
 from openai.types.beta.agent_session_event import AgentSessionEvent
+from openai.types.beta.environment_param import EnvironmentParamOpenAIHosted
 
 from orchestrator import labels as L
+from orchestrator.sandbox import Sandbox
 from tests.orchestrator.support import leftovers
 from tests.serve.conftest import Server, engine, server
 from tests.serve.support import DRILL_ENV, MODEL_VIEW, answer, pending_request, screenshot_of, types
@@ -115,7 +118,7 @@ def test_drill_turn_approved_items_paginate_delete(
     desc = [i.id for i in client.beta.agents.sessions.items.list(session.id, limit=3)]
     assert desc == everything[::-1]
     after = client.beta.agents.sessions.items.list(
-        session.id, after=everything[2], order="asc", limit=100
+        session.id, after=str(everything[2]), order="asc", limit=100
     )
     assert [i.id for i in after.data] == everything[3:] and after.has_more is False
     kinds_of_items = [
@@ -194,11 +197,9 @@ def test_environment_files_env_setup(
 ) -> None:
     """Files land under the workspace, setup commands run in order as the desktop user with the
     env, and a failing command fails the environment naming it."""
-    import base64
-
     client = server.client()
-    env: dict[str, Any] = {
-        **DRILL_ENV,
+    env: EnvironmentParamOpenAIHosted = {
+        "type": "openai_hosted",
         "files": [
             {
                 "type": "inline",
@@ -222,8 +223,6 @@ def test_environment_files_env_setup(
                 break
     assert event.type == "agent.session.environment.ready"
     sandbox_id = sandbox_of(engine, server)
-    from orchestrator.sandbox import Sandbox
-
     with Sandbox.attach(sandbox_id) as sandbox, sandbox.connect() as agent:
         out = agent.call("read_file", {"path": "/home/cubicle/workspace/out.txt"}).blob
         copy = agent.call("read_file", {"path": "/home/cubicle/workspace/in/copy.bin"}).blob
