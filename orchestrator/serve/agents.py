@@ -16,11 +16,13 @@ computer use, ``reasoning``, ``text``, ``multi_agent``, ``service_tier``, ``comp
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from guest.errors import CubicleError
 from orchestrator.serve import wire
 from orchestrator.serve.errors import bad_request
 
@@ -52,11 +54,24 @@ class TaskNotFound(LookupError):
     """No shipped task has that name."""
 
 
-def _no_tasks(name: str) -> object:
-    raise TaskNotFound(f"no shipped task named {name!r}")
+def _shipped_task(name: str) -> object:
+    """The shipped task ``name`` through the task-file API (``orchestrator.tasks.load_task``,
+    issue 11) when it is installed; only names, never paths, are accepted from the API."""
+    if not name or "/" in name or name.endswith(".toml") or name.startswith("."):
+        raise TaskNotFound(f"{name!r} is not a shipped task name")
+    try:
+        tasks = importlib.import_module("orchestrator.tasks")
+    except ImportError:
+        raise TaskNotFound(
+            f"no shipped task named {name!r} (task files are not installed)"
+        ) from None
+    try:
+        return tasks.load_task(name)
+    except CubicleError as exc:
+        raise TaskNotFound(str(exc)) from None
 
 
-_task_resolver: Callable[[str], object] = _no_tasks
+_task_resolver: Callable[[str], object] = _shipped_task
 
 
 def set_task_resolver(resolver: Callable[[str], object]) -> None:

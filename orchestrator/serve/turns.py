@@ -5,8 +5,8 @@ Every kind goes through the recorded SDK loop cubicle already has
 
 - ``drill``: :func:`orchestrator.drill.runner.run_drill` (the ``toolset`` loop, the scripted
   model and the drill's script and checks);
-- ``task``: the resolved task's ``run(desktop, out=, safety_policy=, cancel_requested=)``
-  (the seam for task files; see :func:`orchestrator.serve.agents.resolve_task`);
+- ``task``: :func:`~orchestrator.drill.runner.run_drill` with the task loaded by
+  :func:`orchestrator.serve.agents.resolve_task` (its script and checks);
 - ``responses``: :func:`orchestrator.run_task.run_task` with the user's text as the task,
   against ``OPENAI_BASE_URL`` (default the OpenAI API) with the server's ``OPENAI_API_KEY``.
 """
@@ -69,8 +69,16 @@ def turn_runner(agent: AgentSpec) -> TurnRun:
                 sandbox, loop="toolset", out=out, safety_policy=policy, cancel_requested=cancel
             )
         elif agent.kind == "task":
-            result = agent.task.run(  # type: ignore[attr-defined]
-                sandbox, out=out, safety_policy=policy, cancel_requested=cancel
+            from orchestrator.drill.runner import run_drill  # noqa: PLC0415
+
+            task_run: Any = run_drill  # takes task= once the task files (issue 11) are merged
+            result = task_run(
+                sandbox,
+                task=agent.task,
+                loop="toolset",
+                out=out,
+                safety_policy=policy,
+                cancel_requested=cancel,
             )
         else:
             from orchestrator.run_task import run_task  # noqa: PLC0415
