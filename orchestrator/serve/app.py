@@ -103,6 +103,18 @@ def _int_param(request: Request, name: str, default: int) -> int:
         raise bad_request(f"{name} must be an integer, got {raw!r}", name) from None
 
 
+def _page_response(request: Request, rows: list[dict[str, Any]]) -> Response:
+    """One page of ``rows`` (oldest first) for the request's ``after``/``order``/``limit``."""
+    return JSONResponse(
+        page(
+            rows,
+            after=request.query_params.get("after"),
+            order=request.query_params.get("order", "desc"),
+            limit=_int_param(request, "limit", 20),
+        )
+    )
+
+
 def _metadata(value: object) -> dict[str, str]:
     if value is None:
         return {}
@@ -237,15 +249,7 @@ async def list_sessions(request: Request) -> Response:
             rows = [s for s in rows if s.metadata.get(name) == value]
         elif key not in ("after", "limit", "order", "agent_id"):
             raise bad_request(f"unknown query parameter {key!r}", key)
-    snapshots = [s.snapshot() for s in sorted(rows, key=lambda s: s.id)]
-    return JSONResponse(
-        page(
-            snapshots,
-            after=request.query_params.get("after"),
-            order=request.query_params.get("order", "desc"),
-            limit=_int_param(request, "limit", 20),
-        )
-    )
+    return _page_response(request, [s.snapshot() for s in sorted(rows, key=lambda s: s.id)])
 
 
 async def retrieve_session(request: Request) -> Response:
@@ -466,14 +470,7 @@ async def list_items(request: Request) -> Response:
             raise bad_request(f"unknown query parameter {key!r}", key)
     with session.lock:
         rows = list(session.items)
-    return JSONResponse(
-        page(
-            rows,
-            after=request.query_params.get("after"),
-            order=request.query_params.get("order", "desc"),
-            limit=_int_param(request, "limit", 20),
-        )
-    )
+    return _page_response(request, rows)
 
 
 async def unimplemented(request: Request) -> Response:
