@@ -101,8 +101,6 @@ def test_turn_events_and_items_validate(tmp_path: Any) -> None:
     # a model turn with one call, its screenshot, a final message: through the reporter
     (tmp_path / "shots").mkdir()
     (tmp_path / "shots" / "0000.png").write_bytes(PNG_1x1)
-    seen: list[dict[str, Any]] = []
-    session.publish = seen.append  # type: ignore[method-assign, assignment]
     reporter = TurnReporter(session, turn_id, tmp_path)
     reporter.record(
         {
@@ -118,6 +116,7 @@ def test_turn_events_and_items_validate(tmp_path: Any) -> None:
     )
     reporter.record({"kind": "screenshot", "file": "shots/0000.png", "note": None})
     reporter.record({"kind": "model_turn", "calls": [], "message": "All done."})
+    seen = list(session.recent)  # every event the session published
     for event in seen:
         strict(EVENT, event)
     assert [e["type"] for e in seen] == [
