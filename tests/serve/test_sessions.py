@@ -167,19 +167,27 @@ def test_drill_turn_denied_async(server: Server, engine: docker.DockerClient) ->
     assert_deleted(engine, server, server.client(), session_id, sandbox_of(engine, server))
 
 
-def test_cancel_while_waiting_for_approval(server: Server, engine: docker.DockerClient) -> None:
+def test_create_streaming_then_cancel_while_waiting_for_approval(
+    server: Server, engine: docker.DockerClient
+) -> None:
+    """``create(stream=True, input=...)`` streams the first turn; a cancel input while its
+    safety check waits ends the turn ``cancelled`` and the stream with the session idle."""
     client = server.client()
-    session = client.beta.agents.sessions.create(
-        environment=DRILL_ENV, agent={"model": "cubicle-drill"}
-    )
     events: list[AgentSessionEvent] = []
-    with client.beta.agents.sessions.stream(session.id, input="Run the drill.") as stream:
-        for event in stream:
-            events.append(event)
-            if event.type == "agent.session.requires_action":
-                client.beta.agents.sessions.events.create(
-                    session.id, events=[{"type": "agent.session.input.cancel"}]
-                )
+    session_id = ""
+    stream = client.beta.agents.sessions.create(
+        environment=DRILL_ENV, agent={"model": "cubicle-drill"}, input="Run the drill.", stream=True
+    )
+    for event in stream:
+        events.append(event)
+        if event.type == "agent.session.created":
+            session_id = event.session.id
+        if event.type == "agent.session.requires_action":
+            client.beta.agents.sessions.events.create(
+                session_id, events=[{"type": "agent.session.input.cancel"}]
+            )
+    session = client.beta.agents.sessions.retrieve(session_id)
+    assert types(events)[:2] == ["agent.session.created", "agent.session.environment.pending"]
     kinds = types(events)
     assert kinds[-2:] == ["agent.session.turn.cancelled", "agent.session.idle"]
     assert client.beta.agents.sessions.retrieve(session.id).status == "idle"
