@@ -56,8 +56,9 @@ class Server:
 
 def start_server(data_dir: Path, *extra: str, env: dict[str, str] | None = None) -> Server:
     """Start ``cubicle serve`` and wait for its ``base_url`` line (stderr goes to the test's)."""
-    environ = {**os.environ, "CUBICLE_API_TOKEN": TOKEN, **(env or {})}
-    environ.pop("OPENAI_API_KEY", None)
+    environ = {**os.environ, "CUBICLE_API_TOKEN": TOKEN}
+    environ.pop("OPENAI_API_KEY", None)  # no real model unless a test passes one
+    environ.update(env or {})
     process = subprocess.Popen(
         [
             sys.executable,
