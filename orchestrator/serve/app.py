@@ -16,6 +16,7 @@ any other ``/v1/...``                       501 in the error shape (not implemen
 ``GET    /console``                         the console page (no data in it)
 ``GET    /console/api/sessions/{id}/...``   the console's ``events`` (with the kept ones) and
                                             ``screenshot`` (the latest, JPEG)
+``POST   /console/api/sessions/{id}/view``  a one-time live-view link (``cubicle view``)
 =========================================  ==================================================
 """
 
@@ -502,6 +503,22 @@ async def console_events(request: Request) -> Response:
     return _sse(session, queue, kept=kept)
 
 
+async def console_view(request: Request) -> Response:
+    """A one-time link to the session desktop's live view (``cubicle view``, issue 16)."""
+    state = _state(request)
+    session = state.store.get(request.path_params["session_id"])
+    sandbox = session.sandbox
+    if sandbox is None:
+        raise bad_request("the session's desktop is not ready yet")
+    from orchestrator.view.control import open_view  # noqa: PLC0415 — loaded on demand
+
+    try:
+        link = await anyio.to_thread.run_sync(open_view, sandbox.id)
+    except CubicleError as exc:
+        raise bad_request(f"no live view for this session's desktop: {exc}") from None
+    return JSONResponse({"url": link.url, "mode": link.mode})
+
+
 async def console_screenshot(request: Request) -> Response:
     state = _state(request)
     session = state.store.get(request.path_params["session_id"])
@@ -561,6 +578,7 @@ def build_app(state: ServerState) -> Starlette:
         Route("/console", console_page, methods=["GET"]),
         Route("/console/api/sessions/{session_id}/events", console_events, methods=["GET"]),
         Route("/console/api/sessions/{session_id}/screenshot", console_screenshot, methods=["GET"]),
+        Route("/console/api/sessions/{session_id}/view", console_view, methods=["POST"]),
     ]
     app = Starlette(
         routes=routes,

@@ -24,6 +24,7 @@ from orchestrator.serve.registry import Registry
 __all__ = ["cmd_serve", "register"]
 
 DEFAULT_PORT = 8377
+GRACEFUL_S = 5
 
 
 def default_data_dir(port: int) -> Path:
@@ -108,7 +109,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"cubicle serve: API token (shown once): {token}", flush=True)
     print(f"cubicle serve: base_url http://{host}:{port}/v1", flush=True)
     print(f"cubicle serve: console http://{host}:{port}/console#token=<token>", flush=True)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=GRACEFUL_S,  # open event streams do not hold the stop up
+    )
     server = uvicorn.Server(config)
     try:
         server.run(sockets=[sock])

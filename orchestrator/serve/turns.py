@@ -43,17 +43,24 @@ def user_text(content: list[dict[str, Any]]) -> str:
     )
 
 
-def outcome_of(result: _Result) -> TurnOutcome:
+def outcome_of(result: _Result, policy: ApprovalPolicy) -> TurnOutcome:
+    """The turn's outcome from the loop's result; a turn stopped by a refused safety check (the
+    policy's log says so) fails with code ``invalid_request`` and who refused it."""
     if result.cancelled:
         return TurnOutcome("cancelled", result.error)
     if result.ok:
         return TurnOutcome("completed")
+    refused = [d for d in policy.log if d.subject == "safety_checks" and not d.approved]
+    if refused and result.error is not None:
+        why = f"{refused[-1].decided_by}: {refused[-1].reason}"
+        return TurnOutcome(
+            "failed", f"{result.error} (safety checks refused by {why})", "invalid_request"
+        )
     error = result.error
     if error is None:
         failed = [c.describe() for c in getattr(result, "checks", []) if not c.ok]
         error = "verification failed: " + "; ".join(failed) if failed else "the run failed"
-    code = "invalid_request" if "safety checks" in error else "sandbox_error"
-    return TurnOutcome("failed", error, code)
+    return TurnOutcome("failed", error, "sandbox_error")
 
 
 def turn_runner(agent: AgentSpec) -> TurnRun:
@@ -93,6 +100,6 @@ def turn_runner(agent: AgentSpec) -> TurnRun:
                 safety_policy=policy,
                 cancel_requested=cancel,
             )
-        return outcome_of(result)
+        return outcome_of(result, policy)
 
     return run

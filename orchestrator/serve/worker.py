@@ -192,7 +192,9 @@ class SessionWorker:
         with session.lock:
             session.sandbox = sandbox
             deleted = session.deleted
-        if deleted:
+        if deleted:  # deleted while it was being created: the DELETE may have stopped waiting
+            sandbox.destroy()
+            self.registry.discard(sandbox.id)
             return False
         try:
             prepare(sandbox, plan)

@@ -20,6 +20,7 @@ import pytest
 from openai import AsyncOpenAI, OpenAI
 
 from orchestrator import labels as L
+from orchestrator.view.state import DIR_ENV
 from tests.orchestrator.conftest import engine
 from tests.orchestrator.support import leftovers
 
@@ -88,7 +89,8 @@ def start_server(data_dir: Path, *extra: str, env: dict[str, str] | None = None)
 
 @pytest.fixture
 def server(docker_image: str, engine: docker.DockerClient, tmp_path: Path) -> Iterator[Server]:
-    started = start_server(tmp_path / "serve")
+    # live-view servers (the console's link) keep their state in this test's folder
+    started = start_server(tmp_path / "serve", env={DIR_ENV: str(tmp_path / "view")})
     try:
         yield started
     finally:

@@ -66,6 +66,11 @@ def test_console_lists_streams_shows_screenshot_and_approves(
         approve.wait_for(timeout=180_000)
         page.wait_for_function("document.getElementById('shot').naturalWidth > 0", timeout=10_000)
         assert page.evaluate("document.getElementById('shot').naturalWidth") == 1024
+        page.click("#view")  # the desktop's live view (cubicle view), one-time link
+        link = page.locator("#viewlink[href]")
+        link.wait_for(timeout=30_000)
+        assert (link.get_attribute("href") or "").startswith("http://127.0.0.1:")
+        assert "#t=" in (link.get_attribute("href") or "")
         approve.click()
         worker.join(180)
     finally:
