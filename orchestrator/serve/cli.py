@@ -16,7 +16,9 @@ import uvicorn
 from starlette.applications import Starlette
 
 from drivers.policy_file import load_policy
+from guest.errors import CubicleError
 from orchestrator.errors import ConfigError
+from orchestrator.providers import get_provider
 from orchestrator.serve.app import ServerState, build_app, destroy_by_id, shutdown
 from orchestrator.serve.auth import TOKEN_ENV, resolve_token
 from orchestrator.serve.registry import Registry
@@ -85,7 +87,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ConfigError(str(exc)) from None
     policy = load_policy(args.policy) if args.policy else None
     registry = Registry.open(args.data_dir or default_data_dir(args.port))
-    collected = registry.collect(destroy_by_id)
+    try:
+        listing = get_provider(args.backend).list() if registry.previous else []
+    except CubicleError as exc:  # no engine now: the listed ids are still tried
+        print(
+            f"cubicle serve: warning: cannot list {args.backend} sandboxes: {exc}", file=sys.stderr
+        )
+        listing = []
+    collected = registry.collect(destroy_by_id, listing)
     for sandbox_id in collected:
         print(f"cubicle serve: removed {sandbox_id}, left by a previous server", file=sys.stderr)
     state = ServerState(token=token, registry=registry, backend=args.backend, policy=policy)
