@@ -55,3 +55,25 @@ def screenshot_of(item: dict[str, Any]) -> Image.Image:
 
 def types(events: list[AgentSessionEvent]) -> list[str]:
     return [e.type for e in events]
+
+
+STALE_CHECK = "stale model-visible screenshots"
+
+
+def assert_turn_went_through(events: list[AgentSessionEvent]) -> None:
+    """The turn's loop ran to the model's final message and the session went idle.
+
+    The drill's outcome also holds its own checks of the guest (:mod:`orchestrator.drill`): on
+    a loaded machine its stale-screenshot check can fail a turn whose loop went through — the
+    drill's business, tested in tests/drill. Any other failure fails here.
+    """
+    kinds = types(events)
+    assert kinds[-1] == "agent.session.idle", kinds[-4:]
+    assert "agent.session.turn.output_text.done" in kinds, kinds[-4:]
+    end = events[-2]
+    if end.type == "agent.session.turn.failed":
+        error = end.turn.error.message if end.turn.error is not None else ""
+        failed = [line for line in error.splitlines() if "FAILED" in line]
+        assert failed and all(STALE_CHECK in line for line in failed), error
+    else:
+        assert end.type == "agent.session.turn.completed", kinds[-4:]

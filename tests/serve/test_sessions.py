@@ -18,7 +18,15 @@ from orchestrator import labels as L
 from orchestrator.sandbox import Sandbox
 from tests.orchestrator.support import leftovers
 from tests.serve.conftest import Server, engine, server
-from tests.serve.support import DRILL_ENV, MODEL_VIEW, answer, pending_request, screenshot_of, types
+from tests.serve.support import (
+    DRILL_ENV,
+    MODEL_VIEW,
+    answer,
+    assert_turn_went_through,
+    pending_request,
+    screenshot_of,
+    types,
+)
 
 __all__ = ["engine", "server"]
 
@@ -79,7 +87,7 @@ def test_drill_turn_approved_items_paginate_delete(
                 )
     kinds = types(events)
     assert kinds[0] == "agent.session.idle"  # the status when the stream subscribed
-    assert kinds[-2:] == ["agent.session.turn.completed", "agent.session.idle"]
+    assert_turn_went_through(events)
     for expected in (
         "agent.session.environment.ready",
         "agent.session.turn.created",
