@@ -9,9 +9,11 @@
 - any other name — a Responses model, called by the server with its own ``OPENAI_API_KEY``
   (and ``OPENAI_BASE_URL`` when set) through :func:`orchestrator.run_task.run_task`.
 
-Agent settings cubicle cannot honour (``agent_id``, ``instructions``, ``tools`` other than
-computer use, ``reasoning``, ``text``, ``multi_agent``, ``service_tier``, ``compaction``,
-``experimental``) are a 400 naming the field.
+``instructions`` go to a Responses model ahead of the user's text (scripted agents read neither);
+``tools`` may hold the computer tool only (``{"type": "computer_use", "include_screenshots":
+bool}``; without screenshots the ``computer_use_call`` items carry none). Agent settings cubicle
+cannot honour (``agent_id``, other tools, ``reasoning``, ``text``, ``multi_agent``,
+``service_tier``, ``compaction``, ``experimental``) are a 400 naming the field.
 """
 
 from __future__ import annotations
@@ -40,7 +42,6 @@ DRILL_MODEL = "cubicle-drill"
 TASK_PREFIX = "cubicle-task:"
 Kind = Literal["drill", "task", "responses"]
 _UNSUPPORTED = (
-    "instructions",
     "reasoning",
     "text",
     "multi_agent",
@@ -94,19 +95,21 @@ class AgentSpec:
     kind: Kind
     task: object = None
     id: str = ""
+    instructions: str | None = None
+    include_screenshots: bool = True
 
     def resource(self) -> dict[str, Any]:
         """The session's ``agent`` object."""
         return {
             "id": self.id,
             "model": self.model,
-            "instructions": None,
+            "instructions": self.instructions,
             "name": None,
             "multi_agent": {"enabled": False, "max_concurrent_subagents": None},
             "reasoning": {"effort": None, "summary": None},
             "service_tier": "auto",
             "text": {"format": {"type": "text"}, "verbosity": "medium"},
-            "tools": [{"type": "computer_use", "include_screenshots": True}],
+            "tools": [{"type": "computer_use", "include_screenshots": self.include_screenshots}],
         }
 
 
@@ -125,17 +128,18 @@ def parse_agent(body: dict[str, Any], *, has_api_key: bool | None = None) -> Age
     agent = body.get("agent")
     if not isinstance(agent, dict):
         raise bad_request("agent is required, with agent.model", "agent")
+    instructions: str | None = None
+    include_screenshots = True
     for key, value in agent.items():
         if key == "model":
             continue
+        if key == "instructions":
+            if value is not None and not isinstance(value, str):
+                raise bad_request("agent.instructions must be a string", "agent.instructions")
+            instructions = value or None
+            continue
         if key == "tools":
-            tools = value or []
-            if not isinstance(tools, list) or any(
-                not isinstance(t, dict) or t.get("type") != "computer_use" for t in tools
-            ):
-                raise bad_request(
-                    "agent.tools: cubicle agents have the computer tool only", "agent.tools"
-                )
+            include_screenshots = _computer_tool(value)
             continue
         if key in _UNSUPPORTED:
             if value is None or value == {}:
@@ -145,23 +149,54 @@ def parse_agent(body: dict[str, Any], *, has_api_key: bool | None = None) -> Age
     model = agent.get("model")
     if not isinstance(model, str) or not model.strip():
         raise bad_request("agent.model is required (a model name)", "agent.model")
-    agent_id = wire.new_id("agent")
+    kind: Kind = "responses"
+    task: object = None
     if model == DRILL_MODEL:
-        return AgentSpec(model, "drill", id=agent_id)
-    if model.startswith(TASK_PREFIX):
-        name = model[len(TASK_PREFIX) :]
+        kind = "drill"
+    elif model.startswith(TASK_PREFIX):
+        kind = "task"
         try:
-            task = resolve_task(name)
+            task = resolve_task(model[len(TASK_PREFIX) :])
         except TaskNotFound as exc:
             raise bad_request(f"agent.model: {exc}", "agent.model", code="unknown_task") from None
-        return AgentSpec(model, "task", task=task, id=agent_id)
-    if has_api_key is None:
-        has_api_key = bool(os.environ.get("OPENAI_API_KEY"))
-    if not has_api_key:
-        raise bad_request(
-            f"agent.model {model!r} is a Responses model and this server has no OPENAI_API_KEY "
-            f"to call it; use '{DRILL_MODEL}', 'cubicle-task:NAME', or start the server with "
-            "OPENAI_API_KEY set",
-            "agent.model",
-        )
-    return AgentSpec(model, "responses", id=agent_id)
+    else:
+        if has_api_key is None:
+            has_api_key = bool(os.environ.get("OPENAI_API_KEY"))
+        if not has_api_key:
+            raise bad_request(
+                f"agent.model {model!r} is a Responses model and this server has no "
+                f"OPENAI_API_KEY to call it; use '{DRILL_MODEL}', 'cubicle-task:NAME', or start "
+                "the server with OPENAI_API_KEY set",
+                "agent.model",
+            )
+    return AgentSpec(
+        model,
+        kind,
+        task=task,
+        id=wire.new_id("agent"),
+        instructions=instructions,
+        include_screenshots=include_screenshots,
+    )
+
+
+def _computer_tool(value: object) -> bool:
+    """``include_screenshots`` of an ``agent.tools`` list holding at most the computer tool.
+
+    :raises ApiError: 400 naming the offending entry.
+    """
+    tools = value or []
+    if not isinstance(tools, list):
+        raise bad_request("agent.tools must be a list", "agent.tools")
+    include = True
+    for index, tool in enumerate(tools):
+        p = f"agent.tools[{index}]"
+        if not isinstance(tool, dict) or tool.get("type") != "computer_use":
+            raise bad_request(f"{p}: cubicle agents have the computer tool only", p)
+        for key, val in tool.items():
+            if key == "include_screenshots":
+                if not isinstance(val, bool):
+                    raise bad_request(f"{p}.include_screenshots must be a boolean", f"{p}.{key}")
+                include = val
+            elif key != "type":
+                raise bad_request(f"{p}.{key} is not a known field", f"{p}.{key}")
+    return include

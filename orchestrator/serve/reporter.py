@@ -136,7 +136,8 @@ class TurnReporter:
         with self.session.lock:
             self.session.latest_screenshot = jpeg
         if rec.get("note") is None and self.open_calls:
-            self._close_calls("completed", jpeg_data_url(jpeg))
+            shown = self.session.agent.include_screenshots
+            self._close_calls("completed", jpeg_data_url(jpeg) if shown else None)
 
     def _close_calls(self, status: str, image_url: str | None) -> None:
         calls, self.open_calls = self.open_calls, []

@@ -43,6 +43,12 @@ def user_text(content: list[dict[str, Any]]) -> str:
     )
 
 
+def model_input(agent: AgentSpec, content: list[dict[str, Any]]) -> str:
+    """What a Responses model is asked: the agent's instructions, then the user's text."""
+    text = user_text(content)
+    return f"{agent.instructions}\n\n{text}" if agent.instructions else text
+
+
 def outcome_of(result: _Result, policy: ApprovalPolicy) -> TurnOutcome:
     """The turn's outcome from the loop's result; a turn stopped by a refused safety check (the
     policy's log says so) fails with code ``invalid_request`` and who refused it."""
@@ -94,7 +100,7 @@ def turn_runner(agent: AgentSpec) -> TurnRun:
                 sandbox,
                 base_url=os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
                 api_key=os.environ.get("OPENAI_API_KEY", ""),
-                task=user_text(turn.content),
+                task=model_input(agent, turn.content),
                 model=agent.model,
                 out=out,
                 safety_policy=policy,

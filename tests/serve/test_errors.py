@@ -119,17 +119,30 @@ def test_wrong_or_missing_token_is_401(api_server: Server) -> None:
         ({"environment": ENV, "agent": {"model": "gpt-5.4"}}, "agent.model"),
         ({"environment": ENV, "agent": {"model": "cubicle-task:no-such-task"}}, "agent.model"),
         (
-            {"environment": ENV, "agent": {"model": "cubicle-drill", "instructions": "be nice"}},
-            "agent.instructions",
+            {
+                "environment": ENV,
+                "agent": {"model": "cubicle-drill", "reasoning": {"effort": "high"}},
+            },
+            "agent.reasoning",
         ),
         (
             {
                 "environment": ENV,
                 "agent": {"model": "cubicle-drill", "tools": [{"type": "web_search"}]},
             },
-            "agent.tools",
+            "agent.tools[0]",
         ),
         ({"environment": ENV, "agent_id": "agent_1"}, "agent_id"),
+        (
+            {
+                "environment": ENV,
+                "agent": {
+                    "model": "cubicle-drill",
+                    "tools": [{"type": "computer_use", "include_screenshots": "yes"}],
+                },
+            },
+            "agent.tools[0].include_screenshots",
+        ),
         (
             {"environment": ENV, "agent": {"model": "cubicle-drill"}, "review": "auto_review"},
             "review",

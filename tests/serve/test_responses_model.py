@@ -49,9 +49,15 @@ def test_a_responses_model_turn(
         try:
             client = server.client()
             session = client.beta.agents.sessions.create(
-                environment=DRILL_ENV, agent={"model": "gpt-test"}
+                environment=DRILL_ENV,
+                agent={
+                    "model": "gpt-test",
+                    "instructions": "Use the panel.",
+                    "tools": [{"type": "computer_use", "include_screenshots": True}],
+                },
             )
             assert session.agent.model == "gpt-test"
+            assert session.agent.instructions == "Use the panel."
             events = []
             with client.beta.agents.sessions.stream(session.id, input="Open a terminal.") as stream:
                 for event in stream:
@@ -77,7 +83,10 @@ def test_a_responses_model_turn(
             assert items[2]["content"] == [{"type": "output_text", "text": "The terminal is open."}]
             model.assert_finished()
             # the model was asked the user's text
-            assert "Open a terminal." in str(bodies[0]["input"])
+            assert bodies[0]["input"][0] == {
+                "role": "user",
+                "content": "Use the panel.\n\nOpen a terminal.",
+            }
             client.beta.agents.sessions.delete(session.id)
         finally:
             server.stop()

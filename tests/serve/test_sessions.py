@@ -184,7 +184,13 @@ def test_create_streaming_then_cancel_while_waiting_for_approval(
     events: list[AgentSessionEvent] = []
     session_id = ""
     stream = client.beta.agents.sessions.create(
-        environment=DRILL_ENV, agent={"model": "cubicle-drill"}, input="Run the drill.", stream=True
+        environment=DRILL_ENV,
+        agent={
+            "model": "cubicle-drill",
+            "tools": [{"type": "computer_use", "include_screenshots": False}],
+        },
+        input="Run the drill.",
+        stream=True,
     )
     for event in stream:
         events.append(event)
@@ -196,6 +202,10 @@ def test_create_streaming_then_cancel_while_waiting_for_approval(
             )
     session = client.beta.agents.sessions.retrieve(session_id)
     assert types(events)[:2] == ["agent.session.created", "agent.session.environment.pending"]
+    # include_screenshots: false: the calls are done without their screenshots
+    done = [e.item.to_dict() for e in events if e.type == "agent.session.turn.item.done"]
+    assert done and all(i["output"] is None for i in done if i["status"] == "completed")
+    assert any(i["status"] == "completed" for i in done)
     kinds = types(events)
     assert kinds[-2:] == ["agent.session.turn.cancelled", "agent.session.idle"]
     assert client.beta.agents.sessions.retrieve(session.id).status == "idle"
