@@ -14,6 +14,7 @@ import asyncio
 import collections
 import contextlib
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -30,6 +31,8 @@ __all__ = ["PendingApproval", "Session", "SessionStore", "page"]
 RECENT_EVENTS = 200
 """Events each session keeps for the console's first view (live ones follow)."""
 Status = Literal["idle", "in_progress", "requires_action", "failed"]
+ASK_POLL_S = 0.2
+"""How often a waiting approval looks at the turn's cancel flag and its deadline."""
 
 
 @dataclass
@@ -137,6 +140,29 @@ class Session:
                 self.error = error
             self.last_active_at = wire.now()
             self.publish(self.status_event())
+
+    def ask(
+        self, turn: TurnState, pending: PendingApproval, *, deadline: float | None = None
+    ) -> str | None:
+        """Publish ``pending`` as a required action; wait for the client's decision
+        (``approve``, ``deny``, ``cancel``) — or ``None`` when the turn is cancelled, the
+        session deleted or the Unix time ``deadline`` passed first (the request is then
+        withdrawn). The one path of every approval kind (safety checks, origin access)."""
+        with self.lock:
+            self.pending[pending.request_id] = pending
+        self.set_status("requires_action")
+        while not pending.answered.wait(ASK_POLL_S):
+            if turn.cancel.is_set() or self.deleted:
+                break
+            if deadline is not None and time.time() >= deadline:
+                break
+        with self.lock:
+            self.pending.pop(pending.request_id, None)
+            waiting = bool(self.pending)
+            running = self.turn is turn
+        if not self.deleted and running:
+            self.set_status("requires_action" if waiting else "in_progress")
+        return pending.decision
 
     def add_item(self, item: dict[str, Any]) -> None:
         with self.lock:

@@ -36,7 +36,7 @@ from guest.errors import CubicleError
 from orchestrator.errors import ProviderError
 from orchestrator.provider import SandboxSpec
 from orchestrator.sandbox import Sandbox
-from orchestrator.serve import wire
+from orchestrator.serve import origins, wire
 from orchestrator.serve.environment import WORKSPACE, EnvironmentPlan
 from orchestrator.serve.registry import Registry
 from orchestrator.serve.reporter import TrajectoryFollower, TurnReporter
@@ -77,34 +77,13 @@ class ApiApproval(ApprovalPolicy):
                 },
             }
         )
-        return ask(self.session, self.turn, pending)
+        decision = self.session.ask(self.turn, pending)
+        if decision is None:
+            return False, self.name, "the turn was cancelled while the request was pending"
+        return decision == "approve", self.name, f"the client answered {decision!r}"
 
     def judge_action(self, facts: Any) -> tuple[bool, str, str]:
         return True, self.name, "actions run without approval (review: none)"
-
-
-def ask(session: Session, turn: TurnState, pending: PendingApproval) -> tuple[bool, str, str]:
-    """Publish ``pending`` as a required action and wait for the client or the turn's cancel.
-
-    The one path for every approval request kind (safety checks today; origin access when the
-    egress proxy can ask)."""
-    with session.lock:
-        session.pending[pending.request_id] = pending
-    session.set_status("requires_action")
-    while not pending.answered.wait(0.2):
-        if turn.cancel.is_set() or session.deleted:
-            break
-    with session.lock:
-        session.pending.pop(pending.request_id, None)
-    if pending.decision is None:
-        reason = "the turn was cancelled while the request was pending"
-        approved = False
-    else:
-        approved = pending.decision == "approve"
-        reason = f"the client answered {pending.decision!r}"
-    if not session.deleted:
-        session.set_status("in_progress")
-    return approved, "api", reason
 
 
 class TurnOutcome:
@@ -142,6 +121,7 @@ class SessionWorker:
         self._run = run
         self._policy = policy
         self.jobs: queue.Queue[TurnState | None] = queue.Queue()
+        self._questions: Any = None
         self.ready = threading.Event()
         self.thread = threading.Thread(
             target=self._main, name=f"cubicle-serve-{session.id}", daemon=True
@@ -198,6 +178,7 @@ class SessionWorker:
             return False
         try:
             prepare(sandbox, plan)
+            self._start_origin_relay(sandbox)
         except CubicleError as exc:
             return self._environment_failed("setup_failed", str(exc))
         with session.lock:
@@ -211,6 +192,19 @@ class SessionWorker:
         )
         self.ready.set()
         return True
+
+    def _start_origin_relay(self, sandbox: Sandbox) -> None:
+        """Relay the origin questions of an ask-mode sandbox (:mod:`orchestrator.serve.origins`)."""
+        questions = origins.open_questions(sandbox)
+        if questions is None:
+            return
+        self._questions = questions
+        threading.Thread(
+            target=origins.relay,
+            args=(self.session, questions, lambda: self.session.deleted),
+            name=f"cubicle-serve-origins-{self.session.id}",
+            daemon=True,
+        ).start()
 
     def _environment_failed(self, code: str, message: str) -> bool:
         session = self.session
@@ -308,6 +302,8 @@ class SessionWorker:
             turn.cancel.set()
         self.jobs.put(None)
         self.thread.join(timeout)
+        if self._questions is not None:
+            self._questions.close()
 
 
 def prepare(sandbox: Sandbox, plan: EnvironmentPlan) -> None:
