@@ -32,6 +32,7 @@ import binascii
 import posixpath
 import re
 import secrets
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -230,15 +231,22 @@ def _network(network: object) -> EnvironmentPlan:
     )
 
 
-def _files(files: object, plan: EnvironmentPlan) -> None:
-    if files is None:
+def _entries(value: object, name: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(param, entry)`` of each object in the list field ``environment.<name>`` (``None``:
+    none). :raises ApiError: 400 when it is not a list of objects."""
+    if value is None:
         return
-    if not isinstance(files, list):
-        raise bad_request("environment.files must be a list", "environment.files")
-    for index, entry in enumerate(files):
-        p = f"environment.files[{index}]"
+    if not isinstance(value, list):
+        raise bad_request(f"environment.{name} must be a list", f"environment.{name}")
+    for index, entry in enumerate(value):
+        p = f"environment.{name}[{index}]"
         if not isinstance(entry, dict):
             raise bad_request(f"{p} must be an object", p)
+        yield p, entry
+
+
+def _files(files: object, plan: EnvironmentPlan) -> None:
+    for p, entry in _entries(files, "files"):
         if entry.get("type") == "file_id":
             raise bad_request(
                 f"{p}: file_id files need the OpenAI Files API, which cubicle does not have; "
@@ -291,13 +299,8 @@ def _env(env: object, plan: EnvironmentPlan) -> None:
 
 
 def _setup(commands: object, plan: EnvironmentPlan) -> None:
-    if commands is None:
-        return
-    if not isinstance(commands, list):
-        raise bad_request("environment.setup_commands must be a list", "environment.setup_commands")
-    for index, entry in enumerate(commands):
-        p = f"environment.setup_commands[{index}]"
-        if not isinstance(entry, dict) or not isinstance(entry.get("command"), str):
+    for p, entry in _entries(commands, "setup_commands"):
+        if not isinstance(entry.get("command"), str):
             raise bad_request(f"{p} must be {{command: str, cwd?: str}}", p)
         extra = set(entry) - {"command", "cwd"}
         if extra:

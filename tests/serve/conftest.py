@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import docker
@@ -36,18 +36,25 @@ class Server:
     base_url: str
     data_dir: Path
     lines: list[str]
+    clients: list[OpenAI] = field(default_factory=list)
+    """Clients handed out; closed by :meth:`stop` (no socket left to the garbage collector)."""
 
     @property
     def origin(self) -> str:
         return self.base_url.removesuffix("/v1")
 
     def client(self, token: str = TOKEN) -> OpenAI:
-        return OpenAI(base_url=self.base_url, api_key=token, max_retries=0, timeout=300)
+        client = OpenAI(base_url=self.base_url, api_key=token, max_retries=0, timeout=300)
+        self.clients.append(client)
+        return client
 
     def async_client(self, token: str = TOKEN) -> AsyncOpenAI:
         return AsyncOpenAI(base_url=self.base_url, api_key=token, max_retries=0, timeout=300)
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
+        for client in self.clients:
+            client.close()
+        self.clients.clear()
         if self.process.poll() is None:
             self.process.send_signal(sig)
             self.process.wait(timeout=180)

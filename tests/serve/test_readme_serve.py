@@ -8,6 +8,7 @@ import re
 
 import docker
 import pytest
+from openai import OpenAI
 
 from orchestrator import labels as L
 from tests.orchestrator.support import leftovers
@@ -35,8 +36,14 @@ def test_the_serve_example_runs(server: Server, engine: docker.DockerClient) -> 
         placeholders[1], repr(TOKEN)
     )
     output = io.StringIO()
-    with contextlib.redirect_stdout(output):
-        exec(compile(code, str(README), "exec"), {"__name__": "readme"})
+    namespace: dict[str, object] = {"__name__": "readme"}
+    try:
+        with contextlib.redirect_stdout(output):
+            exec(compile(code, str(README), "exec"), namespace)
+    finally:
+        client = namespace.get("client")
+        if isinstance(client, OpenAI):
+            client.close()
     lines = output.getvalue().splitlines()
     assert "agent.session.requires_action" in lines
     assert "agent.session.turn.output_text.done" in lines
