@@ -197,6 +197,20 @@ def test_create_streaming_then_cancel_while_waiting_for_approval(
         if event.type == "agent.session.created":
             session_id = event.session.id
         if event.type == "agent.session.requires_action":
+            # one turn at a time: a second message is refused while this one runs
+            with pytest.raises(openai.BadRequestError) as busy:
+                client.beta.agents.sessions.events.create(
+                    session_id,
+                    events=[
+                        {
+                            "type": "agent.session.input.message",
+                            "input": [
+                                {"role": "user", "content": [{"type": "input_text", "text": "x"}]}
+                            ],
+                        }
+                    ],
+                )
+            assert busy.value.body["code"] == "turn_in_progress"  # type: ignore[index]
             client.beta.agents.sessions.events.create(
                 session_id, events=[{"type": "agent.session.input.cancel"}]
             )
@@ -276,3 +290,25 @@ def test_environment_files_env_setup(
         and "nope" in failed.error
     )
     assert_deleted(engine, server, client, bad.id, sandbox_of(engine, server))
+
+
+def test_delete_in_the_middle_of_a_turn(server: Server, engine: docker.DockerClient) -> None:
+    """DELETE while a turn waits for its approval: the turn stops, the sandbox and its folder go,
+    the open event stream ends."""
+    client = server.client()
+    session = client.beta.agents.sessions.create(
+        environment=DRILL_ENV, agent={"model": "cubicle-drill"}
+    )
+    sandbox_id = ""
+    events: list[AgentSessionEvent] = []
+    with (
+        pytest.raises(RuntimeError, match="ended before the turn"),
+        client.beta.agents.sessions.stream(session.id, input="Run the drill.") as stream,
+    ):
+        for event in stream:
+            events.append(event)
+            if event.type == "agent.session.requires_action":
+                sandbox_id = sandbox_of(engine, server)
+                assert_deleted(engine, server, client, session.id, sandbox_id)
+    assert "agent.session.requires_action" in types(events)
+    assert sandbox_id and leftovers(engine, {L.SANDBOX: sandbox_id}) == []
