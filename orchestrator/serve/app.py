@@ -59,6 +59,8 @@ log = logging.getLogger("cubicle.serve")
 DELETE_WAIT_S = 120.0
 SSE_PING_S = 15
 MAX_METADATA = 16
+MAX_BODY_BYTES = 64 * 1024 * 1024
+"""Largest request body read (inline files are at most 32 MiB each, base64 grows them by 4/3)."""
 
 
 @dataclass
@@ -79,8 +81,22 @@ class ServerState:
 
 
 async def _json(request: Request) -> dict[str, Any]:
+    """The request's JSON object, read up to :data:`MAX_BODY_BYTES`.
+
+    :raises ApiError: 413 for a larger body, 400 when it is not a JSON object."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise ApiError(
+                413,
+                f"the request body is over {MAX_BODY_BYTES} bytes",
+                code="request_too_large",
+            )
+        chunks.append(chunk)
     try:
-        body = await request.json()
+        body = json.loads(b"".join(chunks))
     except (ValueError, UnicodeDecodeError):
         raise bad_request("the request body is not valid JSON") from None
     if not isinstance(body, dict):
@@ -482,17 +498,27 @@ async def unimplemented(request: Request) -> Response:
 # -- console ---------------------------------------------------------------------------------------
 
 
+CONSOLE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' blob: data:; "
+    "style-src 'self' 'unsafe-inline'; script-src 'self'; frame-ancestors 'none'",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+}
+
+
+def _console_file(name: str) -> str:
+    return resources.files("orchestrator.serve").joinpath(name).read_text("utf-8")
+
+
 async def console_page(request: Request) -> Response:
-    html = resources.files("orchestrator.serve").joinpath("console.html").read_text("utf-8")
-    return HTMLResponse(
-        html,
-        headers={
-            "Content-Security-Policy": "default-src 'self'; img-src 'self' blob: data:; "
-            "style-src 'self' 'unsafe-inline'; script-src 'self' 'unsafe-inline'; "
-            "frame-ancestors 'none'",
-            "Referrer-Policy": "no-referrer",
-            "Cache-Control": "no-store",
-        },
+    """The console page: no data in it (everything is fetched with the token)."""
+    return HTMLResponse(_console_file("console.html"), headers=CONSOLE_HEADERS)
+
+
+async def console_script(request: Request) -> Response:
+    return Response(
+        _console_file("console.js"), media_type="text/javascript", headers=CONSOLE_HEADERS
     )
 
 
@@ -576,6 +602,7 @@ def build_app(state: ServerState) -> Starlette:
         Route(base + "/{session_id}/items", list_items, methods=["GET"]),
         Route("/v1/{rest:path}", unimplemented, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
         Route("/console", console_page, methods=["GET"]),
+        Route("/console/console.js", console_script, methods=["GET"]),
         Route("/console/api/sessions/{session_id}/events", console_events, methods=["GET"]),
         Route("/console/api/sessions/{session_id}/screenshot", console_screenshot, methods=["GET"]),
         Route("/console/api/sessions/{session_id}/view", console_view, methods=["POST"]),

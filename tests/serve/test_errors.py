@@ -217,6 +217,13 @@ def test_bad_list_parameters_are_400(api_server: Server) -> None:
         headers={"Authorization": f"Bearer {TOKEN}"},
     )
     assert raw.status_code == 400 and raw.json()["error"]["param"] == "order"
+    huge = httpx2.post(
+        api_server.base_url + "/agents/sessions",
+        content=b" " * (64 * 1024 * 1024 + 1),
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        timeout=120,
+    )
+    assert huge.status_code == 413 and huge.json()["error"]["code"] == "request_too_large"
     raw = httpx2.post(
         api_server.base_url + "/agents/sessions",
         content=b"{nope",
