@@ -251,7 +251,8 @@ async def create_session(request: Request) -> Response:
     worker.start()
     if queue is None:
         return JSONResponse(session.snapshot())
-    return _sse(session, queue, kept=list(session.recent), until_turn=first_turn)
+    # subscribed before the first event was published: the queue holds every one of them
+    return _sse(session, queue, kept=[], until_turn=first_turn)
 
 
 async def list_sessions(request: Request) -> Response:

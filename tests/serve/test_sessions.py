@@ -216,6 +216,8 @@ def test_create_streaming_then_cancel_while_waiting_for_approval(
             )
     session = client.beta.agents.sessions.retrieve(session_id)
     assert types(events)[:2] == ["agent.session.created", "agent.session.environment.pending"]
+    ids = [e.event_id for e in events]
+    assert len(ids) == len(set(ids)), "an event was sent twice"
     # include_screenshots: false: the calls are done without their screenshots
     done = [e.item.to_dict() for e in events if e.type == "agent.session.turn.item.done"]
     assert done and all(i["output"] is None for i in done if i["status"] == "completed")
