@@ -362,12 +362,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _register_plugins(sub: Any) -> None:
-    """The drill's ``drill``/``run``, the live view's ``view`` and the warm pools' ``pool``
-    subcommands, when those packages are present.
+    """The drill's ``drill``/``run``, the live view's ``view``, the warm pools' ``pool`` and the
+    sessions API's ``serve`` subcommands, when those packages are present.
 
     A plugin that fails to import is reported on stderr; the other commands keep working.
     """
-    for package in ("orchestrator.drill", "orchestrator.view", "orchestrator.pool"):
+    for package in (
+        "orchestrator.drill",
+        "orchestrator.view",
+        "orchestrator.pool",
+        "orchestrator.serve",
+    ):
         try:
             module = importlib.import_module(f"{package}.cli")
             module.register(sub)

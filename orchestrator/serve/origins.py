@@ -1,0 +1,98 @@
+"""Origin-access questions of an ask-mode sandbox, as ``browser_origin_access`` required actions.
+
+The egress proxy of a sandbox whose network asks (issue 18: ``orchestrator.origin_questions``)
+holds each connection to an origin outside its allow list and asks the host. :func:`relay`
+reads those questions and puts each to the session's client as the SDK's own kind::
+
+    {"type": "computer_use_approval_request", "request_id": "req_…", "turn_id": "turn_…",
+     "request": {"type": "browser_origin_access", "origin": "https://example.com",
+                 "reason": "not in the allow list"}}
+
+answered with ``response: {"type": "browser_origin_access", "decision": approve|deny|cancel}``,
+which goes back to the proxy (``by``: the session). A question asked while no turn runs is
+denied (there is no turn to attach it to); one the client leaves until the proxy's deadline is
+withdrawn (the proxy refuses it: ``timeout``).
+
+:func:`open_questions` is the seam: it opens the control channel when ask mode (issue 18) is
+installed and the sandbox's network asks, else returns ``None``; the session worker calls it
+once the environment is ready and relays until the session ends.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from guest.errors import CubicleError
+from orchestrator.serve import wire
+from orchestrator.serve.store import PendingApproval, Session
+
+__all__ = ["Questions", "open_questions", "relay"]
+
+log = logging.getLogger("cubicle.serve")
+POLL_S = 0.5
+
+
+class Questions(Protocol):
+    """What :func:`relay` needs of ``orchestrator.origin_questions.OriginQuestions``."""
+
+    def next(self, timeout: float | None = None) -> Any: ...
+
+    def answer(self, question_id: str, answer: Any, *, by: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def open_questions(sandbox: Any) -> Questions | None:
+    """The sandbox's question channel, or ``None`` when its network does not ask (or ask mode
+    is not installed)."""
+    if getattr(sandbox.info, "network", "").split(":", 1)[0] != "ask":
+        return None
+    try:
+        module = importlib.import_module("orchestrator.origin_questions")
+    except ImportError:
+        return None
+    questions: Questions = module.OriginQuestions.open(sandbox)
+    return questions
+
+
+def relay(session: Session, questions: Questions, stop: Callable[[], bool]) -> None:
+    """Put every question to the session's client until ``stop()`` or the channel closes; each
+    question waits in its own thread, so several can be pending at once."""
+    while not stop():
+        try:
+            question = questions.next(timeout=POLL_S)
+        except CubicleError:  # the channel closed: the sandbox is gone
+            return
+        if question is not None:
+            threading.Thread(
+                target=_one,
+                args=(session, questions, question),
+                name="cubicle-serve-origin",
+                daemon=True,
+            ).start()
+
+
+def _one(session: Session, questions: Questions, question: Any) -> None:
+    with session.lock:
+        turn = session.turn
+    decision: str | None = "deny"
+    if turn is not None:
+        pending = PendingApproval(
+            {
+                "type": "computer_use_approval_request",
+                "request_id": wire.new_id("req"),
+                "turn_id": turn.id,
+                "request": dict(question.approval_request()),
+            }
+        )
+        decision = session.ask(turn, pending, deadline=float(question.deadline))
+    if decision is None:
+        return  # withdrawn: cancelled turn, deleted session or the proxy's deadline
+    try:
+        questions.answer(question.id, decision, by=f"cubicle serve session {session.id}")
+    except CubicleError as exc:  # decided meanwhile (timeout, another controller)
+        log.info("origin question %s of session %s: %s", question.id, session.id, exc)

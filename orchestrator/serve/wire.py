@@ -1,0 +1,128 @@
+"""Payloads of the Agents sessions wire, spelled as the installed ``openai`` package's types.
+
+Objects: ``agent.session`` (:func:`session_object`), ``agent.session.turn`` (:func:`turn_object`),
+items (``message``, ``computer_use_call``) and events (:func:`event`: every event carries
+``event_id`` and ``type``; the session-scoped ones ``session_id``). Names and required fields
+follow ``openai/types/beta/agent_session*.py``; tests validate every payload against those
+models.
+
+cubicle's own required-action kind (the SDK's ``computer_use_approval_request`` union knows only
+``browser_origin_access`` and ``browser_authentication``) — the model's pending safety checks::
+
+    {"type": "computer_use_approval_request", "request_id": "req_…", "turn_id": "turn_…",
+     "request": {"type": "safety_check", "call_id": "call_…",
+                 "checks": [{"id": "sc_…", "code": "malicious_instructions", "message": "…"}]}}
+
+answered with the SDK's ``agent.session.input.computer_use_approval_request_result`` input and
+``response: {"type": "safety_check", "decision": "approve" | "deny" | "cancel"}`` (``cancel``
+dismisses the request, which denies it).
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import threading
+import time
+from typing import Any
+
+__all__ = [
+    "SAFETY_CHECK_KIND",
+    "assistant_message",
+    "computer_use_call",
+    "event",
+    "new_id",
+    "turn_object",
+    "user_message",
+]
+
+SAFETY_CHECK_KIND = "safety_check"
+ORIGIN_ACCESS_KIND = "browser_origin_access"
+
+_counter = itertools.count(1)
+_counter_lock = threading.Lock()
+
+
+def new_id(prefix: str) -> str:
+    """A unique id that sorts by creation: ``prefix_<12 hex counter><8 hex random>``."""
+    with _counter_lock:
+        n = next(_counter)
+    return f"{prefix}_{n:012x}{secrets.token_hex(4)}"
+
+
+def event(kind: str, **fields: Any) -> dict[str, Any]:
+    """One event: ``{"event_id", "type": kind, **fields}``."""
+    return {"event_id": new_id("evt"), "type": kind, **fields}
+
+
+def turn_object(
+    turn_id: str,
+    session_id: str,
+    agent_id: str,
+    *,
+    status: str,
+    created_at: int,
+    started_at: int | None = None,
+    completed_at: int | None = None,
+    error: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    return {
+        "id": turn_id,
+        "object": "agent.session.turn",
+        "agent_id": agent_id,
+        "session_id": session_id,
+        "status": status,
+        "created_at": created_at,
+        "started_at": started_at,
+        "completed_at": completed_at,
+        "error": error,
+        "subagent_id": None,
+        "usage": None,
+    }
+
+
+def user_message(turn_id: str, content: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "id": new_id("msg"),
+        "type": "message",
+        "role": "user",
+        "status": "completed",
+        "content": content,
+        "turn_id": turn_id,
+    }
+
+
+def assistant_message(turn_id: str, text: str, *, item_id: str | None = None) -> dict[str, Any]:
+    return {
+        "id": item_id or new_id("msg"),
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "phase": "final_answer",
+        "content": [{"type": "output_text", "text": text}],
+        "turn_id": turn_id,
+    }
+
+
+def computer_use_call(
+    turn_id: str,
+    item_id: str,
+    *,
+    status: str,
+    title: str | None,
+    image_url: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "id": item_id,
+        "type": "computer_use_call",
+        "status": status,
+        "title": title,
+        "turn_id": turn_id,
+        "output": None
+        if image_url is None
+        else {"type": "computer_screenshot", "image_url": image_url},
+    }
+
+
+def now() -> int:
+    return int(time.time())

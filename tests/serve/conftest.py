@@ -1,0 +1,116 @@
+"""Fixtures of the ``cubicle serve`` tests: a real server subprocess and real openai clients.
+
+``server`` starts ``python -m orchestrator.cli serve --port 0`` with a private data folder and
+a known token, waits for its ``base_url`` line, and stops it with SIGTERM at teardown; then no
+container, network or volume owned by that server process may remain (checked by label).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import docker
+import pytest
+from openai import AsyncOpenAI, OpenAI
+
+from orchestrator import labels as L
+from orchestrator.view.state import DIR_ENV
+from tests.orchestrator.conftest import engine
+from tests.orchestrator.support import leftovers
+
+__all__ = ["Server", "api_server", "engine", "server", "start_server"]
+
+REPO = Path(__file__).resolve().parents[2]
+TOKEN = "test-token-0123456789abcdef"
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[str]
+    base_url: str
+    data_dir: Path
+    lines: list[str]
+    clients: list[OpenAI] = field(default_factory=list)
+    """Clients handed out; closed by :meth:`stop` (no socket left to the garbage collector)."""
+
+    @property
+    def origin(self) -> str:
+        return self.base_url.removesuffix("/v1")
+
+    def client(self, token: str = TOKEN) -> OpenAI:
+        client = OpenAI(base_url=self.base_url, api_key=token, max_retries=0, timeout=300)
+        self.clients.append(client)
+        return client
+
+    def async_client(self, token: str = TOKEN) -> AsyncOpenAI:
+        return AsyncOpenAI(base_url=self.base_url, api_key=token, max_retries=0, timeout=300)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        for client in self.clients:
+            client.close()
+        self.clients.clear()
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            self.process.wait(timeout=180)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+def start_server(data_dir: Path, *extra: str, env: dict[str, str] | None = None) -> Server:
+    """Start ``cubicle serve`` and wait for its ``base_url`` line (stderr goes to the test's)."""
+    environ = {**os.environ, "CUBICLE_API_TOKEN": TOKEN}
+    environ.pop("OPENAI_API_KEY", None)  # no real model unless a test passes one
+    environ.update(env or {})
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli",
+            "serve",
+            "--port",
+            "0",
+            "--data-dir",
+            str(data_dir),
+            *extra,
+        ],
+        cwd=REPO,
+        env=environ,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    lines: list[str] = []
+    for line in process.stdout:
+        lines.append(line)
+        if "base_url" in line:
+            return Server(process, line.split()[-1], data_dir, lines)
+    process.wait(timeout=30)
+    raise AssertionError(f"cubicle serve exited ({process.returncode}): {lines}")
+
+
+@pytest.fixture
+def server(docker_image: str, engine: docker.DockerClient, tmp_path: Path) -> Iterator[Server]:
+    # live-view servers (the console's link) keep their state in this test's folder
+    started = start_server(tmp_path / "serve", env={DIR_ENV: str(tmp_path / "view")})
+    try:
+        yield started
+    finally:
+        started.stop()
+        left = leftovers(engine, {L.OWNER_PID: str(started.process.pid)})
+        assert not left, f"cubicle serve left objects behind: {left}"
+
+
+@pytest.fixture(scope="module")
+def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server for requests that never create a sandbox (errors, auth), one per module."""
+    started = start_server(tmp_path_factory.mktemp("serve") / "data")
+    try:
+        yield started
+    finally:
+        started.stop()

@@ -1,0 +1,79 @@
+"""Helpers of the serve tests: event collection, approval answers, screenshot checks."""
+
+from __future__ import annotations
+
+import base64
+import io
+from typing import Any, cast
+
+from openai.types.beta.agent_session_event import AgentSessionEvent
+from openai.types.beta.agent_session_input_param import AgentSessionInputParam
+from openai.types.beta.environment_param import EnvironmentParamOpenAIHosted
+from PIL import Image
+
+DRILL_ENV: EnvironmentParamOpenAIHosted = {
+    "type": "openai_hosted",
+    "desktop": {"enabled": True},
+    "network": {"access": "disabled"},
+}
+MODEL_VIEW = (1024, 640)
+"""What the drill's scripted model sees of the 1280x800 screen."""
+
+
+def answer(request_id: str, decision: str) -> AgentSessionInputParam:
+    """cubicle's safety-check answer, sent as a plain dict (not one of the SDK's kinds)."""
+    return cast(
+        AgentSessionInputParam,
+        {
+            "type": "agent.session.input.computer_use_approval_request_result",
+            "request_id": request_id,
+            "response": {"type": "safety_check", "decision": decision},
+        },
+    )
+
+
+def pending_request(event: AgentSessionEvent) -> tuple[str, dict[str, Any]]:
+    """The request id and request of the one required action of a requires_action event."""
+    assert event.type == "agent.session.requires_action"
+    actions = event.session.required_actions
+    assert len(actions) == 1, actions
+    action: dict[str, Any] = actions[0].to_dict(warnings=False)
+    assert action["type"] == "computer_use_approval_request"
+    return str(action["request_id"]), dict(action["request"])
+
+
+def screenshot_of(item: dict[str, Any]) -> Image.Image:
+    """The JPEG of a completed computer_use_call item, decoded."""
+    output = item["output"]
+    assert output["type"] == "computer_screenshot"
+    prefix = "data:image/jpeg;base64,"
+    assert output["image_url"].startswith(prefix)
+    image = Image.open(io.BytesIO(base64.b64decode(output["image_url"][len(prefix) :])))
+    assert image.format == "JPEG"
+    return image
+
+
+def types(events: list[AgentSessionEvent]) -> list[str]:
+    return [e.type for e in events]
+
+
+STALE_CHECK = "stale model-visible screenshots"
+
+
+def assert_turn_went_through(events: list[AgentSessionEvent]) -> None:
+    """The turn's loop ran to the model's final message and the session went idle.
+
+    The drill's outcome also holds its own checks of the guest (:mod:`orchestrator.drill`): on
+    a loaded machine its stale-screenshot check can fail a turn whose loop went through — the
+    drill's business, tested in tests/drill. Any other failure fails here.
+    """
+    kinds = types(events)
+    assert kinds[-1] == "agent.session.idle", kinds[-4:]
+    assert "agent.session.turn.output_text.done" in kinds, kinds[-4:]
+    end = events[-2]
+    if end.type == "agent.session.turn.failed":
+        error = end.turn.error.message if end.turn.error is not None else ""
+        failed = [line for line in error.splitlines() if "FAILED" in line]
+        assert failed and all(STALE_CHECK in line for line in failed), error
+    else:
+        assert end.type == "agent.session.turn.completed", kinds[-4:]

@@ -1,0 +1,91 @@
+"""The console in headless Chromium: it lists the session, shows a new event within 2 s, loads
+the latest screenshot, and approving from the page lets the turn go on."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator
+
+import docker
+import pytest
+from openai.types.beta.agent_session_event import AgentSessionEvent
+from playwright.sync_api import Browser, sync_playwright
+
+from tests.serve.conftest import TOKEN, Server, engine, server
+from tests.serve.support import DRILL_ENV, assert_turn_went_through
+
+__all__ = ["engine", "server"]
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
+        )
+        yield browser
+        browser.close()
+
+
+def test_console_lists_streams_shows_screenshot_and_approves(
+    server: Server, engine: docker.DockerClient, browser: Browser
+) -> None:
+    client = server.client()
+    session = client.beta.agents.sessions.create(
+        environment=DRILL_ENV, agent={"model": "cubicle-drill"}
+    )
+    page = browser.new_page()
+    page.goto(f"{server.origin}/console#token={TOKEN}")
+    assert TOKEN not in page.url  # the fragment is dropped from the address bar
+    row = page.locator(f'.session[data-id="{session.id}"]')
+    row.wait_for(timeout=10_000)
+    row.click()
+    page.locator(".event").first.wait_for(timeout=10_000)  # the kept events
+
+    submitted = threading.Event()
+    outcome: list[AgentSessionEvent] = []
+
+    def run_turn() -> None:
+        with client.beta.agents.sessions.stream(session.id, input="Run the drill.") as stream:
+            submitted.set()
+            outcome.extend(stream)
+
+    worker = threading.Thread(target=run_turn)
+    worker.start()
+    try:
+        assert submitted.wait(60)
+        page.locator(".event", has_text="agent.session.turn.created").wait_for(timeout=2_000)
+        approve = page.locator('.action button[data-decision="approve"]')
+        approve.wait_for(timeout=180_000)
+        page.wait_for_function("document.getElementById('shot').naturalWidth > 0", timeout=10_000)
+        assert page.evaluate("document.getElementById('shot').naturalWidth") == 1024
+        page.click("#view")  # the desktop's live view (cubicle view), one-time link
+        link = page.locator("#viewlink[href]")
+        link.wait_for(timeout=30_000)
+        assert (link.get_attribute("href") or "").startswith("http://127.0.0.1:")
+        assert "#t=" in (link.get_attribute("href") or "")
+        approve.click()
+        worker.join(180)
+    finally:
+        if worker.is_alive():
+            client.beta.agents.sessions.events.create(
+                session.id, events=[{"type": "agent.session.input.cancel"}]
+            )
+            worker.join(60)
+    assert_turn_went_through(outcome)  # the approval from the page let the loop go on
+    page.locator(
+        ".event", has_text=re.compile(r"agent\.session\.turn\.(completed|failed)")
+    ).wait_for(timeout=5_000)
+    # without the token the page shows nothing of the sessions
+    other = browser.new_page()
+    other.goto(f"{server.origin}/console")
+    other.wait_for_timeout(500)
+    assert other.locator(".session").count() == 0
+    other.close()
+    page.close()
+    client.beta.agents.sessions.delete(session.id)
