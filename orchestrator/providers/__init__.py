@@ -19,7 +19,7 @@ __all__ = ["ID_PREFIXES", "PROVIDERS", "backend_of", "get_provider"]
 
 PROVIDERS: dict[str, str] = {
     "docker": "orchestrator.providers.docker:DockerProvider",
-    "vm": "orchestrator.providers.vm:VmProvider",
+    "vm": "orchestrator.providers.vm.provider:VmProvider",
 }
 """Backend name → ``module:Class`` of its :class:`Provider`."""
 

@@ -77,7 +77,7 @@ def container_start(self, *args, **kwargs):
 C.Container.start = container_start
 
 try:
-    from orchestrator.providers import vm_network
+    from orchestrator.providers.vm import network as vm_network
     from orchestrator.providers.vm import VmProvider
 except ImportError:
     pass

@@ -17,9 +17,9 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from orchestrator import labels as L
-from orchestrator.providers import vm_network
 from orchestrator.providers.vm import VmProvider
-from orchestrator.providers.vm_domain import METADATA_NS
+from orchestrator.providers.vm import network as vm_network
+from orchestrator.providers.vm.domain import METADATA_NS
 from tests.support.killpoints import REPO, paused_at
 from tests.vm.conftest import assert_gone, qemu_pids_using
 

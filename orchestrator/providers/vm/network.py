@@ -50,17 +50,17 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from guest.waiting import Deadline, poll
 from orchestrator.egress import EGRESS_PORT
 from orchestrator.errors import ProviderError
 from orchestrator.network import NetworkPolicy
-from orchestrator.providers.vm_libvirt import libvirt_module, map_libvirt_errors
+from orchestrator.providers.vm.virt import libvirt_module, map_libvirt_errors
 
 __all__ = [
     "SUBNET_POOL",
@@ -79,7 +79,7 @@ SUBNET_POOL: Final = ipaddress.IPv4Network("10.231.0.0/16")
 NAME_PREFIX: Final = "cubicle-"
 PROXY_READY_S: Final = 10.0
 PROXY_STOP_S: Final = 5.0
-EGRESS_SOURCE: Final = Path(__file__).resolve().parents[1] / "egress.py"
+EGRESS_SOURCE: Final = Path(__file__).resolve().parents[2] / "egress.py"
 LIBVIRT_DNSMASQ_DIR: Final = Path("/var/lib/libvirt/dnsmasq")
 _ID = re.compile(r"vm-[0-9a-z]+")
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
@@ -332,13 +332,11 @@ def _start_proxy(network: VmNetwork, policy: NetworkPolicy, run: Path, script: P
     _CHILDREN[proxy.pid] = proxy
     with os.fdopen(_private_file(run / "egress.json"), "w") as record:
         record.write(json.dumps({"pid": proxy.pid, "start_time": _start_time(proxy.pid)}) + "\n")
-    deadline = time.monotonic() + PROXY_READY_S
-    while time.monotonic() < deadline:
+    for _ in poll(Deadline(PROXY_READY_S), 0.05):
         if '"event": "listening"' in log_path.read_text(errors="replace"):
             return
         if proxy.poll() is not None:
             break
-        time.sleep(0.05)
     tail = log_path.read_text(errors="replace").strip().splitlines()[-10:]
     raise ProviderError(
         f"the egress proxy of {network.sandbox_id} did not listen on "
@@ -387,11 +385,9 @@ def _stop(pid: int) -> None:
             child.kill()
             child.wait()
         return
-    deadline = time.monotonic() + PROXY_STOP_S
-    while time.monotonic() < deadline:
+    for _ in poll(Deadline(PROXY_STOP_S), 0.02):
         if _start_time(pid) is None or _is_zombie(pid):
             return
-        time.sleep(0.02)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
 
