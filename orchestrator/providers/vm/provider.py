@@ -283,7 +283,7 @@ class VmProvider(Provider):
             raise ConfigError(f"cpus={spec.cpus}: must be positive")
 
     def warm_key(self, spec: SandboxSpec) -> WarmKey:
-        """The guest shape a saved state must match for ``spec`` (see :mod:`vm_warm`)."""
+        """The guest shape a saved state must match for ``spec`` (see :mod:`.warm`)."""
         return WarmKey(
             spec.screen,
             spec.memory_mb,
@@ -343,7 +343,7 @@ class VmProvider(Provider):
 
     @functools.cached_property
     def files(self) -> FileAccess:
-        """Who may touch this backend's files besides root: QEMU's group (:mod:`vm_files`)."""
+        """Who may touch this backend's files besides root: QEMU's group (:mod:`.files`)."""
         with map_libvirt_errors("read the host capabilities"):
             return qemu_access(self.conn, self.accelerator.domain_type)
 
