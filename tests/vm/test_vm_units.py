@@ -30,6 +30,7 @@ from orchestrator.providers.vm.domain import (
 from orchestrator.providers.vm.files import FileAccess
 from orchestrator.providers.vm.image import VmImage, image_ref, load_image
 from orchestrator.providers.vm.network import VmNetwork, bridge_name, network_name
+from orchestrator.providers.vm.virt import SANDBOX_STATES, DomainState
 from orchestrator.providers.vm.warm import WarmKey, slots_for
 
 
@@ -207,3 +208,10 @@ def test_file_access_keeps_others_out(tmp_path: Path) -> None:
 def test_allow_policy_passes_validation(tmp_path: Path) -> None:
     provider = VmProvider(home=tmp_path, uri="test:///default")
     provider.validate(SandboxSpec(network=NetworkPolicy.parse("allow:example.com")))
+
+
+def test_domain_states_are_libvirts() -> None:
+    libvirt = pytest.importorskip("libvirt")
+    for state in DomainState:
+        assert getattr(libvirt, f"VIR_DOMAIN_{state.name}") == state.value
+    assert SANDBOX_STATES[DomainState.SHUTOFF] == "exited"
