@@ -1,8 +1,8 @@
 """Sandbox backends, loaded lazily by name (the core never imports a provider module).
 
-To add one: write ``orchestrator/providers/<name>.py`` with a
-:class:`~orchestrator.provider.Provider` subclass and register ``"<name>": "module:Class"`` in
-:data:`PROVIDERS`.
+To add one: write a subpackage ``orchestrator/providers/<name>/`` (one module per job, like
+``vm/``) whose ``provider.py`` holds a :class:`~orchestrator.provider.Provider` subclass, and
+register ``"<name>": "module:Class"`` in :data:`PROVIDERS`.
 
 Sandbox ids carry their backend: Docker ids start with ``dk-``, VM ids with ``vm-``
 (:data:`ID_PREFIXES`); :func:`backend_of` maps an id back to its backend name.
