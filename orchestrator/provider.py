@@ -23,9 +23,10 @@ from __future__ import annotations
 import abc
 import builtins
 import functools
+import logging
 import os
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
@@ -52,6 +53,8 @@ __all__ = [
     "default_cpus",
     "parse_size",
 ]
+
+log = logging.getLogger(__name__)
 
 CPUS_ENV: Final = "CUBICLE_CPUS"
 """Environment variable setting the default CPU limit of new sandboxes (cores, e.g. ``1.5``)."""
@@ -326,8 +329,19 @@ class Provider(abc.ABC):
         """The sandbox as :meth:`list` shows it, or ``None`` if it does not exist (any state)."""
         return next((info for info in self.list() if info.id == sandbox_id), None)
 
-    @abc.abstractmethod
     def gc(self) -> builtins.list[str]:
         """Destroy the sandboxes :func:`orchestrator.ownership.verdict` dooms, one by one, with
-        :meth:`destroy`; skip (with a warning naming it) any object whose labels do not parse.
-        Return the ids removed."""
+        :meth:`destroy`, as :meth:`doomed` names them; return the ids removed."""
+        removed: builtins.list[str] = []
+        for sandbox_id, reason in self.doomed():
+            log.info("gc: removing %s (%s)", sandbox_id, reason)
+            self.destroy(sandbox_id)
+            removed.append(sandbox_id)
+        return removed
+
+    def doomed(self) -> Iterator[tuple[str, str]]:
+        """``(sandbox id, why)`` for each sandbox ``gc`` must remove, judged one at a time when
+        the iteration reaches it (:func:`orchestrator.ownership.verdict`: the owner first, then
+        a fresh read of the ready mark) — never a snapshot followed by a sweep. Objects whose
+        labels do not parse are skipped with a warning naming them."""
+        raise NotImplementedError(f"the {self.name} backend has no gc")

@@ -433,11 +433,13 @@ def _tagged_rules() -> Iterator[tuple[str, str, str, list[str]]]:
 
 
 def _remove_rules(sandbox_ids: set[str]) -> None:
+    """Delete the rules of ``sandbox_ids``. A rule another process deleted since the listing
+    (a concurrent ``gc`` or ``down``) is gone, which is what was wanted: not a failure."""
     failures = []
     for tool, sandbox_id, table, rule in _tagged_rules():
         if sandbox_id in sandbox_ids:
             done = _iptables(tool, "-t", table, "-D", *rule)
-            if done.returncode != 0:
+            if done.returncode != 0 and _iptables(tool, "-t", table, "-C", *rule).returncode == 0:
                 failures.append(f"{tool} -t {table} -D {' '.join(rule)}: {done.stderr.strip()}")
     if failures:
         raise ProviderError("could not remove firewall rules: " + "; ".join(failures))
@@ -457,7 +459,9 @@ def _destroy_network(conn: Any, name: str) -> None:
         if net.isPersistent():
             net.undefine()
     except libvirt.libvirtError as exc:
-        if exc.get_error_code() != libvirt.VIR_ERR_NO_NETWORK:
+        # gone or stopped meanwhile (a concurrent gc or down): what was wanted
+        gone = (libvirt.VIR_ERR_NO_NETWORK, libvirt.VIR_ERR_OPERATION_INVALID)
+        if exc.get_error_code() not in gone:
             raise ProviderError(f"libvirt could not remove network {name}: {exc}") from exc
 
 

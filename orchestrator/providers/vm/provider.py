@@ -41,7 +41,7 @@ import secrets
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -577,12 +577,11 @@ class VmProvider(Provider):
                 return "orphan: network pieces without a run folder or domain"
         return ownership.skip_malformed(what, labels, ID_PREFIX)
 
-    def gc(self) -> builtins.list[str]:
-        """Judge each sandbox id on its own (:func:`orchestrator.ownership.verdict`, including
-        half-made golden guests, whose owner is the warming process) and destroy the doomed ones:
-        domain, network pieces (proxy, firewall rules, libvirt network) and run folder. Never a
-        sweep of whatever an earlier listing did not show."""
-        removed: builtins.list[str] = []
+    def doomed(self) -> Iterator[tuple[str, str]]:
+        """Judge each sandbox id on its own, reading its stamp fresh when reached
+        (:func:`orchestrator.ownership.verdict`, including half-made golden guests, whose owner
+        is the warming process); :meth:`Provider.gc` destroys the doomed ones: domain, network
+        pieces (proxy, firewall rules, libvirt network) and run folder."""
         for sandbox_id in sorted(self._candidates()):
             now = time.time()
             stamp = self._stamp(sandbox_id, now)
@@ -598,7 +597,4 @@ class VmProvider(Provider):
             else:
                 reason = stamp
             if reason is not None:
-                log.info("gc: removing %s (%s)", sandbox_id, reason)
-                self.destroy(sandbox_id)
-                removed.append(sandbox_id)
-        return removed
+                yield sandbox_id, reason
