@@ -157,3 +157,26 @@ def test_malformed_domain_metadata_is_skipped_with_a_warning(vm_provider: VmProv
     finally:
         for domain in domains:
             domain.undefine()
+
+
+def test_teardown_after_a_concurrent_gc_removed_the_rules_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two collectors (two ``gc``, or ``gc`` and ``down``) list the same firewall rules; the first
+    deletes them; the second's ``-D`` then finds nothing, which is success, not exit 1."""
+    sandbox_id = f"vm-{secrets.token_hex(5)}"
+    rule = ["INPUT", "-i", f"cbvm-{sandbox_id[3:]}", "-m", "comment"]
+    rule += ["--comment", f"cubicle-{sandbox_id}", "-j", "DROP"]
+    added = subprocess.run(["iptables", "-w", "-A", *rule], capture_output=True, check=False)
+    if added.returncode != 0:
+        pytest.skip(f"iptables cannot add a rule here: {added.stderr!r}")
+    tagged = vm_network._tagged_rules
+    try:
+        listed = [found for found in tagged() if found[1] == sandbox_id]
+        assert listed == [("iptables", sandbox_id, "filter", rule)]
+        subprocess.run(["iptables", "-w", "-D", *rule], check=True)  # the other collector
+        monkeypatch.setattr(vm_network, "_tagged_rules", lambda: iter(listed))  # its old list
+        vm_network._remove_rules({sandbox_id})  # does not raise
+    finally:
+        subprocess.run(["iptables", "-w", "-D", *rule], capture_output=True, check=False)
+    assert [found for found in tagged() if found[1] == sandbox_id] == []
