@@ -84,7 +84,7 @@ def test_kill9_of_up_allow_mid_start_then_gc_leaves_nothing(
         assert _pieces(vm_provider, sandbox_id) == made
         paused.kill9()
     assert _pieces(vm_provider, sandbox_id) == made, "kill -9 left no chance to clean up"
-    assert sandbox_id in _gc().stdout.split()
+    _gc()  # on a shared host another process's gc may collect the orphan first: judge the effect
     assert _pieces(vm_provider, sandbox_id) == []
     assert_gone(vm_provider, sandbox_id)
     assert qemu_pids_using(vm_provider.home / "run" / sandbox_id) == []
@@ -114,7 +114,7 @@ def test_kill9_of_run_and_drill_mid_start_then_gc_leaves_nothing(
         assert sandbox_id not in _gc().stdout.split(), "gc took a sandbox its live creator makes"
         paused.kill9()
     assert _pieces(vm_provider, sandbox_id) == made, "kill -9 left no chance to clean up"
-    assert sandbox_id in _gc().stdout.split()
+    _gc()  # on a shared host another process's gc may collect the orphan first: judge the effect
     assert _pieces(vm_provider, sandbox_id) == []
     assert_gone(vm_provider, sandbox_id)
 
