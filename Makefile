@@ -5,14 +5,16 @@ PY := $(VENV)/bin/python
 CUBICLE := $(PY) -m orchestrator.cli
 PYTEST_ARGS ?=
 
-.PHONY: help host venv engine image vm-host vm-image drill test attack bench lint fmt
+.PHONY: help host venv engine image vm-host vm-image drill test unit attack bench lint fmt
 
 help:
 	@echo "make drill   run the offline keyless drill on the default (Docker) backend"
 	@echo "make test    run the whole test suite"
+	@echo "make unit    the fast loop: tests that need neither Docker nor libvirt (< 2 min)"
 	@echo "make attack  run the attack regression tests (marker attack)"
 	@echo "make bench   run the benchmarks (ours vs peers, with ratios)"
 	@echo "make lint    ruff + mypy"
+	@echo "make fmt     ruff format + ruff check --fix (rewrites files)"
 	@echo "make vm-image  build the VM guest image (libvirt/QEMU backend)"
 
 host:
@@ -42,6 +44,12 @@ drill: image
 test: lint image vm-image
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# the fast loop: no Docker engine, no libvirt, no image build (pytest markers docker, vm and slow
+# deselected; Xvfb tests stay). UNIT_MARKERS is the one definition of that selection.
+UNIT_MARKERS := not docker and not vm and not slow
+unit: venv
+	$(PY) -m pytest -m "$(UNIT_MARKERS)" $(PYTEST_ARGS)
+
 # the regression tests of attacks on the sandboxes (pytest marker "attack"; also part of make test)
 attack: image vm-image
 	$(PY) -m pytest -m attack $(PYTEST_ARGS)
@@ -52,3 +60,7 @@ bench: image vm-image
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+
+fmt: venv
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .

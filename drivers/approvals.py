@@ -7,10 +7,12 @@ Each policy object has two methods to pass to the SDK::
                                 approve_safety_checks=policy.approve_safety_checks,
                                 before_action=policy.before_action)
 
-Both return exactly ``True`` to allow and ``False`` to refuse (the SDK then stops the run before
-the action). Every decision is appended to the policy's :class:`~drivers.decisions.DecisionLog`
-(who decided, what, why). Policies that show or judge screen coordinates read them from
-``geometry`` — the driver, whose current geometry maps the model's coordinates.
+Subclasses answer with a :class:`~drivers.decisions.Judgement` (approved, by whom, why). Both
+callbacks return exactly ``True`` to allow and ``False`` to refuse (the SDK then stops the run
+before the action). Every decision is appended to the policy's
+:class:`~drivers.decisions.DecisionLog` (who decided, what, why). Policies that show or judge
+screen coordinates read them from ``geometry`` — the driver, whose current geometry maps the
+model's coordinates.
 
 * :class:`TerminalPrompt` — asks a human on a text stream; default answer deny.
 * :class:`NonInteractive` — the default for unattended runs: denies and says why.
@@ -33,6 +35,7 @@ from drivers.decisions import (
     Decision,
     DecisionLog,
     GeometrySource,
+    Judgement,
     SafetyCheck,
     action_facts,
     safety_checks_of,
@@ -70,45 +73,45 @@ class ApprovalPolicy:
         """``approve_safety_checks`` callback: ``True`` acknowledges all the call's checks."""
         checks = safety_checks_of(call)
         call_id = getattr(call, "call_id", None)
-        approved, decided_by, reason = self.judge_checks(str(call_id), checks)
+        judgement = self.judge_checks(str(call_id), checks)
         self.log.append(
             Decision(
                 "safety_checks",
-                approved,
-                decided_by,
-                reason,
+                judgement.approved,
+                judgement.decided_by,
+                judgement.reason,
                 call_id=str(call_id),
                 check_codes=tuple(check.code for check in checks),
             )
         )
-        return approved is True
+        return judgement.approved is True
 
     def before_action(self, action: object) -> bool:
         """``before_action`` callback: ``True`` lets the action run."""
         facts = action_facts(action, self.geometry.geometry if self.geometry else None)
-        approved, decided_by, reason = self.judge_action(facts)
+        judgement = self.judge_action(facts)
         self.log.append(
             Decision(
                 "action",
-                approved,
-                decided_by,
-                reason,
+                judgement.approved,
+                judgement.decided_by,
+                judgement.reason,
                 action=facts.kind,
                 model_points=facts.model_points,
                 native_points=facts.native_points,
                 summary=facts.summary(),
             )
         )
-        return approved is True
+        return judgement.approved is True
 
     # -- what subclasses decide --------------------------------------------------------------
 
-    def judge_checks(self, call_id: str, checks: tuple[SafetyCheck, ...]) -> tuple[bool, str, str]:
-        """Return ``(approved, decided_by, reason)`` for a call's pending safety checks."""
+    def judge_checks(self, call_id: str, checks: tuple[SafetyCheck, ...]) -> Judgement:
+        """The answer for a call's pending safety checks."""
         raise NotImplementedError
 
-    def judge_action(self, facts: ActionFacts) -> tuple[bool, str, str]:
-        """Return ``(approved, decided_by, reason)`` for one action."""
+    def judge_action(self, facts: ActionFacts) -> Judgement:
+        """The answer for one action."""
         raise NotImplementedError
 
 
@@ -127,14 +130,14 @@ class NonInteractive(ApprovalPolicy):
         super().__init__(log=log, geometry=geometry)
         self.reason = reason
 
-    def judge_checks(self, call_id: str, checks: tuple[SafetyCheck, ...]) -> tuple[bool, str, str]:
+    def judge_checks(self, call_id: str, checks: tuple[SafetyCheck, ...]) -> Judgement:
         codes = ", ".join(str(c.code) for c in checks)
         logger.warning("denied safety checks [%s] of %s: %s", codes, call_id, self.reason)
-        return False, self.name, self.reason
+        return Judgement(False, self.name, self.reason)
 
-    def judge_action(self, facts: ActionFacts) -> tuple[bool, str, str]:
+    def judge_action(self, facts: ActionFacts) -> Judgement:
         logger.warning("denied %s: %s", facts.summary(), self.reason)
-        return False, self.name, self.reason
+        return Judgement(False, self.name, self.reason)
 
 
 class ApproveAll(ApprovalPolicy):
@@ -142,14 +145,14 @@ class ApproveAll(ApprovalPolicy):
 
     name = "approve-all"
 
-    def judge_checks(self, call_id: str, checks: tuple[SafetyCheck, ...]) -> tuple[bool, str, str]:
+    def judge_checks(self, call_id: str, checks: tuple[SafetyCheck, ...]) -> Judgement:
         codes = ", ".join(str(c.code) for c in checks)
         logger.warning("approve-all: acknowledged safety checks [%s] of %s", codes, call_id)
-        return True, self.name, "approve-all policy (drill)"
+        return Judgement(True, self.name, "approve-all policy (drill)")
 
-    def judge_action(self, facts: ActionFacts) -> tuple[bool, str, str]:
+    def judge_action(self, facts: ActionFacts) -> Judgement:
         logger.warning("approve-all: approved %s", facts.summary())
-        return True, self.name, "approve-all policy (drill)"
+        return Judgement(True, self.name, "approve-all policy (drill)")
 
 
 class TerminalPrompt(ApprovalPolicy):
@@ -176,29 +179,27 @@ class TerminalPrompt(ApprovalPolicy):
         self._output = output
         self._lock = threading.Lock()
 
-    def _ask(self, question: str) -> tuple[bool, str]:
+    def _ask(self, question: str) -> Judgement:
         with self._lock:
             self._output.write(question + "\nApprove? [y/N] ")
             self._output.flush()
             answer = self._input.readline()
         if answer == "":
-            return False, "no answer (end of input); default is deny"
+            return Judgement(False, self.name, "no answer (end of input); default is deny")
         word = answer.strip().lower()
         if word in ("y", "yes"):
-            return True, "approved at the prompt"
+            return Judgement(True, self.name, "approved at the prompt")
         if word == "":
-            return False, "empty answer; default is deny"
-        return False, f"answered {word[:20]!r} at the prompt"
+            return Judgement(False, self.name, "empty answer; default is deny")
+        return Judgement(False, self.name, f"answered {word[:20]!r} at the prompt")
 
-    def judge_checks(self, call_id: str, checks: tuple[SafetyCheck, ...]) -> tuple[bool, str, str]:
+    def judge_checks(self, call_id: str, checks: tuple[SafetyCheck, ...]) -> Judgement:
         lines = [f"Safety checks for computer call {call_id}:"]
         lines += [f"  [{c.code}] {c.message}" for c in checks]
-        approved, reason = self._ask("\n".join(lines))
-        return approved, self.name, reason
+        return self._ask("\n".join(lines))
 
-    def judge_action(self, facts: ActionFacts) -> tuple[bool, str, str]:
-        approved, reason = self._ask(f"Action: {facts.describe()}")
-        return approved, self.name, reason
+    def judge_action(self, facts: ActionFacts) -> Judgement:
+        return self._ask(f"Action: {facts.describe()}")
 
 
 class FilePolicy(ApprovalPolicy):
@@ -223,23 +224,23 @@ class FilePolicy(ApprovalPolicy):
         self.policy = policy
         self.ask = ask
 
-    def judge_checks(self, call_id: str, checks: tuple[SafetyCheck, ...]) -> tuple[bool, str, str]:
+    def judge_checks(self, call_id: str, checks: tuple[SafetyCheck, ...]) -> Judgement:
         verdict, decided_by = self.policy.decide_checks(checks)
-        if verdict == "ask":
-            if self.ask is None:
-                return False, decided_by, "the policy says ask, and no one is there to ask"
-            approved, by, reason = self.ask.judge_checks(call_id, checks)
-            return approved, f"{decided_by} -> {by}", reason
-        return verdict == "allow", decided_by, f"the policy says {verdict}"
+        if verdict == "ask" and self.ask is not None:
+            return self.ask.judge_checks(call_id, checks).passed_on(decided_by)
+        return self._verdict(verdict, decided_by)
 
-    def judge_action(self, facts: ActionFacts) -> tuple[bool, str, str]:
+    def judge_action(self, facts: ActionFacts) -> Judgement:
         verdict, decided_by = self.policy.decide_action(facts)
+        if verdict == "ask" and self.ask is not None:
+            return self.ask.judge_action(facts).passed_on(decided_by)
+        return self._verdict(verdict, decided_by)
+
+    @staticmethod
+    def _verdict(verdict: str, decided_by: str) -> Judgement:
         if verdict == "ask":
-            if self.ask is None:
-                return False, decided_by, "the policy says ask, and no one is there to ask"
-            approved, by, reason = self.ask.judge_action(facts)
-            return approved, f"{decided_by} -> {by}", reason
-        return verdict == "allow", decided_by, f"the policy says {verdict}"
+            return Judgement(False, decided_by, "the policy says ask, and no one is there to ask")
+        return Judgement(verdict == "allow", decided_by, f"the policy says {verdict}")
 
 
 class AsyncApprovals:

@@ -1,8 +1,9 @@
 """Asynchronous client for the guest agent protocol over an anyio byte stream.
 
-The async twin of :class:`guest.client.AgentClient`: same frames (:mod:`guest.protocol`'s
-``encode_frame``/``FrameDecoder``), same errors (``GuestError``, ``AgentTimeout``,
-``AgentConnectionError``, ``ProtocolError``), same stale-reply skipping. One request is in flight
+The async twin of :class:`guest.client.AgentClient`, sharing its I/O-free half
+(:class:`guest.exchange.Exchange`: request ids and frames, stale-reply skipping, the ``hello``
+check, the broken/closed state) and its errors (``GuestError``, ``AgentTimeout``,
+``AgentConnectionError``, ``ProtocolError``); it only moves bytes. One request is in flight
 at a time (an :class:`anyio.Lock` serialises callers). Every request runs under
 :func:`anyio.fail_after`; a request that times out, is cancelled, or reads a broken frame leaves
 the client *broken* (the stream may hold half a reply) and later calls raise
@@ -13,7 +14,6 @@ The caller owns the client and closes it (``await aclose()`` or ``async with``).
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections.abc import Mapping
 from types import TracebackType
@@ -22,15 +22,15 @@ from typing import Any, Self
 import anyio
 from anyio.abc import ByteStream
 
-from guest import protocol
-from guest.client import (
+from guest.exchange import (
     DEFAULT_TIMEOUT_S,
     AgentConnectionError,
     AgentTimeout,
+    Exchange,
     Reply,
     StreamCodec,
 )
-from guest.errors import ProtocolError
+from guest.protocol import Frame
 
 __all__ = ["AsyncAgentClient", "connect_unix_async"]
 
@@ -56,25 +56,19 @@ class AsyncAgentClient:
         codec: StreamCodec | None = None,
     ) -> None:
         self._stream = stream
-        self._codec = codec
-        self._name = name
+        self._exchange = Exchange(name, codec)
         self._timeout = timeout
-        self._decoder = protocol.FrameDecoder()
-        self._pending: list[protocol.Frame] = []
-        self._ids = itertools.count(1)
         self._lock = anyio.Lock()
-        self._broken: str | None = None
-        self._closed = False
         self.hello_result: dict[str, Any] | None = None
 
     @property
     def name(self) -> str:
-        return self._name
+        return self._exchange.name
 
     async def aclose(self) -> None:
         """Close the stream. Idempotent; never touches the guest."""
-        if not self._closed:
-            self._closed = True
+        if not self._exchange.closed:
+            self._exchange.closed = True
             await self._stream.aclose()
 
     async def __aenter__(self) -> Self:
@@ -92,14 +86,8 @@ class AsyncAgentClient:
         self, *, timeout: float | None = None, client: str = "cubicle"
     ) -> dict[str, Any]:
         """Handshake: check the protocol version and learn the screen size and operations."""
-        args = {"protocol": protocol.PROTOCOL_VERSION, "client": client}
-        result = (await self.call("hello", args, timeout=timeout)).result
-        if result.get("protocol") != protocol.PROTOCOL_VERSION:
-            raise ProtocolError(
-                f"{self._name} speaks protocol {result.get('protocol')!r}, "
-                f"this host speaks {protocol.PROTOCOL_VERSION}"
-            )
-        self.hello_result = result
+        result = (await self.call("hello", Exchange.hello_args(client), timeout=timeout)).result
+        self.hello_result = self._exchange.check_hello(result)
         return result
 
     async def call(
@@ -117,63 +105,45 @@ class AsyncAgentClient:
         :raises AgentConnectionError: the stream is closed or broken.
         :raises ProtocolError: the reply was malformed (the client is then broken).
         """
-        checked = protocol.validate_args(op, dict(args or {}), blob)
+        checked = Exchange.checked_args(op, args, blob)
+        exchange = self._exchange
         async with self._lock:
-            self._check_usable()
-            request_id = next(self._ids)
-            frame = protocol.encode_frame(protocol.request(request_id, op, checked), blob)
+            exchange.check_usable()
+            request_id, data = exchange.request(op, checked, blob)
             limit = self._timeout if timeout is None else timeout
             completed = False
             try:
                 with anyio.fail_after(limit):
-                    await self._send(frame, op)
-                    reply = await self._receive(request_id, op)
+                    await self._send(data, op)
+                    frame = await self._receive(request_id, op)
                 completed = True
             except TimeoutError:
                 raise AgentTimeout(
-                    f"{self._name} did not answer {op} within {limit:.1f} s"
+                    f"{self.name} did not answer {op} within {limit:.1f} s"
                 ) from None
             finally:
                 if not completed:
-                    self._broken = f"{op} did not complete"
-        return Reply(protocol.parse_reply(reply.message, op=op), reply.blob)
-
-    def _check_usable(self) -> None:
-        if self._closed:
-            raise AgentConnectionError(f"connection to {self._name} is closed")
-        if self._broken is not None:
-            raise AgentConnectionError(
-                f"connection to {self._name} is broken by an earlier failure ({self._broken}); "
-                "reconnect"
-            )
+                    exchange.broken = f"{op} did not complete"
+        return Exchange.reply(frame, op)
 
     async def _send(self, data: bytes, op: str) -> None:
         try:
-            await self._stream.send(self._codec.encode(data) if self._codec else data)
+            await self._stream.send(data)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-            raise AgentConnectionError(f"sending {op} to {self._name} failed: {exc!r}") from exc
+            raise AgentConnectionError(f"sending {op} to {self.name} failed: {exc!r}") from exc
 
-    async def _receive(self, request_id: int, op: str) -> protocol.Frame:
-        while True:
-            while self._pending:
-                frame = self._pending.pop(0)
-                if frame.message.get("id") == request_id:
-                    return frame
+    async def _receive(self, request_id: int, op: str) -> Frame:
+        while (frame := self._exchange.take(request_id)) is None:
             try:
                 data = await self._stream.receive(_RECEIVE_BYTES)
             except anyio.EndOfStream:
-                reason = self._codec.closed_reason() if self._codec else None
-                raise AgentConnectionError(
-                    f"{self._name} closed the connection before answering {op}"
-                    + (f": {reason}" if reason else "")
-                ) from None
+                raise self._exchange.ended(op) from None
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
                 raise AgentConnectionError(
-                    f"receiving the reply to {op} from {self._name} failed: {exc!r}"
+                    f"receiving the reply to {op} from {self.name} failed: {exc!r}"
                 ) from exc
-            if self._codec:
-                data = self._codec.decode(data)
-            self._pending.extend(self._decoder.feed(data))
+            self._exchange.feed(data)
+        return frame
 
 
 async def connect_unix_async(

@@ -5,8 +5,10 @@
 content-free: they name the action type, coordinates, key count and text length, never the typed
 text or key names.
 
-:func:`describe_action` / :func:`action_facts` turn an SDK action plus the driver's current
-:class:`~drivers.viewport.ViewGeometry` into the facts a policy judges and a human reads.
+:func:`action_facts` turns an SDK action plus the driver's current
+:class:`~drivers.viewport.ViewGeometry` into the facts a policy judges and a human reads — derived
+from :func:`drivers.actions.plan_action`, the same parse the driver sends, so a policy judges the
+coordinates, keys and text actually sent.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from drivers.errors import CoordinateOutOfView
+from drivers.actions import ACTION_TYPES, PlannedAction, plan_action
+from drivers.errors import ActionRejected
 from drivers.viewport import Point, ViewGeometry
 
 __all__ = [
@@ -25,6 +28,7 @@ __all__ = [
     "Decision",
     "DecisionLog",
     "GeometrySource",
+    "Judgement",
     "SafetyCheck",
     "action_facts",
     "safety_checks_of",
@@ -87,6 +91,22 @@ class ActionFacts:
             parts.append(f"at model {model} = screen {screen}")
         return " ".join(parts)
 
+    @classmethod
+    def of_plan(cls, plan: PlannedAction) -> ActionFacts:
+        """The facts of a planned (checked, mapped) action: what the driver will send."""
+        args = plan.args
+        text = args.get("text")
+        button = args.get("button")
+        return cls(
+            plan.kind,
+            plan.model_points,
+            plan.native_points,
+            tuple(args.get("keys", ())),
+            text if isinstance(text, str) else None,
+            button if isinstance(button, str) else None,
+            plan.details.get("model_scroll"),
+        )
+
     def summary(self) -> str:
         """Content-free description for logs (no text, no key names)."""
         extra = ""
@@ -115,17 +135,24 @@ def _points(action: object) -> tuple[Point, ...]:
 
 
 def action_facts(action: object, geometry: ViewGeometry | None) -> ActionFacts:
-    """The facts of an SDK action (modern, legacy or a mapping) under ``geometry``."""
+    """The facts of an SDK action (modern, legacy or a mapping) under ``geometry``.
+
+    With a geometry, an action the driver accepts is described by its plan
+    (:meth:`ActionFacts.of_plan`): exactly what will be sent. One the driver will refuse
+    (:class:`~drivers.errors.ActionRejected`, e.g. a point outside the image) or one seen without
+    a geometry is described from its raw fields, with ``native_points`` ``None`` when refused.
+    """
     kind = str(_field(action, "type"))
+    refused = False
+    if geometry is not None and kind in ACTION_TYPES:
+        try:
+            return ActionFacts.of_plan(plan_action(kind, action, geometry))
+        except ActionRejected:
+            refused = True  # the driver refuses it too; nothing of it is sent
     model_points = (
         _points(action) if kind in ("click", "double_click", "move", "scroll", "drag") else ()
     )
-    native: tuple[Point, ...] | None = ()
-    if model_points and geometry is not None:
-        try:
-            native = tuple(geometry.to_native(x, y, action=kind) for x, y in model_points)
-        except CoordinateOutOfView:
-            native = None
+    native: tuple[Point, ...] | None = None if refused and model_points else ()
     keys_value = _field(action, "keys")
     keys = (
         tuple(k for k in keys_value if isinstance(k, str)) if isinstance(keys_value, list) else ()
@@ -160,6 +187,24 @@ def safety_checks_of(call: object) -> tuple[SafetyCheck, ...]:
             )
         )
     return tuple(result)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What a policy answers about one action or one call's safety checks.
+
+    :param approved: ``True`` allows, ``False`` refuses.
+    :param decided_by: who decided (see :attr:`Decision.decided_by`).
+    :param reason: why, in words.
+    """
+
+    approved: bool
+    decided_by: str
+    reason: str
+
+    def passed_on(self, decided_by: str) -> Judgement:
+        """The same answer, given by another policy on behalf of ``decided_by`` (``ask``)."""
+        return Judgement(self.approved, f"{decided_by} -> {self.decided_by}", self.reason)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from drivers.view_state import ViewState
 from drivers.viewport import Point, ViewGeometry
 from guest.client import Reply
 from guest.protocol import SettleSpec
+from guest.waiting import Deadline
 
 __all__ = ["ActionStep", "DriverBase", "ScreenshotStep", "wait_pauses"]
 
@@ -136,8 +137,8 @@ def wait_pauses(wait_ms: int, cancelled: Cancelled) -> Iterator[float]:
 
     :raises ActionCancelled: ``cancelled()`` became true while waiting.
     """
-    deadline = time.monotonic() + wait_ms / 1000
-    while (remaining := deadline - time.monotonic()) > 0:
+    deadline = Deadline(wait_ms / 1000)
+    while (remaining := deadline.remaining()) > 0:
         if cancelled is not None and cancelled():
             raise ActionCancelled("wait", "while waiting")
         yield min(WAIT_POLL_S, remaining)

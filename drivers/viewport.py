@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from drivers.errors import CoordinateOutOfView, ViewportError
-from guest.geometry import Rect
+from guest.geometry import Rect, fit_size
 
 __all__ = ["Point", "Rect", "ViewGeometry", "Viewport"]
 
@@ -179,11 +179,6 @@ class Viewport:
             width, height = self.width, self.height
         else:
             assert self.width is not None and self.height is not None
-            # the guest's own fit (guest.screen.fit_size): Python's round(), never upscaled
-            factor = min(self.width / crop.width, self.height / crop.height, 1.0)
-            if factor >= 1.0:
-                width, height = crop.width, crop.height
-            else:
-                width = max(1, round(crop.width * factor))
-                height = max(1, round(crop.height * factor))
+            # the guest's own fit rule, so the model's view is the size the agent sends
+            width, height = fit_size(crop.width, crop.height, self.width, self.height)
         return ViewGeometry((screen_width, screen_height), crop, width, height)

@@ -16,8 +16,8 @@ Contract (read by :mod:`orchestrator.providers.docker_exec`):
 - When the agent cannot be reached it writes one line to stderr saying why and exits 3; a bad
   command line exits 2.
 
-Standard library only, imported without the agent's dependencies (Xlib, Pillow, mss): it starts
-in a few tens of milliseconds.
+Standard library only (with :mod:`guest.waiting`, itself standard library), imported without
+the agent's dependencies (Xlib, Pillow, mss): it starts in a few tens of milliseconds.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ import os
 import socket
 import sys
 import threading
-import time
+
+from guest.waiting import Deadline, poll
 
 __all__ = ["main"]
 
@@ -39,19 +40,18 @@ EXIT_UNREACHABLE = 3
 
 
 def _connect(path: str, wait_s: float) -> socket.socket:
-    deadline = time.monotonic() + wait_s
-    while True:
+    last = OSError("no attempt")
+    for _ in poll(Deadline(wait_s), RETRY_S):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.connect(path)
             return sock
         except OSError as exc:
             sock.close()
-            if time.monotonic() >= deadline:
-                raise OSError(
-                    exc.errno, f"no agent accepted connections at {path} within {wait_s:g} s: {exc}"
-                ) from None
-        time.sleep(RETRY_S)
+            last = exc
+    raise OSError(
+        last.errno, f"no agent accepted connections at {path} within {wait_s:g} s: {last}"
+    )
 
 
 def _write_all(fd: int, data: bytes) -> None:

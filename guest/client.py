@@ -8,25 +8,33 @@ has a deadline; a call that times out or hits a broken frame leaves the client *
 stream may hold half a reply), and later calls raise :class:`AgentConnectionError` — reconnect.
 
 The caller owns the client and closes it (``close()`` or ``with``). Closing never touches the
-guest.
+guest. What does not touch the socket (ids, frames, stale replies, the handshake check, the
+broken state) is :class:`guest.exchange.Exchange`, shared with the async client.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import socket
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, Self
 
-from guest import protocol
-from guest.errors import CubicleError, ProtocolError
+from guest.errors import ProtocolError
+from guest.exchange import (
+    DEFAULT_TIMEOUT_S,
+    AgentConnectionError,
+    AgentTimeout,
+    Exchange,
+    Reply,
+    StreamCodec,
+)
+from guest.protocol import Frame
+from guest.waiting import Deadline, poll
 
 __all__ = [
+    "DEFAULT_TIMEOUT_S",
     "AgentClient",
     "AgentConnectionError",
     "AgentTimeout",
@@ -36,48 +44,7 @@ __all__ = [
     "open_unix",
 ]
 
-DEFAULT_TIMEOUT_S = 30.0
-
-
-class AgentConnectionError(CubicleError, ConnectionError):
-    """The stream to the agent could not be opened, was closed, or is broken."""
-
-
-class AgentTimeout(CubicleError, TimeoutError):
-    """The agent did not answer within the deadline."""
-
-
-class StreamCodec(Protocol):
-    """How a carrier stream wraps the agent's bytes (e.g. Docker's multiplexed exec stream).
-
-    The clients (sync and async) call :meth:`encode` on every chunk they send, :meth:`decode` on
-    every chunk they receive, and :meth:`closed_reason` when the stream ends, so a transport adds
-    its framing without the clients knowing which transport it is. A codec is stateful and
-    belongs to one stream.
-    """
-
-    def encode(self, data: bytes) -> bytes:
-        """The bytes to put on the carrier for ``data`` of the agent protocol."""
-        ...
-
-    def decode(self, data: bytes) -> bytes:
-        """The agent-protocol bytes carried in ``data`` (possibly ``b""``).
-
-        :raises ProtocolError: the carrier's own framing is broken.
-        """
-        ...
-
-    def closed_reason(self) -> str | None:
-        """Why the far end stopped, when the carrier said (a bridge's error line), else None."""
-        ...
-
-
-@dataclass(frozen=True)
-class Reply:
-    """A successful reply: the ``result`` object and the binary blob (``b""`` if none)."""
-
-    result: dict[str, Any]
-    blob: bytes = b""
+_RECEIVE_BYTES = 1024 * 1024
 
 
 class AgentClient:
@@ -99,22 +66,16 @@ class AgentClient:
         codec: StreamCodec | None = None,
     ) -> None:
         self._sock = sock
-        self._codec = codec
-        self._name = name
+        self._exchange = Exchange(name, codec)
         self._timeout = timeout
-        self._decoder = protocol.FrameDecoder()
-        self._pending: list[protocol.Frame] = []
-        self._ids = itertools.count(1)
-        self._broken: str | None = None
-        self._closed = False
         self.hello_result: dict[str, Any] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def close(self) -> None:
         """Close the stream. Idempotent."""
-        if not self._closed:
-            self._closed = True
+        if not self._exchange.closed:
+            self._exchange.closed = True
             with contextlib.suppress(OSError):
                 self._sock.close()
 
@@ -131,21 +92,14 @@ class AgentClient:
 
     @property
     def name(self) -> str:
-        return self._name
+        return self._exchange.name
 
     # -- requests --------------------------------------------------------------------------
 
     def hello(self, *, timeout: float | None = None, client: str = "cubicle") -> dict[str, Any]:
         """Handshake: check the protocol version and learn the screen size and operations."""
-        result = self.call(
-            "hello", {"protocol": protocol.PROTOCOL_VERSION, "client": client}, timeout=timeout
-        ).result
-        if result.get("protocol") != protocol.PROTOCOL_VERSION:
-            raise ProtocolError(
-                f"{self._name} speaks protocol {result.get('protocol')!r}, "
-                f"this host speaks {protocol.PROTOCOL_VERSION}"
-            )
-        self.hello_result = result
+        result = self.call("hello", Exchange.hello_args(client), timeout=timeout).result
+        self.hello_result = self._exchange.check_hello(result)
         return result
 
     def call(
@@ -164,32 +118,22 @@ class AgentClient:
         :raises AgentConnectionError: the stream is closed or broken.
         :raises ProtocolError: the reply was malformed (the client is then broken).
         """
-        self._check_usable()
-        args = protocol.validate_args(op, dict(args or {}), blob)
-        request_id = next(self._ids)
-        frame = protocol.encode_frame(protocol.request(request_id, op, args), blob)
-        deadline = time.monotonic() + (self._timeout if timeout is None else timeout)
+        exchange = self._exchange
+        exchange.check_usable()
+        request_id, data = exchange.request(op, Exchange.checked_args(op, args, blob), blob)
+        deadline = Deadline(self._timeout if timeout is None else timeout)
         try:
-            self._send(frame, deadline, op)
-            reply = self._receive(request_id, deadline, op)
+            self._send(data, deadline, op)
+            frame = self._receive(request_id, deadline, op)
         except (AgentTimeout, AgentConnectionError, ProtocolError) as exc:
-            self._broken = str(exc)
+            exchange.broken = str(exc)
             raise
-        return Reply(protocol.parse_reply(reply.message, op=op), reply.blob)
+        return Exchange.reply(frame, op)
 
     # -- internals -------------------------------------------------------------------------
 
-    def _check_usable(self) -> None:
-        if self._closed:
-            raise AgentConnectionError(f"connection to {self._name} is closed")
-        if self._broken is not None:
-            raise AgentConnectionError(
-                f"connection to {self._name} is broken by an earlier failure "
-                f"({self._broken}); reconnect"
-            )
-
-    def _send(self, data: bytes, deadline: float, op: str) -> None:
-        view = memoryview(self._codec.encode(data) if self._codec else data)
+    def _send(self, data: bytes, deadline: Deadline, op: str) -> None:
+        view = memoryview(data)
         while view:
             self._sock.settimeout(self._remaining(deadline, op, "sending"))
             try:
@@ -197,43 +141,32 @@ class AgentClient:
             except TimeoutError:
                 raise self._timeout_error(op, "sending") from None
             except OSError as exc:
-                raise AgentConnectionError(f"sending {op} to {self._name} failed: {exc}") from exc
+                raise AgentConnectionError(f"sending {op} to {self.name} failed: {exc}") from exc
             view = view[sent:]
 
-    def _receive(self, request_id: int, deadline: float, op: str) -> protocol.Frame:
-        while True:
-            while self._pending:
-                frame = self._pending.pop(0)
-                if frame.message.get("id") == request_id:
-                    return frame
-                # a stale reply (e.g. to a request queued before the guest opened its port)
+    def _receive(self, request_id: int, deadline: Deadline, op: str) -> Frame:
+        while (frame := self._exchange.take(request_id)) is None:
             self._sock.settimeout(self._remaining(deadline, op, "waiting for the reply"))
             try:
-                data = self._sock.recv(1024 * 1024)
+                data = self._sock.recv(_RECEIVE_BYTES)
             except TimeoutError:
                 raise self._timeout_error(op, "waiting for the reply") from None
             except OSError as exc:
                 raise AgentConnectionError(
-                    f"receiving the reply to {op} from {self._name} failed: {exc}"
+                    f"receiving the reply to {op} from {self.name} failed: {exc}"
                 ) from exc
             if not data:
-                reason = self._codec.closed_reason() if self._codec else None
-                raise AgentConnectionError(
-                    f"{self._name} closed the connection before answering {op}"
-                    + (f": {reason}" if reason else "")
-                )
-            if self._codec:
-                data = self._codec.decode(data)
-            self._pending.extend(self._decoder.feed(data))
+                raise self._exchange.ended(op)
+            self._exchange.feed(data)
+        return frame
 
-    def _remaining(self, deadline: float, op: str, stage: str) -> float:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
+    def _remaining(self, deadline: Deadline, op: str, stage: str) -> float:
+        if deadline.expired:
             raise self._timeout_error(op, stage)
-        return remaining
+        return deadline.remaining()
 
     def _timeout_error(self, op: str, stage: str) -> AgentTimeout:
-        return AgentTimeout(f"{self._name} did not answer {op} in time ({stage}; deadline passed)")
+        return AgentTimeout(f"{self.name} did not answer {op} in time ({stage}; deadline passed)")
 
 
 def connect_unix(
@@ -258,21 +191,19 @@ def open_unix(path: str | os.PathLike[str], *, timeout: float = 10.0) -> socket.
 
     :raises AgentConnectionError: nothing accepted at ``path`` within ``timeout`` seconds.
     """
-    deadline = time.monotonic() + timeout
+    deadline = Deadline(timeout)
     last: OSError | None = None
-    while True:
+    for _ in poll(deadline, 0.05):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.settimeout(max(0.05, deadline - time.monotonic()))
+            sock.settimeout(deadline.remaining(low=0.05))
             sock.connect(os.fspath(path))
             sock.settimeout(None)
             return sock
         except OSError as exc:
             sock.close()
             last = exc
-        if time.monotonic() >= deadline:
-            raise AgentConnectionError(
-                f"no agent accepted connections at {os.fspath(path)} within {timeout:.1f} s "
-                f"(last error: {last})"
-            )
-        time.sleep(0.05)
+    raise AgentConnectionError(
+        f"no agent accepted connections at {os.fspath(path)} within {timeout:.1f} s "
+        f"(last error: {last})"
+    )

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["CELL_PX", "Rect", "clusters", "largest_cluster"]
+__all__ = ["CELL_PX", "Rect", "clusters", "fit_size", "largest_cluster"]
 
 CELL_PX: Final = 32
 """Side of the square cells :meth:`Rect.cells` divides the screen into (pixels)."""
@@ -108,3 +108,21 @@ def largest_cluster(rects: list[Rect], gap: int = CELL_PX) -> Rect | None:
     """The largest (by area) of :func:`clusters`, or None when there are no rectangles."""
     found = clusters(rects, gap)
     return max(found, key=lambda rect: rect.area) if found else None
+
+
+def fit_size(
+    width: int, height: int, max_width: int | None, max_height: int | None
+) -> tuple[int, int]:
+    """The largest size within (max_width, max_height) with the aspect of width x height.
+
+    Never upscales; each side is at least 1 pixel; Python's ``round``. The one fit rule: the
+    agent scales screenshots with it and the drivers predict the model's view with it.
+    """
+    scale = 1.0
+    if max_width is not None:
+        scale = min(scale, max_width / width)
+    if max_height is not None:
+        scale = min(scale, max_height / height)
+    if scale >= 1.0:
+        return width, height
+    return max(1, round(width * scale)), max(1, round(height * scale))

@@ -21,6 +21,7 @@ import mss
 from PIL import Image, JpegImagePlugin
 
 from guest.errors import GuestError
+from guest.geometry import fit_size
 from guest.png import encode_png
 
 __all__ = ["Screen", "Shot"]
@@ -178,20 +179,3 @@ class Screen:
             area,
             {"width": self.width, "height": self.height},
         )
-
-
-def fit_size(
-    width: int, height: int, max_width: int | None, max_height: int | None
-) -> tuple[int, int]:
-    """The largest size within (max_width, max_height) with the aspect of width x height.
-
-    Never upscales; each side is at least 1 pixel.
-    """
-    scale = 1.0
-    if max_width is not None:
-        scale = min(scale, max_width / width)
-    if max_height is not None:
-        scale = min(scale, max_height / height)
-    if scale >= 1.0:
-        return width, height
-    return max(1, round(width * scale)), max(1, round(height * scale))

@@ -28,6 +28,7 @@ from typing import Final
 from guest.errors import GuestError
 from guest.protocol import FrameDecoder
 from guest.server import Agent
+from guest.waiting import Deadline, poll
 
 __all__ = ["UnixListener", "find_virtio_port", "serve_stdio", "serve_virtio"]
 
@@ -148,8 +149,7 @@ def find_virtio_port(path: str, timeout: float = 30.0) -> str:
     :raises GuestError: ``not_found`` naming the port and the ports that do exist.
     """
     name = os.path.basename(path)
-    deadline = time.monotonic() + timeout
-    while True:
+    for _ in poll(Deadline(timeout), HOST_ABSENT_SLEEP_S):
         if os.path.exists(path):
             return path
         for entry in sorted(VIRTIO_SYSFS.glob("*/name")) if VIRTIO_SYSFS.is_dir() else []:
@@ -160,18 +160,16 @@ def find_virtio_port(path: str, timeout: float = 30.0) -> str:
                         return str(node)
             except OSError:
                 continue
-        if time.monotonic() >= deadline:
-            seen = []
-            if VIRTIO_SYSFS.is_dir():
-                for entry in sorted(VIRTIO_SYSFS.glob("*/name")):
-                    with contextlib.suppress(OSError):
-                        seen.append(f"{entry.parent.name}={entry.read_text().strip()}")
-            raise GuestError(
-                "not_found",
-                f"virtio-serial port {name!r} not found at {path} nor under {VIRTIO_SYSFS} "
-                f"within {timeout:.0f} s (ports seen: {', '.join(seen) or 'none'})",
-            )
-        time.sleep(HOST_ABSENT_SLEEP_S)
+    seen = []
+    if VIRTIO_SYSFS.is_dir():
+        for entry in sorted(VIRTIO_SYSFS.glob("*/name")):
+            with contextlib.suppress(OSError):
+                seen.append(f"{entry.parent.name}={entry.read_text().strip()}")
+    raise GuestError(
+        "not_found",
+        f"virtio-serial port {name!r} not found at {path} nor under {VIRTIO_SYSFS} "
+        f"within {timeout:.0f} s (ports seen: {', '.join(seen) or 'none'})",
+    )
 
 
 def serve_virtio(agent: Agent, path: str, stop: threading.Event | None = None) -> None:
@@ -217,7 +215,7 @@ def serve_virtio(agent: Agent, path: str, stop: threading.Event | None = None) -
 
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
-    deadline = time.monotonic() + VIRTIO_WRITE_TIMEOUT_S
+    deadline = Deadline(VIRTIO_WRITE_TIMEOUT_S)
     while view:
         try:
             written = os.write(fd, view)
@@ -230,15 +228,14 @@ def _write_all(fd: int, data: bytes) -> None:
                 log.info("reply dropped: host went away (%s)", exc)
                 return
             raise
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        if deadline.expired:
             log.warning(
                 "reply of %d bytes dropped: host did not read for %.0f s",
                 len(data),
                 VIRTIO_WRITE_TIMEOUT_S,
             )
             return
-        select.select([], [fd], [], min(remaining, 1.0))
+        select.select([], [fd], [], deadline.remaining(high=1.0))
 
 
 # --------------------------------------------------------------------------- stdio

@@ -30,6 +30,7 @@ from guest.protocol import MAX_EXEC_OUTPUT_BYTES
 from orchestrator.errors import ConfigError, EngineUnavailable, ImageMissing, SandboxNotFound
 from orchestrator.network import NetworkPolicy
 from orchestrator.provider import Provider, SandboxSpec, default_cpus
+from orchestrator.provider import parse_size as provider_size
 from orchestrator.providers import DOCKER_ENGINE_ENV, PROVIDERS, get_provider
 from orchestrator.sandbox import Sandbox, teardown_on_signals
 
@@ -53,10 +54,10 @@ def _err(text: str) -> None:
 
 
 def parse_size(text: str) -> tuple[int, int]:
-    width, sep, height = text.lower().partition("x")
-    if not sep or not width.isdigit() or not height.isdigit():
-        raise argparse.ArgumentTypeError(f"size {text!r} is not WxH, e.g. 1280x800")
-    return int(width), int(height)
+    try:
+        return provider_size(text, "--size")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parse_network(text: str) -> NetworkPolicy:
@@ -204,12 +205,10 @@ def cmd_exec(args: argparse.Namespace) -> int:
 def cmd_logs(args: argparse.Namespace) -> int:
     sandbox = Sandbox.attach(args.id)
     _out(sandbox.logs(tail=args.tail).rstrip("\n"))
-    egress = getattr(sandbox.provider, "egress_log", None)
-    if egress is not None:
-        text = egress(sandbox.id)
-        if text:
-            _out("--- egress proxy ---")
-            _out(text.rstrip("\n"))
+    text = sandbox.provider.egress_log(sandbox.id)
+    if text:
+        _out("--- egress proxy ---")
+        _out(text.rstrip("\n"))
     return 0
 
 

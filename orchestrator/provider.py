@@ -11,9 +11,11 @@ removes all of it. A sandbox is *creating* until :meth:`Provider.mark_ready`; :m
 decides sandbox by sandbox with :func:`orchestrator.ownership.verdict` and never takes one a live
 process is creating.
 
-To add a provider: subclass :class:`Provider` in ``orchestrator/providers/<name>.py``, set
-``name``, implement the abstract methods, and register it in
-:data:`orchestrator.providers.PROVIDERS`.
+To add a provider: write a subpackage ``orchestrator/providers/<name>/`` whose ``provider.py``
+subclasses :class:`Provider`, set ``name``, implement the abstract methods, and register it in
+:data:`orchestrator.providers.PROVIDERS`. What every backend shares is here, not in the
+subclasses: :meth:`Provider.exec` (the agent's ``exec`` op), :meth:`Provider.egress_log` (none by
+default), :meth:`SandboxInfo.from_labels` (labels → info) and :func:`parse_size`.
 """
 
 from __future__ import annotations
@@ -21,15 +23,20 @@ from __future__ import annotations
 import abc
 import builtins
 import functools
+import logging
 import os
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from guest.client import AgentClient, StreamCodec
+from orchestrator import labels as L
 from orchestrator.errors import ConfigError, ProviderError
 from orchestrator.network import NetworkPolicy
+
+if TYPE_CHECKING:
+    from orchestrator.ownership import Stamp
 
 if TYPE_CHECKING:
     from drivers.async_client import AsyncAgentClient
@@ -44,7 +51,10 @@ __all__ = [
     "SandboxInfo",
     "SandboxSpec",
     "default_cpus",
+    "parse_size",
 ]
+
+log = logging.getLogger(__name__)
 
 CPUS_ENV: Final = "CUBICLE_CPUS"
 """Environment variable setting the default CPU limit of new sandboxes (cores, e.g. ``1.5``)."""
@@ -67,6 +77,22 @@ def default_cpus() -> float:
     if not cpus > 0 or cpus == float("inf"):
         raise ConfigError(f"{CPUS_ENV}={raw!r} is not a positive number of cores (e.g. 1 or 1.5)")
     return cpus
+
+
+EXEC_MARGIN_S: Final = 10.0
+"""How much longer than the program's own timeout :meth:`Provider.exec` waits for the agent."""
+
+
+def parse_size(text: str, what: str = "size") -> tuple[int, int]:
+    """``WIDTHxHEIGHT`` (e.g. ``1280x800``, any case) as positive integers — the one parser of
+    sizes (CLI options, the screen label).
+
+    :raises ConfigError: naming ``what`` and the text.
+    """
+    width, sep, height = text.strip().lower().partition("x")
+    if not (sep and width.isdigit() and height.isdigit() and int(width) > 0 and int(height) > 0):
+        raise ConfigError(f"{what} wants WIDTHxHEIGHT in pixels (e.g. 1280x800), got {text!r}")
+    return int(width), int(height)
 
 
 Progress = Callable[[str], None]
@@ -111,6 +137,37 @@ class SandboxInfo:
     """Backend-specific facts shown by ``cubicle ls`` (accelerator, container name ...)."""
     ownership: str = "owned"
     """``creating``, ``owned`` or ``detached`` (:mod:`orchestrator.ownership`)."""
+
+    @classmethod
+    def from_labels(
+        cls,
+        stamp: Stamp,
+        labels: Mapping[str, str],
+        *,
+        provider: str,
+        state: str,
+        ready: bool,
+        detail: dict[str, str],
+    ) -> SandboxInfo:
+        """The info of a sandbox from its parsed stamp and its labels (:mod:`orchestrator.labels`);
+        an unreadable screen label shows as ``0x0``."""
+        try:
+            screen = parse_size(labels.get(L.SCREEN, ""), L.SCREEN)
+        except ConfigError:
+            screen = (0, 0)
+        return cls(
+            id=stamp.sandbox_id,
+            provider=provider,
+            state=state,
+            created_at=stamp.created_at,
+            expires_at=stamp.expires_at,
+            owner_pid=stamp.owner.pid,
+            owner_host=stamp.owner.host,
+            network=labels.get(L.NETWORK, ""),
+            screen=screen,
+            detail=detail,
+            ownership=stamp.lifetime if ready else "creating",
+        )
 
 
 @dataclass(frozen=True)
@@ -226,9 +283,27 @@ class Provider(abc.ABC):
             hint="use Sandbox.connect() (or connect_async()) and pass the client to GuestDriver",
         )
 
-    @abc.abstractmethod
     def exec(self, sandbox_id: str, argv: Sequence[str], *, timeout: float = 60.0) -> ExecResult:
-        """Run ``argv`` (never a shell string) in the guest as the desktop user."""
+        """Run ``argv`` (never a shell string) in the guest as the desktop user, through the
+        agent's ``exec`` op; the program gets ``timeout`` s.
+
+        :raises ConfigError: ``argv`` is a string or empty.
+        """
+        if isinstance(argv, str) or not argv:
+            raise ConfigError(f"exec needs a non-empty argument list, got {argv!r:.80}")
+        with self.connect(sandbox_id, timeout=10.0) as client:
+            client.hello(timeout=10.0)
+            result = client.call(
+                "exec",
+                {"argv": list(argv), "timeout_ms": int(timeout * 1000)},
+                timeout=timeout + EXEC_MARGIN_S,
+            ).result
+        return ExecResult.from_reply(result)
+
+    def egress_log(self, sandbox_id: str, *, tail: int | str = "all") -> str:
+        """The egress proxy's decision log (JSON lines) of an ``allow:`` sandbox; ``""`` when it
+        has none (the default: a backend without a proxy). ``tail``: last lines, or ``"all"``."""
+        return ""
 
     @abc.abstractmethod
     def logs(self, sandbox_id: str, *, tail: int = 50) -> str:
@@ -254,8 +329,19 @@ class Provider(abc.ABC):
         """The sandbox as :meth:`list` shows it, or ``None`` if it does not exist (any state)."""
         return next((info for info in self.list() if info.id == sandbox_id), None)
 
-    @abc.abstractmethod
     def gc(self) -> builtins.list[str]:
         """Destroy the sandboxes :func:`orchestrator.ownership.verdict` dooms, one by one, with
-        :meth:`destroy`; skip (with a warning naming it) any object whose labels do not parse.
-        Return the ids removed."""
+        :meth:`destroy`, as :meth:`doomed` names them; return the ids removed."""
+        removed: builtins.list[str] = []
+        for sandbox_id, reason in self.doomed():
+            log.info("gc: removing %s (%s)", sandbox_id, reason)
+            self.destroy(sandbox_id)
+            removed.append(sandbox_id)
+        return removed
+
+    def doomed(self) -> Iterator[tuple[str, str]]:
+        """``(sandbox id, why)`` for each sandbox ``gc`` must remove, judged one at a time when
+        the iteration reaches it (:func:`orchestrator.ownership.verdict`: the owner first, then
+        a fresh read of the ready mark) — never a snapshot followed by a sweep. Objects whose
+        labels do not parse are skipped with a warning naming them."""
+        raise NotImplementedError(f"the {self.name} backend has no gc")

@@ -53,6 +53,7 @@ from orchestrator.drill.session import LoopKind, LoopThread, RecordedSession, er
 from orchestrator.drill.signals import cancel_on_signals
 from orchestrator.drill.verify import Check, check_file
 from orchestrator.errors import ConfigError
+from orchestrator.providers import PROVIDERS
 from orchestrator.sandbox import Sandbox, teardown_on_signals
 from orchestrator.trajectory.recorder import TrajectoryRecorder
 from orchestrator.trajectory.report import write_report
@@ -293,7 +294,7 @@ def register_run(sub: Any) -> None:
     p.add_argument(
         "--network", default="none", help="none (default), open, or allow:HOST[:PORT],..."
     )
-    p.add_argument("--backend", default="docker", help="sandbox backend (docker, vm)")
+    p.add_argument("--backend", default="docker", choices=sorted(PROVIDERS), help="sandbox backend")
     p.add_argument("--size", default="1280x800", help="screen WxH in pixels (default 1280x800)")
     p.add_argument(
         "--view",

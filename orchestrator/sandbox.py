@@ -21,16 +21,19 @@ way to drive it::
 from __future__ import annotations
 
 import contextlib
+import io
 import signal
-import time
 import warnings
 from collections.abc import Iterator, Sequence
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
+from PIL import Image
+
 from guest.client import AgentClient
 from guest.errors import CubicleError
-from orchestrator.errors import SandboxNotFound, SandboxStartError
+from guest.waiting import Deadline, poll
+from orchestrator.errors import ConfigError, SandboxNotFound, SandboxStartError
 from orchestrator.network import NetworkPolicy
 from orchestrator.provider import (
     ExecResult,
@@ -45,10 +48,77 @@ from orchestrator.providers import backend_of, get_provider
 if TYPE_CHECKING:
     from drivers.async_client import AsyncAgentClient
 
-__all__ = ["Sandbox", "SignalGuard", "teardown_on_signals"]
+__all__ = ["Sandbox", "SignalGuard", "teardown_on_signals", "wait_ready"]
 
 HELLO_TIMEOUT_S = 5.0
 LOG_TAIL_LINES = 40
+READY_POLL_S = 0.05
+"""Pause between two attempts to reach a starting agent."""
+PAINT_POLL_S = 0.2
+"""Pause between two screenshots while waiting for a painted desktop."""
+STOPPED_STATES = frozenset({"exited", "dead", "removing", "crashed"})
+"""``SandboxInfo.state`` values that mean the guest will never answer."""
+REMOVED_HINT = "the sandbox was removed; the log tail above shows the guest's last words"
+
+
+def wait_ready(
+    provider: Provider, sandbox_id: str, *, timeout: float | Deadline, painted: bool = False
+) -> float:
+    """Wait until the sandbox's agent answers ``hello`` (and, with ``painted``, a screenshot
+    shows more than one colour: the desktop is drawn); return the seconds waited.
+
+    The one readiness check of every backend (:meth:`Sandbox.create`, the VM's golden guests).
+
+    :param timeout: seconds, or a :class:`~guest.waiting.Deadline` set earlier (e.g. before the
+        sandbox was created).
+    :raises SandboxStartError: the sandbox stopped or vanished, or the time ran out (with the
+        guest's log tail and the last connection error). Nothing is removed here.
+    """
+    deadline = timeout if isinstance(timeout, Deadline) else Deadline(timeout)
+    last: BaseException | None = None
+    for _ in poll(deadline, READY_POLL_S):
+        info = provider.describe(sandbox_id)
+        if info is None or info.state in STOPPED_STATES:
+            state = "gone" if info is None else info.state
+            raise _start_error(
+                provider,
+                sandbox_id,
+                f"sandbox {sandbox_id} stopped while starting (state: {state})",
+            )
+        try:
+            with provider.connect(
+                sandbox_id, timeout=deadline.remaining(low=0.05, high=2.0)
+            ) as client:
+                client.hello(timeout=deadline.remaining(low=0.1, high=HELLO_TIMEOUT_S))
+                if not painted or _painted(client, deadline):
+                    return deadline.elapsed()
+        except CubicleError as exc:
+            last = exc
+    raise _start_error(
+        provider,
+        sandbox_id,
+        f"the agent of sandbox {sandbox_id} did not answer hello"
+        f"{' with a painted desktop' if painted else ''} within {deadline.seconds:.1f} s"
+        + (f" (last error: {last})" if last else ""),
+    )
+
+
+def _painted(client: AgentClient, deadline: Deadline) -> bool:
+    """Whether a screenshot shows more than one colour before ``deadline``."""
+    for _ in poll(deadline, PAINT_POLL_S):
+        reply = client.call("screenshot", {"format": "png"}, timeout=deadline.remaining(low=0.1))
+        with Image.open(io.BytesIO(reply.blob)) as image:
+            if image.getcolors(1) is None:
+                return True
+    return False
+
+
+def _start_error(provider: Provider, sandbox_id: str, message: str) -> SandboxStartError:
+    try:
+        tail = provider.logs(sandbox_id, tail=LOG_TAIL_LINES)
+    except CubicleError as exc:
+        tail = f"(logs unavailable: {exc})"
+    return SandboxStartError(message, sandbox_id=sandbox_id, log_tail=tail)
 
 
 class Sandbox:
@@ -94,13 +164,28 @@ class Sandbox:
             ``down``/expiry removes it; leaving a ``with`` block does not). Until ready it is
             this process's: killed mid-start, ``gc`` removes it (:mod:`orchestrator.ownership`).
         :param cpus: CPU limit in cores (default: ``CUBICLE_CPUS``, else 1).
-        :param spec: a full :class:`SandboxSpec` (overrides network/screen/ttl/detached/cpus).
+        :param spec: a full :class:`SandboxSpec`, instead of network/screen/ttl_s/detached/cpus
+            (passing one of those too is a :class:`ConfigError`).
         :param pool: claim a ready member of a warm pool of this shape when one exists
             (:mod:`orchestrator.pool`; returns in milliseconds); ``False``: always start one.
         :param provider: the provider to use instead of ``backend``'s (the pool filler's).
         :raises SandboxStartError: not ready in time; everything created is removed first.
         :raises ConfigError, EngineUnavailable, ImageMissing: before anything is created.
         """
+        if spec is not None:
+            given = {
+                "network": network != "none",
+                "screen": screen != (1280, 800),
+                "ttl_s": ttl_s != 3600,
+                "detached": detached,
+                "cpus": cpus is not None,
+            }
+            if any(given.values()):
+                names = ", ".join(name for name, set_ in given.items() if set_)
+                raise ConfigError(
+                    f"Sandbox.create got both spec and {names}: the spec already says those",
+                    hint=f"set {names} on the SandboxSpec (dataclasses.replace(spec, ...))",
+                )
         provider = provider or get_provider(backend)
         if spec is None:
             policy = network if isinstance(network, NetworkPolicy) else NetworkPolicy.parse(network)
@@ -112,6 +197,7 @@ class Sandbox:
                 cpus=default_cpus() if cpus is None else cpus,
             )
         say = progress or (lambda _line: None)
+        deadline = Deadline(ready_timeout_s)
         if pool:
             from orchestrator.pool.claim import claim  # noqa: PLC0415 — the pool hook
 
@@ -119,18 +205,21 @@ class Sandbox:
             if claimed is not None:
                 say(f"{claimed.id}: claimed from a warm pool")
                 return cls(provider, claimed, owned=not spec.detached)
-        started = time.monotonic()
         info = provider.create(spec)
         sandbox = cls(provider, info, owned=not spec.detached)
         say(f"{info.id}: started; waiting for the agent (up to {ready_timeout_s:.0f} s)")
         try:
-            sandbox._wait_ready(started + ready_timeout_s, ready_timeout_s)
+            wait_ready(provider, info.id, timeout=deadline)
             provider.mark_ready(info.id)
             sandbox.info = provider.describe(info.id) or info
+        except SandboxStartError as exc:
+            sandbox.destroy()
+            exc.hint = REMOVED_HINT
+            raise
         except BaseException:
             sandbox.destroy()
             raise
-        say(f"{info.id}: ready in {time.monotonic() - started:.1f} s")
+        say(f"{info.id}: ready in {deadline.elapsed():.1f} s")
         return sandbox
 
     @classmethod
@@ -153,42 +242,6 @@ class Sandbox:
                 hint="claim one with: cubicle up (same shape); remove it with: cubicle pool drain",
             )
         return cls(provider, info, owned=False)
-
-    def _wait_ready(self, deadline: float, budget_s: float) -> None:
-        last: BaseException | None = None
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            info = self.provider.describe(self.id)
-            if info is None or info.state in ("exited", "dead", "removing"):
-                state = "gone" if info is None else info.state
-                raise self._start_error(
-                    f"sandbox {self.id} stopped while starting (state: {state})"
-                )
-            try:
-                with self.provider.connect(self.id, timeout=min(remaining, 2.0)) as client:
-                    client.hello(timeout=min(max(remaining, 0.1), HELLO_TIMEOUT_S))
-                    return
-            except CubicleError as exc:
-                last = exc
-                time.sleep(0.05)
-        raise self._start_error(
-            f"the agent of sandbox {self.id} did not answer hello within {budget_s:.1f} s"
-            + (f" (last error: {last})" if last else "")
-        )
-
-    def _start_error(self, message: str) -> SandboxStartError:
-        try:
-            tail = self.provider.logs(self.id, tail=LOG_TAIL_LINES)
-        except CubicleError as exc:
-            tail = f"(logs unavailable: {exc})"
-        return SandboxStartError(
-            message,
-            sandbox_id=self.id,
-            log_tail=tail,
-            hint="the sandbox was removed; the log tail above shows the guest's last words",
-        )
 
     # -- use ---------------------------------------------------------------------------------
 

@@ -1,8 +1,8 @@
 """Sandbox backends, loaded lazily by name (the core never imports a provider module).
 
-To add one: write ``orchestrator/providers/<name>.py`` with a
-:class:`~orchestrator.provider.Provider` subclass and register ``"<name>": "module:Class"`` in
-:data:`PROVIDERS`.
+To add one: write a subpackage ``orchestrator/providers/<name>/`` (one module per job, like
+``vm/``) whose ``provider.py`` holds a :class:`~orchestrator.provider.Provider` subclass, and
+register ``"<name>": "module:Class"`` in :data:`PROVIDERS`.
 
 Sandbox ids carry their backend: Docker ids start with ``dk-``, VM ids with ``vm-``
 (:data:`ID_PREFIXES`); :func:`backend_of` maps an id back to its backend name.
@@ -19,7 +19,7 @@ __all__ = ["DOCKER_ENGINE_ENV", "ID_PREFIXES", "PROVIDERS", "backend_of", "get_p
 
 PROVIDERS: dict[str, str] = {
     "docker": "orchestrator.providers.docker:DockerProvider",
-    "vm": "orchestrator.providers.vm:VmProvider",
+    "vm": "orchestrator.providers.vm.provider:VmProvider",
 }
 """Backend name → ``module:Class`` of its :class:`Provider`."""
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from drivers.approvals import ApprovalPolicy, FilePolicy
-from drivers.decisions import SafetyCheck
+from drivers.decisions import ActionFacts, Judgement, SafetyCheck
 from drivers.policy_file import Policy
 from guest.errors import CubicleError
 from orchestrator.errors import ProviderError
@@ -63,7 +63,7 @@ class ApiApproval(ApprovalPolicy):
         self.session = session
         self.turn = turn
 
-    def judge_checks(self, call_id: str, checks: tuple[SafetyCheck, ...]) -> tuple[bool, str, str]:
+    def judge_checks(self, call_id: str, checks: tuple[SafetyCheck, ...]) -> Judgement:
         request_id = wire.new_id("req")
         pending = PendingApproval(
             {
@@ -79,11 +79,13 @@ class ApiApproval(ApprovalPolicy):
         )
         decision = self.session.ask(self.turn, pending)
         if decision is None:
-            return False, self.name, "the turn was cancelled while the request was pending"
-        return decision == "approve", self.name, f"the client answered {decision!r}"
+            return Judgement(
+                False, self.name, "the turn was cancelled while the request was pending"
+            )
+        return Judgement(decision == "approve", self.name, f"the client answered {decision!r}")
 
-    def judge_action(self, facts: Any) -> tuple[bool, str, str]:
-        return True, self.name, "actions run without approval (review: none)"
+    def judge_action(self, facts: ActionFacts) -> Judgement:
+        return Judgement(True, self.name, "actions run without approval (review: none)")
 
 
 class TurnOutcome:

@@ -17,12 +17,13 @@ from PIL import Image
 from guest.errors import CubicleError
 from orchestrator.provider import SandboxSpec
 from orchestrator.providers.vm import VmProvider
-from orchestrator.providers.vm_image import load_image
+from orchestrator.providers.vm.image import load_image
+from orchestrator.sandbox import wait_ready
 from tests.bench.report import Report, Sample
 
 
 def _first_painted_screenshot(provider: VmProvider, sandbox_id: str, deadline: float) -> None:
-    provider.wait_ready(sandbox_id, timeout=deadline - time.monotonic())
+    wait_ready(provider, sandbox_id, timeout=deadline - time.monotonic())
     with provider.connect(sandbox_id, timeout=10) as client:
         client.hello(timeout=10)
         while True:

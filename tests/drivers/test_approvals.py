@@ -19,7 +19,7 @@ from openai.types.responses.response_computer_tool_call import (
 )
 
 from drivers.approvals import ApproveAll, AsyncApprovals, FilePolicy, NonInteractive, TerminalPrompt
-from drivers.decisions import DecisionLog
+from drivers.decisions import ActionFacts, DecisionLog, Judgement
 from drivers.policy_file import parse_policy
 from drivers.viewport import ViewGeometry, Viewport
 
@@ -182,3 +182,43 @@ def test_async_wrappers_decide_the_same() -> None:
         )
 
     assert anyio.run(main) == (True, True)
+
+
+def test_a_policy_judges_the_points_the_driver_sends() -> None:
+    """Facts come from the planned action: a region rule sees every point the driver would send,
+    and an action the driver refuses is described as refused, never judged on a subset."""
+    policy = parse_policy(
+        "default = 'deny'\n"
+        "[[rule]]\ndecision = 'allow'\nactions = ['drag', 'click']\n"
+        "region = {x = 0, y = 0, width = 960, height = 1080}\n"
+    )
+    approver = FilePolicy(policy, geometry=VIEW)
+
+    def judged(action: dict[str, object]) -> tuple[bool, object]:
+        return approver.before_action(action), approver.log[-1].native_points
+
+    inside = [{"x": 10, "y": 10}, {"x": 600, "y": 700}]  # model px; screen x <= 900
+    assert judged({"type": "drag", "path": inside}) == (True, ((15, 15), (900, 1050)))
+    # a float in the middle: the old lenient parse skipped it and judged the other two points
+    sneaky = [{"x": 10, "y": 10}, {"x": 1200.5, "y": 10}, {"x": 20, "y": 20}]
+    assert judged({"type": "drag", "path": sneaky}) == (False, None)
+    # a bool is not a coordinate (plan_action refuses it), whatever int(True) is
+    assert judged({"type": "click", "button": "left", "x": True, "y": 5}) == (False, None)
+
+
+def test_facts_of_a_keypress_and_text_are_the_planned_ones() -> None:
+    seen = []
+
+    class Recorder(NonInteractive):
+        def judge_action(self, facts: ActionFacts) -> Judgement:
+            seen.append(facts)
+            return Judgement(True, "test", "recorded")
+
+    recorder = Recorder(geometry=VIEW)
+    assert recorder.before_action(modern.Keypress(type="keypress", keys=["CTRL", "l"]))
+    assert recorder.before_action(modern.Type(type="type", text="héllo"))
+    scroll = modern.Scroll(type="scroll", x=100, y=100, scroll_x=0, scroll_y=-3)
+    assert recorder.before_action(scroll)
+    assert seen[0].keys == ("CTRL", "l") and seen[0].kind == "keypress"
+    assert seen[1].text == "héllo"
+    assert seen[2].scroll == (0, -3) and seen[2].native_points == ((150, 150),)

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from drivers.errors import CoordinateOutOfView, ViewportError
 from drivers.viewport import Rect, ViewGeometry, Viewport
-from guest.screen import fit_size
+from guest.geometry import fit_size
 
 
 def test_fit_keeps_aspect_1920x1080_into_1280x800() -> None:
@@ -94,7 +94,7 @@ boxes = st.tuples(st.integers(1, 4000), st.integers(1, 4000))
 
 @given(screens, boxes)
 def test_fit_matches_the_guests_own_fit(screen: tuple[int, int], box: tuple[int, int]) -> None:
-    """The driver predicts the size the agent will produce (guest.screen.fit_size)."""
+    """The driver predicts the size the agent will produce (guest.geometry.fit_size)."""
     geometry = Viewport.fit(*box).geometry(*screen)
     assert (geometry.width, geometry.height) == fit_size(screen[0], screen[1], *box)
 

@@ -72,7 +72,7 @@ def test_allow_forwards_exactly_the_allowed_origins(
             "https tunnel to other port": f"https://{gateway}:{other.port}/no",
         }
         seen = run_probe(sandbox, PROXY_PROBE, *urls.values())
-        log = sandbox.provider.egress_log(sandbox.id)  # type: ignore[attr-defined]
+        log = sandbox.provider.egress_log(sandbox.id)
     # no direct route: not to the allowed origin, not to the host, not outside
     for target, outcome in direct.items():
         assert outcome != "connected", (target, direct)
@@ -111,7 +111,7 @@ def test_allow_by_name_refuses_look_alikes(sandboxes: Tracker) -> None:
     for url in tricky:
         status = seen[url][0]  # type: ignore[index]
         assert status in (400, 403), (url, seen[url])
-    log = sandbox.provider.egress_log(sandbox.id)  # type: ignore[attr-defined]
+    log = sandbox.provider.egress_log(sandbox.id)
     decisions = [json.loads(line) for line in log.splitlines() if '"decision"' in line]
     assert len(decisions) == len(tricky)
     assert all(d["decision"] == "refuse" for d in decisions)

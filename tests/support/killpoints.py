@@ -6,10 +6,14 @@ wrapped: at the chosen point it prints ``at POINT SANDBOX_ID`` and waits for a l
 (``go``) before going on. Nothing in the product knows about this. Points:
 
 ==================  ==============================================================================
-``network``         Docker: the internal network of an ``allow:`` sandbox exists
+``network``         Docker: the internal network of an ``allow:`` sandbox exists. VM: the libvirt
+                    network exists (no firewall rule, no proxy yet)
 ``proxy``           Docker: the egress proxy container runs. VM: network, firewall rules and proxy
-``before-container`` Docker: just before the guest container is created (network/proxy made)
+``before-container`` Docker: just before the guest container is created (network/proxy made).
+                    VM: just before the domain is created or restored (run folder, overlay and
+                    any network pieces made)
 ``container``       Docker: the guest container runs (its agent not yet asked). VM: the domain runs
+                    (cold boot or warm restore)
 ``ready``           the ready mark is set (``cubicle up`` is then about to print and exit)
 ==================  ==============================================================================
 """
@@ -77,11 +81,44 @@ def container_start(self, *args, **kwargs):
 C.Container.start = container_start
 
 try:
-    from orchestrator.providers import vm_network
+    from orchestrator.providers.vm import network as vm_network
+    from orchestrator.providers.vm import provider as vm_provider
+    from orchestrator.providers.vm import warm_start as vm_warm_start
     from orchestrator.providers.vm import VmProvider
 except ImportError:
     pass
 else:
+    vm_create_network = vm_network._create_network
+
+    def create_network(conn, sandbox_id, *args, **kwargs):
+        made = vm_create_network(conn, sandbox_id, *args, **kwargs)
+        pause("network", sandbox_id)
+        return made
+
+    vm_network._create_network = create_network
+    vm_domain_xml = vm_provider.domain_xml
+
+    def domain_xml(plan):
+        pause("before-container", plan.labels[L.SANDBOX])
+        return vm_domain_xml(plan)
+
+    vm_provider.domain_xml = domain_xml
+    vm_retarget = vm_warm_start.retarget_saved_xml
+
+    def retarget_saved_xml(saved, **kwargs):
+        pause("before-container", kwargs["labels"][L.SANDBOX])
+        return vm_retarget(saved, **kwargs)
+
+    vm_warm_start.retarget_saved_xml = retarget_saved_xml
+    vm_warm_create = vm_warm_start.WarmStarter.create
+
+    def warm_create(self, sandbox_id, *args, **kwargs):
+        info = vm_warm_create(self, sandbox_id, *args, **kwargs)
+        if info is not None:
+            pause("container", sandbox_id)
+        return info
+
+    vm_warm_start.WarmStarter.create = warm_create
     vm_setup = vm_network.setup
 
     def network_setup(conn, sandbox_id, *args, **kwargs):

@@ -23,7 +23,7 @@ import pytest
 
 from orchestrator.errors import EngineUnavailable
 from orchestrator.providers.vm import VmProvider
-from orchestrator.providers.vm_libvirt import open_connection
+from orchestrator.providers.vm.virt import open_connection
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_TIMES: dict[str, float] = {}

@@ -17,6 +17,7 @@ import pytest
 from orchestrator.network import NetworkPolicy
 from orchestrator.provider import SandboxSpec
 from orchestrator.providers.vm import VmProvider
+from orchestrator.sandbox import wait_ready
 from tests.support.guest_probes import DIRECT_PROBE
 from tests.support.listener import Listener, host_addresses
 
@@ -42,7 +43,7 @@ def test_row5_open_vm_has_no_path_to_host_loopback(
         info = vm_provider.create(SandboxSpec(network=NetworkPolicy.parse("open")))
         leak_check.append(info.id)
         try:
-            vm_provider.wait_ready(info.id, timeout=240)
+            wait_ready(vm_provider, info.id, timeout=240)
             targets = [
                 f"{host}:{loopback.port}"
                 for host in [QEMU_SLIRP_HOST, "GATEWAY", *host_addresses()]
@@ -95,7 +96,7 @@ def test_row6_other_users_cannot_read_a_running_sandbox(
     info = vm_provider.create(SandboxSpec())
     leak_check.append(info.id)
     try:
-        vm_provider.wait_ready(info.id, timeout=240)
+        wait_ready(vm_provider, info.id, timeout=240)
         wrote = vm_provider.exec(
             info.id,
             ["python3", "-c", PLANT, "/home/cubicle/secret.txt", secret],

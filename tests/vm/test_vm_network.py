@@ -16,8 +16,9 @@ import pytest
 from orchestrator.egress import EGRESS_PORT
 from orchestrator.network import NetworkPolicy
 from orchestrator.provider import SandboxSpec
-from orchestrator.providers import vm_network
 from orchestrator.providers.vm import VmProvider
+from orchestrator.providers.vm import network as vm_network
+from orchestrator.sandbox import wait_ready
 from tests.orchestrator.support import http_server
 from tests.support.guest_probes import DIRECT_PROBE
 from tests.vm.conftest import REPO, assert_gone, qemu_pids_using
@@ -82,7 +83,7 @@ def test_allow_forwards_exactly_the_allowed_origins(
                 "proxy",
                 "rule",
             ]
-            vm_provider.wait_ready(info.id, timeout=240)
+            wait_ready(vm_provider, info.id, timeout=240)
             listening = json.loads(vm_provider.egress_log(info.id).splitlines()[0])
             bridge_host = listening["listen"].rsplit(":", 1)[0]
             direct = _run(

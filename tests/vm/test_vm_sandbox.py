@@ -21,10 +21,10 @@ from PIL import Image
 from orchestrator.errors import ProviderError, SandboxStartError
 from orchestrator.network import NetworkPolicy
 from orchestrator.provider import SandboxSpec
-from orchestrator.providers import vm_image
 from orchestrator.providers.vm import VmProvider
-from orchestrator.providers.vm_warm import slots_for
-from orchestrator.sandbox import Sandbox
+from orchestrator.providers.vm import image as vm_image
+from orchestrator.providers.vm.warm import slots_for
+from orchestrator.sandbox import Sandbox, wait_ready
 from tests.support.guest_probes import DIRECT_PROBE
 from tests.support.listener import Listener, host_addresses
 from tests.vm.conftest import REPO, assert_gone, qemu_pids_using
@@ -63,7 +63,7 @@ def _ready_seconds(
     info = provider.create(spec)
     created.append(info.id)
     try:
-        provider.wait_ready(info.id, timeout=240, painted=True)
+        wait_ready(provider, info.id, timeout=240, painted=True)
         return time.monotonic() - started, info.detail["start"]
     finally:
         provider.destroy(info.id)
@@ -111,7 +111,7 @@ def test_warm_sandbox_clock_follows_the_host(
         assert live is not None
         live_xml = vm_provider.conn.lookupByName(live.detail["domain"]).XMLDesc(0)
         assert _genid(live_xml) and _genid(live_xml) != _genid(saved_xml)
-        vm_provider.wait_ready(info.id, timeout=120)
+        wait_ready(vm_provider, info.id, timeout=120)
         deadline = time.monotonic() + 10
         while True:
             done = vm_provider.exec(info.id, ["python3", "-c", "import time; print(time.time())"])
@@ -128,7 +128,7 @@ def _probe(provider: VmProvider, network: str, target: str, created: list[str]) 
     info = provider.create(SandboxSpec(network=NetworkPolicy.parse(network)))
     created.append(info.id)
     try:
-        provider.wait_ready(info.id, timeout=240)
+        wait_ready(provider, info.id, timeout=240)
         done = provider.exec(info.id, ["python3", "-c", DIRECT_PROBE, target])
         assert done.exit_code == 0, done.stderr
         result: dict[str, Any] = json.loads(done.stdout)
@@ -196,7 +196,7 @@ def test_not_ready_in_time_through_sandbox_removes_everything(
 CREATOR = """
 import sys, time
 from orchestrator.providers.vm import VmProvider
-from orchestrator.providers.vm_warm import slots_for
+from orchestrator.providers.vm.warm import slots_for
 from orchestrator.provider import SandboxSpec
 info = VmProvider(warm_slots=int(sys.argv[1])).create(SandboxSpec(ttl_s=3600))
 print(info.id, flush=True)
@@ -247,7 +247,7 @@ def test_a_busy_warm_slot_makes_the_next_sandbox_cold_boot(
         try:
             assert (first.detail["start"], second.detail["start"]) == ("warm:0", "cold")
             for info in (first, second):
-                one_slot.wait_ready(info.id, timeout=240)
+                wait_ready(one_slot, info.id, timeout=240)
                 done = one_slot.exec(info.id, ["hostname"])
                 assert (done.exit_code, done.stdout.strip()) == (0, "cubicle")
         finally:

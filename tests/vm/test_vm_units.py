@@ -18,7 +18,7 @@ from orchestrator.labels import SANDBOX
 from orchestrator.network import NetworkPolicy
 from orchestrator.provider import SandboxSpec
 from orchestrator.providers.vm import VmProvider
-from orchestrator.providers.vm_domain import (
+from orchestrator.providers.vm.domain import (
     AGENT_PORT,
     Accelerator,
     DomainPlan,
@@ -27,10 +27,11 @@ from orchestrator.providers.vm_domain import (
     probe_accelerator,
     retarget_saved_xml,
 )
-from orchestrator.providers.vm_files import FileAccess
-from orchestrator.providers.vm_image import VmImage, image_ref, load_image
-from orchestrator.providers.vm_network import VmNetwork, bridge_name, network_name
-from orchestrator.providers.vm_warm import WarmKey, slots_for
+from orchestrator.providers.vm.files import FileAccess
+from orchestrator.providers.vm.image import VmImage, image_ref, load_image
+from orchestrator.providers.vm.network import VmNetwork, bridge_name, network_name
+from orchestrator.providers.vm.virt import SANDBOX_STATES, DomainState
+from orchestrator.providers.vm.warm import WarmKey, slots_for
 
 
 def _plan(tmp_path: Path, **changes: object) -> DomainPlan:
@@ -206,4 +207,11 @@ def test_file_access_keeps_others_out(tmp_path: Path) -> None:
 
 def test_allow_policy_passes_validation(tmp_path: Path) -> None:
     provider = VmProvider(home=tmp_path, uri="test:///default")
-    provider._validate(SandboxSpec(network=NetworkPolicy.parse("allow:example.com")))
+    provider.validate(SandboxSpec(network=NetworkPolicy.parse("allow:example.com")))
+
+
+def test_domain_states_are_libvirts() -> None:
+    libvirt = pytest.importorskip("libvirt")
+    for state in DomainState:
+        assert getattr(libvirt, f"VIR_DOMAIN_{state.name}") == state.value
+    assert SANDBOX_STATES[DomainState.SHUTOFF] == "exited"

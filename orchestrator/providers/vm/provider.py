@@ -2,7 +2,7 @@
 base disk, reached through a virtio-serial unix channel.
 
 Per sandbox ``vm-XXXXXXXXXX`` the provider creates, under ``<home>/run/<id>/`` (see
-:func:`orchestrator.providers.vm_image.vm_home`): ``overlay.qcow2`` (backed by the base or by a
+:func:`orchestrator.providers.vm.image.vm_home`): ``overlay.qcow2`` (backed by the base or by a
 warm slot's golden overlay), ``agent.sock`` (the channel; one connection at a time),
 ``console.log`` (the guest's serial console: init, X, agent) and ``labels.json`` (the owner and
 expiry, so ``gc`` can remove the directory even when the domain never started) and, once the
@@ -11,12 +11,12 @@ with ``O_EXCL`` by :meth:`VmProvider.mark_ready`). The domain carries the same l
 ``<metadata>``. ``gc`` judges each sandbox id on its own (owner first, then a fresh read of the
 mark) and removes a doomed one with :meth:`VmProvider.destroy`, whose per-sandbox steps are
 :meth:`VmProvider.cleanup_steps`. Run directories and warm states are root's and
-QEMU's group's alone (:mod:`orchestrator.providers.vm_files`). :meth:`VmProvider.destroy`
+QEMU's group's alone (:mod:`orchestrator.providers.vm.files`). :meth:`VmProvider.destroy`
 removes the domain and the directory (and an ``allow:`` or ``open`` sandbox's network pieces,
 below); nothing else is created.
 
-Warm starts: see :mod:`orchestrator.providers.vm_warm_start` (restore and save) and
-:mod:`orchestrator.providers.vm_warm` (saved golden states, one live restore per
+Warm starts: see :mod:`orchestrator.providers.vm.warm_start` (restore and save) and
+:mod:`orchestrator.providers.vm.warm` (saved golden states, one live restore per
 slot, cold boot when every slot is busy or the network policy needs a NIC).
 
 Network: ``none`` (default) → no NIC at all, the guest has only ``lo``. ``open`` → a NIC on a
@@ -24,7 +24,7 @@ per-sandbox NAT'd libvirt network: the guest reaches what the host reaches, neve
 loopback (QEMU user-mode networking only on macOS, where libvirt has no bridges).
 ``allow:HOST[:PORT],...`` → a NIC on a per-sandbox isolated libvirt network whose only reachable
 peer is a host egress proxy that forwards exactly those origins and logs every decision
-(:mod:`orchestrator.providers.vm_network`; :meth:`VmProvider.egress_log`). ``allow:`` and
+(:mod:`orchestrator.providers.vm.network`; :meth:`VmProvider.egress_log`). ``allow:`` and
 ``open`` sandboxes always cold-boot (the saved warm states have no NIC).
 """
 
@@ -33,7 +33,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import functools
-import io
 import json
 import logging
 import math
@@ -42,14 +41,13 @@ import secrets
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from PIL import Image
-
 from guest.client import open_unix
 from guest.errors import CubicleError
+from guest.waiting import Deadline, poll
 from orchestrator import labels as L
 from orchestrator import ownership
 from orchestrator.errors import (
@@ -64,28 +62,31 @@ from orchestrator.hostdirs import host_folder
 from orchestrator.provider import (
     AgentStream,
     DoctorCheck,
-    ExecResult,
     Progress,
     Provider,
     SandboxInfo,
     SandboxSpec,
 )
-from orchestrator.providers import vm_image, vm_network
-from orchestrator.providers.vm_domain import (
+from orchestrator.providers.vm import build as vm_build
+from orchestrator.providers.vm import image as vm_image
+from orchestrator.providers.vm import network as vm_network
+from orchestrator.providers.vm.domain import (
     DomainPlan,
     domain_xml,
     labels_from_xml,
     probe_accelerator,
 )
-from orchestrator.providers.vm_files import HOME_MODE, FileAccess, qemu_access
-from orchestrator.providers.vm_libvirt import (
+from orchestrator.providers.vm.files import HOME_MODE, FileAccess, qemu_access
+from orchestrator.providers.vm.virt import (
     DEFAULT_URI,
-    is_no_domain,
     map_libvirt_errors,
     open_connection,
+    sandbox_state,
+    unless_gone,
 )
-from orchestrator.providers.vm_warm import WarmKey
-from orchestrator.providers.vm_warm_start import WarmStarter
+from orchestrator.providers.vm.warm import WarmKey
+from orchestrator.providers.vm.warm_start import WarmStarter
+from orchestrator.sandbox import wait_ready
 
 __all__ = ["VmProvider"]
 
@@ -108,12 +109,6 @@ UNLABELLED_GRACE_S = 600.0
 once this old."""
 _USER_NET_ONLY = sys.platform == "darwin"
 """macOS libvirt has no bridges: ``open`` falls back to QEMU user-mode networking there."""
-
-
-def _not_black(png: bytes) -> bool:
-    """True when the screenshot shows more than one colour (the desktop is painted)."""
-    with Image.open(io.BytesIO(png)) as image:
-        return image.getcolors(1) is None
 
 
 class VmProvider(Provider):
@@ -149,7 +144,7 @@ class VmProvider(Provider):
             self._conn = open_connection(self.uri)
         return self._conn
 
-    def _run_dir(self, sandbox_id: str) -> Path:
+    def run_dir(self, sandbox_id: str) -> Path:
         if not sandbox_id.startswith(ID_PREFIX) or not sandbox_id[len(ID_PREFIX) :].isalnum():
             raise SandboxNotFound(f"{sandbox_id!r} is not a VM sandbox id (vm-…)")
         return self.home / "run" / sandbox_id
@@ -160,12 +155,10 @@ class VmProvider(Provider):
             domains = self.conn.listAllDomains(0)
         found = []
         for dom in domains:
-            try:
-                labels = labels_from_xml(dom.XMLDesc(0))
-            except Exception as exc:  # a domain that vanished while listing
-                if is_no_domain(exc):
-                    continue
-                raise
+            xml = unless_gone(functools.partial(dom.XMLDesc, 0))
+            if xml is None:  # a domain that vanished while listing
+                continue
+            labels = labels_from_xml(xml)
             if labels.get(L.SANDBOX):
                 found.append((dom, labels))
         return found
@@ -236,7 +229,7 @@ class VmProvider(Provider):
 
         The warm state needs libvirt; without it the build still succeeds (sandboxes cold-boot).
         """
-        image = vm_image.build(progress=progress, force=force, home=self.home)
+        image = vm_build.build(progress=progress, force=force, home=self.home)
         with contextlib.suppress(EngineUnavailable):
             for path in self._prune(keep=image.ref):
                 progress(f"removed the unused older build {path}")
@@ -275,7 +268,7 @@ class VmProvider(Provider):
 
     # -- Provider: lifecycle -------------------------------------------------------------
 
-    def _validate(self, spec: SandboxSpec) -> None:
+    def validate(self, spec: SandboxSpec) -> None:
         low, high = SCREEN_LIMITS
         width, height = spec.screen
         if not all(isinstance(v, int) and low <= v <= high for v in spec.screen):
@@ -290,7 +283,7 @@ class VmProvider(Provider):
             raise ConfigError(f"cpus={spec.cpus}: must be positive")
 
     def warm_key(self, spec: SandboxSpec) -> WarmKey:
-        """The guest shape a saved state must match for ``spec`` (see :mod:`vm_warm`)."""
+        """The guest shape a saved state must match for ``spec`` (see :mod:`.warm`)."""
         return WarmKey(
             spec.screen,
             spec.memory_mb,
@@ -299,7 +292,7 @@ class VmProvider(Provider):
             self.accelerator.kind,
         )
 
-    def _labels(
+    def labels_for(
         self,
         sandbox_id: str,
         spec: SandboxSpec,
@@ -318,7 +311,7 @@ class VmProvider(Provider):
             extra={START: start, IMAGE: image.ref, ACCEL: self.accelerator.kind},
         )
 
-    def _plan(
+    def plan(
         self,
         name: str,
         *,
@@ -350,17 +343,17 @@ class VmProvider(Provider):
 
     @functools.cached_property
     def files(self) -> FileAccess:
-        """Who may touch this backend's files besides root: QEMU's group (:mod:`vm_files`)."""
+        """Who may touch this backend's files besides root: QEMU's group (:mod:`.files`)."""
         with map_libvirt_errors("read the host capabilities"):
             return qemu_access(self.conn, self.accelerator.domain_type)
 
-    def _new_run_dir(self, sandbox_id: str, labels: dict[str, str]) -> Path:
+    def new_run_dir(self, sandbox_id: str, labels: dict[str, str]) -> Path:
         """``<home>/run/<id>/`` (must not exist) with ``labels.json``; private to root and QEMU's
-        group, like ``<home>/run/`` (see :mod:`orchestrator.providers.vm_files`)."""
+        group, like ``<home>/run/`` (see :mod:`orchestrator.providers.vm.files`)."""
         self.home.mkdir(parents=True, exist_ok=True)
         self.home.chmod(HOME_MODE)
         self.files.directories(self.home, self.home / "run")
-        run = self._run_dir(sandbox_id)
+        run = self.run_dir(sandbox_id)
         run.mkdir(mode=0o700)
         self.files.restrict(run, 0o750)
         self.write_labels(run, labels)
@@ -376,7 +369,7 @@ class VmProvider(Provider):
         self.files.write_text(run / "labels.json", json.dumps(labels, indent=2) + "\n", 0o600)
 
     def create(self, spec: SandboxSpec) -> SandboxInfo:
-        self._validate(spec)
+        self.validate(spec)
         # QEMU (libvirt-qemu) must read the run folders: 0755, but no one else may write them
         host_folder(self.home / "run", mode=0o755)
         image = vm_image.load_image(spec.image or self.image, self.home)
@@ -396,8 +389,8 @@ class VmProvider(Provider):
     def _create_cold(
         self, sandbox_id: str, spec: SandboxSpec, image: vm_image.VmImage
     ) -> SandboxInfo:
-        labels = self._labels(sandbox_id, spec, image, "cold")
-        run = self._new_run_dir(sandbox_id, labels)
+        labels = self.labels_for(sandbox_id, spec, image, "cold")
+        run = self.new_run_dir(sandbox_id, labels)
         overlay = run / "overlay.qcow2"
         vm_image.create_overlay(image.base, overlay, self.files)
         network = None
@@ -405,7 +398,7 @@ class VmProvider(Provider):
             network = vm_network.setup(
                 self.conn, sandbox_id, spec.network, run, proxy_home=self.home
             )
-        plan = self._plan(
+        plan = self.plan(
             f"cubicle-{sandbox_id}",
             run=run,
             overlay=overlay,
@@ -417,7 +410,7 @@ class VmProvider(Provider):
         with map_libvirt_errors(f"start the domain of sandbox {sandbox_id}"):
             dom = self.conn.createXML(domain_xml(plan), 0)
         self.seal_socket(run)
-        info = self._info(dom, labels)
+        info = self.sandbox_info(dom, labels)
         assert info is not None  # our own labels parse
         return info
 
@@ -431,50 +424,10 @@ class VmProvider(Provider):
         """
         return self.warm.warm_up(spec, slots=slots, progress=progress)
 
-    def wait_ready(
-        self, sandbox_id: str, *, timeout: float = READY_TIMEOUT_S, painted: bool = False
-    ) -> float:
-        """Wait until the agent answers ``hello`` (and, with ``painted``, a screenshot is not one
-        colour); return the seconds waited.
-
-        :raises SandboxStartError: the domain stopped or the deadline passed (with the console
-            tail).
-        """
-        started = time.monotonic()
-        deadline = started + timeout
-        last: BaseException | None = None
-        while time.monotonic() < deadline:
-            if self._domain(sandbox_id) is None:
-                raise SandboxStartError(
-                    f"VM sandbox {sandbox_id} stopped while starting",
-                    sandbox_id=sandbox_id,
-                    log_tail=self.logs(sandbox_id, tail=30),
-                )
-            try:
-                with self.connect(
-                    sandbox_id, timeout=min(2.0, deadline - time.monotonic())
-                ) as client:
-                    client.hello(timeout=max(0.1, min(3.0, deadline - time.monotonic())))
-                    if not painted:
-                        return time.monotonic() - started
-                    while time.monotonic() < deadline:
-                        reply = client.call(
-                            "screenshot",
-                            {"format": "png"},
-                            timeout=max(0.1, deadline - time.monotonic()),
-                        )
-                        if _not_black(reply.blob):
-                            return time.monotonic() - started
-                        time.sleep(0.2)
-            except CubicleError as exc:
-                last = exc
-                time.sleep(0.1)
-        raise SandboxStartError(
-            f"the agent of VM sandbox {sandbox_id} was not ready within {timeout:.0f} s"
-            + (f" (last error: {last})" if last else ""),
-            sandbox_id=sandbox_id,
-            log_tail=self.logs(sandbox_id, tail=30),
-        )
+    def wait_painted(self, sandbox_id: str) -> None:
+        """Wait (at most :data:`READY_TIMEOUT_S`) until the agent answers and the desktop is
+        drawn: a golden guest is saved only then (:func:`orchestrator.sandbox.wait_ready`)."""
+        wait_ready(self, sandbox_id, timeout=READY_TIMEOUT_S, painted=True)
 
     def open_stream(self, sandbox_id: str, *, timeout: float) -> AgentStream:
         """The sandbox's channel socket (a host socket libvirt owns). Replies the guest queued
@@ -483,22 +436,10 @@ class VmProvider(Provider):
         return AgentStream(sock, sandbox_id)
 
     def agent_socket(self, sandbox_id: str) -> str:
-        return str(self._run_dir(sandbox_id) / "agent.sock")
-
-    def exec(self, sandbox_id: str, argv: Sequence[str], *, timeout: float = 60.0) -> ExecResult:
-        if isinstance(argv, str) or not argv:
-            raise ConfigError(f"exec needs a non-empty argument list, got {argv!r:.80}")
-        with self.connect(sandbox_id, timeout=10.0) as client:
-            client.hello(timeout=10.0)
-            result = client.call(
-                "exec",
-                {"argv": list(argv), "timeout_ms": int(timeout * 1000)},
-                timeout=timeout + 10.0,
-            ).result
-        return ExecResult.from_reply(result)
+        return str(self.run_dir(sandbox_id) / "agent.sock")
 
     def logs(self, sandbox_id: str, *, tail: int = 50) -> str:
-        path = self._run_dir(sandbox_id) / "console.log"
+        path = self.run_dir(sandbox_id) / "console.log"
         try:
             lines = path.read_text(errors="replace").splitlines()
         except OSError as exc:
@@ -508,7 +449,7 @@ class VmProvider(Provider):
     def egress_log(self, sandbox_id: str, *, tail: int | str = "all") -> str:
         """The egress proxy's decision log (JSON lines) of an ``allow:`` sandbox; ``""`` for
         other sandboxes. ``tail``: how many last lines, or ``"all"``."""
-        path = self._run_dir(sandbox_id) / "egress.log"
+        path = self.run_dir(sandbox_id) / "egress.log"
         try:
             text = path.read_text(errors="replace")
         except FileNotFoundError:
@@ -519,7 +460,7 @@ class VmProvider(Provider):
 
     def mark_ready(self, sandbox_id: str) -> None:
         """Create the run folder's ``ready`` file (``O_EXCL``: once)."""
-        mark = self._run_dir(sandbox_id) / READY_MARK
+        mark = self.run_dir(sandbox_id) / READY_MARK
         try:
             os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
         except FileExistsError:
@@ -528,11 +469,11 @@ class VmProvider(Provider):
             raise SandboxNotFound(f"VM sandbox {sandbox_id} is gone") from None
 
     def _ready(self, sandbox_id: str) -> bool:
-        return (self._run_dir(sandbox_id) / READY_MARK).exists()
+        return (self.run_dir(sandbox_id) / READY_MARK).exists()
 
     def destroy(self, sandbox_id: str) -> None:
         """Run every per-sandbox clean-up step of :meth:`cleanup_steps` (idempotent)."""
-        self._run_dir(sandbox_id)  # checks the id
+        self.run_dir(sandbox_id)  # checks the id
         for step in self.cleanup_steps():
             step(sandbox_id)
 
@@ -544,63 +485,39 @@ class VmProvider(Provider):
         return [self._destroy_domain, self._teardown_network, self._remove_run_dir]
 
     def _teardown_network(self, sandbox_id: str) -> None:
-        vm_network.teardown(self.conn, sandbox_id, self._run_dir(sandbox_id))
+        vm_network.teardown(self.conn, sandbox_id, self.run_dir(sandbox_id))
 
     def _remove_run_dir(self, sandbox_id: str) -> None:
-        shutil.rmtree(self._run_dir(sandbox_id), ignore_errors=True)
+        shutil.rmtree(self.run_dir(sandbox_id), ignore_errors=True)
 
     def _destroy_domain(self, sandbox_id: str) -> None:
         dom = self._domain(sandbox_id)
         if dom is not None:
-            try:
-                dom.destroy()
-            except Exception as exc:
-                if not is_no_domain(exc):
-                    raise ProviderError(
-                        f"libvirt could not destroy VM sandbox {sandbox_id}: {exc}"
-                    ) from exc
+            with map_libvirt_errors(f"destroy the domain of VM sandbox {sandbox_id}"):
+                unless_gone(dom.destroy)
             self._wait_gone(dom)
 
     def _wait_gone(self, dom: Any, timeout: float = 10.0) -> None:
         """Return once libvirt no longer knows the domain (a warm slot's name is then free)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                self.conn.lookupByUUIDString(dom.UUIDString())
-            except Exception as exc:
-                if is_no_domain(exc):
-                    return
-                raise
-            time.sleep(0.05)
+        uuid = dom.UUIDString()
+        for _ in poll(Deadline(timeout), 0.05):
+            if unless_gone(functools.partial(self.conn.lookupByUUIDString, uuid)) is None:
+                return
         log.warning("libvirt still lists domain %s %.0f s after destroy", dom.name(), timeout)
 
-    def _info(self, dom: Any, labels: dict[str, str]) -> SandboxInfo | None:
+    def sandbox_info(self, dom: Any, labels: dict[str, str]) -> SandboxInfo | None:
         """The sandbox of a domain, or None (with a warning naming it) if its labels do not
         parse."""
         stamp = ownership.skip_malformed(f"VM domain {dom.name()}", labels, ID_PREFIX)
         if stamp is None:
             return None
-        try:
-            state = {1: "running", 3: "paused", 4: "stopping", 5: "exited", 6: "crashed"}.get(
-                dom.state()[0], "unknown"
-            )
-        except Exception as exc:
-            if not is_no_domain(exc):
-                raise
-            state = "exited"
-        width, _, height = labels.get(L.SCREEN, "0x0").partition("x")
         sandbox_id = stamp.sandbox_id
-        return SandboxInfo(
-            id=sandbox_id,
+        return SandboxInfo.from_labels(
+            stamp,
+            labels,
             provider=self.name,
-            state=state,
-            created_at=stamp.created_at,
-            expires_at=stamp.expires_at,
-            owner_pid=stamp.owner.pid,
-            owner_host=stamp.owner.host,
-            network=labels.get(L.NETWORK, ""),
-            screen=(int(width) if width.isdigit() else 0, int(height) if height.isdigit() else 0),
-            ownership=stamp.lifetime if self._ready(sandbox_id) else "creating",
+            state=sandbox_state(dom),
+            ready=self._ready(sandbox_id),
             detail={
                 "accelerator": labels.get(ACCEL, ""),
                 "accelerator_reason": self.accelerator.reason,
@@ -615,7 +532,7 @@ class VmProvider(Provider):
         infos = []
         for dom, labels in self._domains():
             with contextlib.suppress(CubicleError):
-                info = self._info(dom, labels)
+                info = self.sandbox_info(dom, labels)
                 if info is not None:
                     infos.append(info)
         return infos
@@ -642,7 +559,7 @@ class VmProvider(Provider):
     def _stamp(self, sandbox_id: str, now: float) -> ownership.Stamp | str | None:
         """Read fresh: the sandbox's stamp (run folder's labels, else its domain's), or a reason
         it is an orphan without one, or None to skip it (malformed labels, warned about)."""
-        run = self._run_dir(sandbox_id)
+        run = self.run_dir(sandbox_id)
         try:
             labels = json.loads((run / "labels.json").read_text())
             what = f"VM run folder {run}"
@@ -660,12 +577,11 @@ class VmProvider(Provider):
                 return "orphan: network pieces without a run folder or domain"
         return ownership.skip_malformed(what, labels, ID_PREFIX)
 
-    def gc(self) -> builtins.list[str]:
-        """Judge each sandbox id on its own (:func:`orchestrator.ownership.verdict`, including
-        half-made golden guests, whose owner is the warming process) and destroy the doomed ones:
-        domain, network pieces (proxy, firewall rules, libvirt network) and run folder. Never a
-        sweep of whatever an earlier listing did not show."""
-        removed: builtins.list[str] = []
+    def doomed(self) -> Iterator[tuple[str, str]]:
+        """Judge each sandbox id on its own, reading its stamp fresh when reached
+        (:func:`orchestrator.ownership.verdict`, including half-made golden guests, whose owner
+        is the warming process); :meth:`Provider.gc` destroys the doomed ones: domain, network
+        pieces (proxy, firewall rules, libvirt network) and run folder."""
         for sandbox_id in sorted(self._candidates()):
             now = time.time()
             stamp = self._stamp(sandbox_id, now)
@@ -681,7 +597,4 @@ class VmProvider(Provider):
             else:
                 reason = stamp
             if reason is not None:
-                log.info("gc: removing %s (%s)", sandbox_id, reason)
-                self.destroy(sandbox_id)
-                removed.append(sandbox_id)
-        return removed
+                yield sandbox_id, reason

@@ -4,7 +4,7 @@ One :class:`DomainPlan` describes a sandbox domain: a transient domain that dire
 image's PVH ``vmlinux`` + tiny initramfs from a per-sandbox qcow2 overlay, with a virtio-serial
 unix channel to the agent, the serial console in a file, no NIC unless the network policy is
 ``open`` or ``allow:`` (a NIC on the sandbox's own libvirt network,
-:mod:`orchestrator.providers.vm_network`; QEMU user networking for ``open`` only on macOS, where
+:mod:`orchestrator.providers.vm.network`; QEMU user networking for ``open`` only on macOS, where
 libvirt has no bridges), and the labels of :mod:`orchestrator.labels` (owner
 pid/start/host, expiry …) as ``<cubicle:label key=… value=…/>`` elements so ``gc`` finds orphans.
 

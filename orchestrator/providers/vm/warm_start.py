@@ -1,31 +1,33 @@
 """Warm-start orchestration of the VM backend: restore a sandbox from a saved golden state,
-and boot + save those states (the slots and their files are :mod:`orchestrator.providers.vm_warm`).
+and boot + save those states (the slots and their files are :mod:`orchestrator.providers.vm.warm`).
 
-:class:`WarmStarter` works through its :class:`~orchestrator.providers.vm.VmProvider` (libvirt
-connection, labels, run directories, domain plans, readiness, destroy); the provider calls
-:meth:`WarmStarter.create` first for ``none``-network sandboxes and cold-boots when it returns
-None. A warm sandbox's clean-up is the provider's ``destroy``, like any other sandbox's.
+:class:`WarmStarter` works through a :class:`WarmHost` — the public surface of the backend it needs
+(libvirt connection, labels, run directories, domain plans, readiness, destroy), which
+:class:`~orchestrator.providers.vm.provider.VmProvider` implements; this module never imports the
+provider. The provider calls :meth:`WarmStarter.create` first for ``none``-network sandboxes and
+cold-boots when it returns None. A warm sandbox's clean-up is the provider's ``destroy``, like any
+other sandbox's.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 import shutil
 import time
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Any, Protocol
 
 from orchestrator.errors import ProviderError, SandboxStartError
 from orchestrator.provider import Progress, SandboxInfo, SandboxSpec
-from orchestrator.providers import vm_image
-from orchestrator.providers.vm_domain import domain_xml, retarget_saved_xml
-from orchestrator.providers.vm_libvirt import is_no_domain, libvirt_module, map_libvirt_errors
-from orchestrator.providers.vm_warm import WarmSlot, slots_for
+from orchestrator.providers.vm import image as vm_image
+from orchestrator.providers.vm.domain import DomainPlan, domain_xml, retarget_saved_xml
+from orchestrator.providers.vm.files import FileAccess
+from orchestrator.providers.vm.virt import libvirt_module, map_libvirt_errors, unless_gone
+from orchestrator.providers.vm.warm import WarmKey, WarmSlot, slots_for
 
-if TYPE_CHECKING:
-    from orchestrator.providers.vm import VmProvider
-
-__all__ = ["GOLDEN_TTL_S", "WarmStarter"]
+__all__ = ["GOLDEN_TTL_S", "WarmHost", "WarmStarter"]
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +37,75 @@ GOLDEN_ID_PREFIX = "vm-golden"
 """Sandbox ids of golden guests (``vm-`` like every VM sandbox id, so gc and destroy know them)."""
 
 
-class WarmStarter:
-    """Restores warm sandboxes and saves golden states for one :class:`VmProvider`."""
+class WarmHost(Protocol):
+    """What :class:`WarmStarter` needs of the VM backend (``VmProvider`` implements it)."""
 
-    def __init__(self, provider: VmProvider) -> None:
+    home: Path
+    warm_slots: int
+    image: str | None
+
+    @property
+    def conn(self) -> Any:
+        """The libvirt connection."""
+
+    @property
+    def files(self) -> FileAccess:
+        """Who may touch the backend's files."""
+
+    def warm_key(self, spec: SandboxSpec) -> WarmKey:
+        """The guest shape a saved state must match for ``spec``."""
+
+    def validate(self, spec: SandboxSpec) -> None:
+        """Refuse a spec this backend cannot create (ConfigError)."""
+
+    def labels_for(
+        self,
+        sandbox_id: str,
+        spec: SandboxSpec,
+        image: vm_image.VmImage,
+        start: str,
+        ttl_s: float | None = None,
+    ) -> dict[str, str]:
+        """The sandbox's labels (domain metadata and ``labels.json``)."""
+
+    def run_dir(self, sandbox_id: str) -> Path:
+        """The sandbox's run folder (may not exist)."""
+
+    def new_run_dir(self, sandbox_id: str, labels: dict[str, str]) -> Path:
+        """Create the run folder with its labels."""
+
+    def write_labels(self, run: Path, labels: dict[str, str]) -> None:
+        """Rewrite the run folder's ``labels.json``."""
+
+    def seal_socket(self, run: Path) -> None:
+        """Restrict the agent socket QEMU created."""
+
+    def plan(
+        self,
+        name: str,
+        *,
+        run: Path,
+        overlay: Path,
+        spec: SandboxSpec,
+        image: vm_image.VmImage,
+        labels: dict[str, str],
+    ) -> DomainPlan:
+        """The domain to define for a sandbox (no NIC)."""
+
+    def sandbox_info(self, dom: Any, labels: dict[str, str]) -> SandboxInfo | None:
+        """The sandbox of a domain."""
+
+    def wait_painted(self, sandbox_id: str) -> None:
+        """Wait until the agent answers and the desktop is drawn (SandboxStartError)."""
+
+    def destroy(self, sandbox_id: str) -> None:
+        """Remove the sandbox and everything created for it."""
+
+
+class WarmStarter:
+    """Restores warm sandboxes and saves golden states for one VM backend (a :class:`WarmHost`)."""
+
+    def __init__(self, provider: WarmHost) -> None:
         self.provider = provider
 
     def create(
@@ -63,10 +130,10 @@ class WarmStarter:
         for slot in slots:
             if not slot.valid_for(image):
                 continue
-            labels = self.provider._labels(sandbox_id, spec, image, f"warm:{slot.index}")
-            run = self.provider._run_dir(sandbox_id)
+            labels = self.provider.labels_for(sandbox_id, spec, image, f"warm:{slot.index}")
+            run = self.provider.run_dir(sandbox_id)
             if not run.exists():
-                self.provider._new_run_dir(sandbox_id, labels)
+                self.provider.new_run_dir(sandbox_id, labels)
             files = self.provider.files
             files.directories(self.provider.home, slot.directory)  # slots saved by older versions
             slot.freeze(files)
@@ -97,26 +164,22 @@ class WarmStarter:
             self.provider.seal_socket(run)
             with map_libvirt_errors(f"look up the restored domain {slot.name}"):
                 dom = self.provider.conn.lookupByName(slot.name)
-            info = self.provider._info(dom, labels)
+            info = self.provider.sandbox_info(dom, labels)
             assert info is not None  # our own labels parse
             return info
         log.info(
             "every warm slot of %s is busy; cold boot of %s", slots[0].directory.parent, sandbox_id
         )
         shutil.rmtree(
-            self.provider._run_dir(sandbox_id), ignore_errors=True
+            self.provider.run_dir(sandbox_id), ignore_errors=True
         )  # the cold boot starts afresh
         return None
 
     def slot_live(self, slot: WarmSlot) -> bool:
         """Whether the slot's domain (its one live restore) is running now."""
-        try:
-            self.provider.conn.lookupByName(slot.name)
-        except Exception as exc:
-            if is_no_domain(exc):
-                return False
-            raise
-        return True
+        return (
+            unless_gone(functools.partial(self.provider.conn.lookupByName, slot.name)) is not None
+        )
 
     def warm_up(
         self, spec: SandboxSpec, *, slots: int | None = None, progress: Progress | None = None
@@ -125,7 +188,7 @@ class WarmStarter:
 
         :return: how many valid golden states this shape now has.
         """
-        self.provider._validate(spec)
+        self.provider.validate(spec)
         image = vm_image.load_image(spec.image or self.provider.image, self.provider.home)
         say = progress or (lambda _line: None)
         wanted = slots_for(
@@ -149,7 +212,9 @@ class WarmStarter:
             pids_limit=spec.pids_limit,
             image=spec.image,
         )
-        labels = self.provider._labels(golden_id, golden_spec, image, "golden", ttl_s=GOLDEN_TTL_S)
+        labels = self.provider.labels_for(
+            golden_id, golden_spec, image, "golden", ttl_s=GOLDEN_TTL_S
+        )
         if self.slot_live(slot):
             raise ProviderError(
                 f"warm slot {slot.name} is running: another process is saving it or uses it"
@@ -157,10 +222,10 @@ class WarmStarter:
         slot.reset()
         self.provider.home.mkdir(parents=True, exist_ok=True)
         self.provider.files.directories(self.provider.home, slot.directory)
-        run = self.provider._new_run_dir(golden_id, labels)
+        run = self.provider.new_run_dir(golden_id, labels)
         try:
             vm_image.create_overlay(image.base, slot.golden, self.provider.files)
-            plan = self.provider._plan(
+            plan = self.provider.plan(
                 slot.name,
                 run=run,
                 overlay=slot.golden,
@@ -170,7 +235,7 @@ class WarmStarter:
             )
             with map_libvirt_errors(f"start the golden domain {slot.name}"):
                 dom = self.provider.conn.createXML(domain_xml(plan), 0)
-            self.provider.wait_ready(golden_id, painted=True)
+            self.provider.wait_painted(golden_id)
             uuid = dom.UUIDString()
             with map_libvirt_errors(f"save the golden domain {slot.name}"):
                 dom.save(str(slot.state))

@@ -50,17 +50,17 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from guest.waiting import Deadline, poll
 from orchestrator.egress import EGRESS_PORT
 from orchestrator.errors import ProviderError
 from orchestrator.network import NetworkPolicy
-from orchestrator.providers.vm_libvirt import libvirt_module, map_libvirt_errors
+from orchestrator.providers.vm.virt import libvirt_module, map_libvirt_errors
 
 __all__ = [
     "SUBNET_POOL",
@@ -79,7 +79,7 @@ SUBNET_POOL: Final = ipaddress.IPv4Network("10.231.0.0/16")
 NAME_PREFIX: Final = "cubicle-"
 PROXY_READY_S: Final = 10.0
 PROXY_STOP_S: Final = 5.0
-EGRESS_SOURCE: Final = Path(__file__).resolve().parents[1] / "egress.py"
+EGRESS_SOURCE: Final = Path(__file__).resolve().parents[2] / "egress.py"
 LIBVIRT_DNSMASQ_DIR: Final = Path("/var/lib/libvirt/dnsmasq")
 _ID = re.compile(r"vm-[0-9a-z]+")
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
@@ -332,13 +332,11 @@ def _start_proxy(network: VmNetwork, policy: NetworkPolicy, run: Path, script: P
     _CHILDREN[proxy.pid] = proxy
     with os.fdopen(_private_file(run / "egress.json"), "w") as record:
         record.write(json.dumps({"pid": proxy.pid, "start_time": _start_time(proxy.pid)}) + "\n")
-    deadline = time.monotonic() + PROXY_READY_S
-    while time.monotonic() < deadline:
+    for _ in poll(Deadline(PROXY_READY_S), 0.05):
         if '"event": "listening"' in log_path.read_text(errors="replace"):
             return
         if proxy.poll() is not None:
             break
-        time.sleep(0.05)
     tail = log_path.read_text(errors="replace").strip().splitlines()[-10:]
     raise ProviderError(
         f"the egress proxy of {network.sandbox_id} did not listen on "
@@ -387,11 +385,9 @@ def _stop(pid: int) -> None:
             child.kill()
             child.wait()
         return
-    deadline = time.monotonic() + PROXY_STOP_S
-    while time.monotonic() < deadline:
+    for _ in poll(Deadline(PROXY_STOP_S), 0.02):
         if _start_time(pid) is None or _is_zombie(pid):
             return
-        time.sleep(0.02)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
 
@@ -437,11 +433,13 @@ def _tagged_rules() -> Iterator[tuple[str, str, str, list[str]]]:
 
 
 def _remove_rules(sandbox_ids: set[str]) -> None:
+    """Delete the rules of ``sandbox_ids``. A rule another process deleted since the listing
+    (a concurrent ``gc`` or ``down``) is gone, which is what was wanted: not a failure."""
     failures = []
     for tool, sandbox_id, table, rule in _tagged_rules():
         if sandbox_id in sandbox_ids:
             done = _iptables(tool, "-t", table, "-D", *rule)
-            if done.returncode != 0:
+            if done.returncode != 0 and _iptables(tool, "-t", table, "-C", *rule).returncode == 0:
                 failures.append(f"{tool} -t {table} -D {' '.join(rule)}: {done.stderr.strip()}")
     if failures:
         raise ProviderError("could not remove firewall rules: " + "; ".join(failures))
@@ -461,7 +459,9 @@ def _destroy_network(conn: Any, name: str) -> None:
         if net.isPersistent():
             net.undefine()
     except libvirt.libvirtError as exc:
-        if exc.get_error_code() != libvirt.VIR_ERR_NO_NETWORK:
+        # gone or stopped meanwhile (a concurrent gc or down): what was wanted
+        gone = (libvirt.VIR_ERR_NO_NETWORK, libvirt.VIR_ERR_OPERATION_INVALID)
+        if exc.get_error_code() not in gone:
             raise ProviderError(f"libvirt could not remove network {name}: {exc}") from exc
 
 

@@ -1,4 +1,5 @@
-"""The libvirt connection of the VM backend and the mapping of libvirt's errors (the one place).
+"""The libvirt connection of the VM backend, the mapping of libvirt's errors (the one place),
+"the domain is gone" (:func:`unless_gone`) and libvirt's domain states by name.
 
 ``libvirt`` is imported lazily (the ``vm`` extra); every ``libvirt.libvirtError`` raised inside
 :func:`map_libvirt_errors` becomes a cubicle error naming the operation and libvirt's words.
@@ -6,21 +7,27 @@
 
 from __future__ import annotations
 
+import enum
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from orchestrator.errors import EngineUnavailable, ProviderError
 
 __all__ = [
     "DEFAULT_URI",
+    "DomainState",
     "is_no_domain",
     "libvirt_module",
     "map_libvirt_errors",
     "open_connection",
+    "sandbox_state",
+    "unless_gone",
 ]
+
+T = TypeVar("T")
 
 DEFAULT_URI = os.environ.get(
     "CUBICLE_LIBVIRT_URI", "qemu:///session" if sys.platform == "darwin" else "qemu:///system"
@@ -64,6 +71,52 @@ def is_no_domain(exc: BaseException) -> bool:
         libvirt.VIR_ERR_NO_DOMAIN,
         libvirt.VIR_ERR_OPERATION_INVALID,  # "domain is not running"
     )
+
+
+def unless_gone(call: Callable[[], T]) -> T | None:
+    """``call()``'s result, or None when libvirt says the domain it acts on is gone (no such
+    domain, or not running). Any other libvirt error propagates."""
+    try:
+        return call()
+    except Exception as exc:
+        if is_no_domain(exc):
+            return None
+        raise
+
+
+class DomainState(enum.IntEnum):
+    """libvirt's ``virDomainState`` (``libvirt.VIR_DOMAIN_*``), by name."""
+
+    NOSTATE = 0
+    RUNNING = 1
+    BLOCKED = 2
+    PAUSED = 3
+    SHUTDOWN = 4
+    """Being shut down."""
+    SHUTOFF = 5
+    CRASHED = 6
+    PMSUSPENDED = 7
+
+
+SANDBOX_STATES: dict[DomainState, str] = {
+    DomainState.RUNNING: "running",
+    DomainState.PAUSED: "paused",
+    DomainState.SHUTDOWN: "stopping",
+    DomainState.SHUTOFF: "exited",
+    DomainState.CRASHED: "crashed",
+}
+"""A domain state as ``SandboxInfo.state`` names it (other states: ``unknown``)."""
+
+
+def sandbox_state(dom: Any) -> str:
+    """The ``SandboxInfo.state`` of a ``virDomain``: ``exited`` once libvirt no longer has it."""
+    state = unless_gone(dom.state)
+    if state is None:
+        return "exited"
+    try:
+        return SANDBOX_STATES.get(DomainState(state[0]), "unknown")
+    except ValueError:
+        return "unknown"
 
 
 @contextmanager

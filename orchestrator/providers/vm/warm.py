@@ -13,7 +13,7 @@ Files of a slot, ``<home>/warm/<image ref>/<key>/slot<N>/``::
     meta.json      written last (the commit mark): image ref + build time, key, name, saved_at
 
 Like run directories, slots are root's and QEMU's group's alone (``0750`` directories; see
-:mod:`orchestrator.providers.vm_files`).
+:mod:`orchestrator.providers.vm.files`).
 
 Each warm sandbox gets a new overlay backed by ``golden.qcow2``; the state is only read.
 A slot whose ``meta.json`` names another image build is stale and is rebuilt (a cold boot then
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.providers.vm_files import FileAccess
-from orchestrator.providers.vm_image import VmImage
+from orchestrator.providers.vm.files import FileAccess
+from orchestrator.providers.vm.image import VmImage
 
 __all__ = ["WarmKey", "WarmSlot", "slots_for"]
 

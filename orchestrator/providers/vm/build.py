@@ -1,0 +1,481 @@
+"""Build the VM guest image from Debian packages: a read-only base qcow2, a PVH ``vmlinux`` and a
+tiny busybox initramfs (see shared/reference/vm-lab.md for why each piece is what it is).
+
+Contents are those of the Docker guest: the packages of ``images/guest-packages.txt``, the user
+``cubicle`` (uid 1000), the desktop of ``images/desktop`` (openbox, the tint2 panel) and the agent
+installed from a wheelhouse into ``/opt/cubicle/venv``. VM-only pieces live in ``images/vm/``:
+the PID 1 script (``cubicle-init``), the reaper, the initramfs ``/init`` and the ``provision``
+script that turns a debootstrapped rootfs into the guest (shared with the Vagrant box, which is
+made from this disk).
+
+Boot pieces: x86-64 boots ``vmlinux`` (the ELF inside the bzImage's xz payload) through QEMU's PVH
+entry, skipping the kernel's self-decompression (seconds under TCG); arm64 boots Debian's gzip'd
+``Image`` directly once gunzipped. The initramfs is 2 MB instead of Debian's 35 MB (no udev), see
+shared/reference/vm-lab.md section 1.
+
+Slow intermediate results are cached: the debootstrapped+apt-installed rootfs
+(``rootfs/<packages hash>.tar``) and the extracted kernel (``kernel/<package>/``). The result is
+named by :func:`orchestrator.providers.vm.image.image_ref`. Runs as root (debootstrap, chroot).
+Subprocesses take argument lists only.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import lzma
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from orchestrator import desktop
+from orchestrator.errors import ImageBuildError, ImageMissing
+from orchestrator.hostdirs import host_folder
+from orchestrator.provider import Progress
+from orchestrator.providers.vm.files import HOME_MODE
+from orchestrator.providers.vm.image import (
+    RECIPE_VERSION,
+    VmImage,
+    guest_packages,
+    image_ref,
+    is_build_by_product,
+    load_image,
+    repo_root,
+    vm_home,
+)
+
+__all__ = [
+    "DEBIAN_MIRROR",
+    "INITRAMFS_MODULES",
+    "KERNEL_META_PACKAGE",
+    "build",
+    "initramfs",
+    "kernel",
+    "run_step",
+]
+
+SUITE = "bookworm"
+DEBIAN_MIRROR = os.environ.get("CUBICLE_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+DISK_HEADROOM = 1.25
+DISK_EXTRA_MB = 384
+"""The ext4 base is the rootfs size x headroom + this much free space (MiB) for the guest."""
+
+KERNEL_META_PACKAGE = (
+    "linux-image-arm64" if platform.machine() in ("aarch64", "arm64") else "linux-image-amd64"
+)
+INITRAMFS_MODULES = (
+    "virtio",
+    "virtio_ring",
+    "virtio_pci_legacy_dev",
+    "virtio_pci_modern_dev",
+    "virtio_pci",
+    "virtio_mmio",
+    "virtio_blk",
+    "virtio_console",
+    "crc16",
+    "mbcache",
+    "jbd2",
+    "crc32c_generic",
+    "ext4",
+    "failover",
+    "net_failover",
+    "virtio_net",
+)
+"""Kernel modules the tiny initramfs loads (ordered by their dependencies at build time); the
+rest of the guest needs no module."""
+
+
+def run_step(
+    step: str,
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    stdin: bytes | None = None,
+) -> bytes:
+    """Run one build command; on failure raise ImageBuildError with the step and its log tail."""
+    try:
+        done = subprocess.run(
+            [os.fspath(a) for a in argv],
+            cwd=cwd,
+            env=env,
+            input=stdin,
+            capture_output=True,
+            check=False,
+        )
+    except OSError as exc:
+        raise ImageBuildError(
+            f"VM image build step {step!r}: cannot run {os.fspath(argv[0])}: {exc}"
+        ) from None
+    if done.returncode != 0:
+        tail = (done.stdout + done.stderr).decode("utf-8", "replace").strip().splitlines()[-25:]
+        raise ImageBuildError(
+            f"VM image build step {step!r} failed: {os.fspath(argv[0])} exited with "
+            f"{done.returncode}",
+            log_tail="\n".join(tail),
+        )
+    return done.stdout
+
+
+def kernel(home: Path, progress: Progress) -> tuple[str, Path]:
+    """The Debian kernel package (name, extracted tree), downloaded with apt-get on the host."""
+    depends = run_step("apt-cache depends", ["apt-cache", "depends", KERNEL_META_PACKAGE]).decode()
+    names = [
+        line.split(":", 1)[1].strip()
+        for line in depends.splitlines()
+        if line.strip().startswith("Depends:") and "linux-image-" in line
+    ]
+    if not names:
+        raise ImageBuildError(
+            f"apt-cache depends {KERNEL_META_PACKAGE} names no kernel package:\n{depends}"
+        )
+    package = names[0]
+    tree = home / "kernel" / package
+    if (tree / "vmlinux").is_file():
+        progress(f"kernel: reusing {package}")
+        return package, tree
+    progress(f"kernel: downloading {package}")
+    download = Path(tempfile.mkdtemp(prefix="kernel-", dir=home))
+    try:
+        shutil.chown(download, user="_apt")  # apt-get download drops privileges to _apt
+        run_step("apt-get download", ["apt-get", "download", "-q", package], cwd=download)
+        debs = list(download.glob("*.deb"))
+        if len(debs) != 1:
+            raise ImageBuildError(
+                f"apt-get download {package} left {len(debs)} .deb files in {download}"
+            )
+        extracted = download / "tree"
+        run_step("dpkg-deb -x", ["dpkg-deb", "-x", debs[0], extracted])
+        vmlinuz = next(iter((extracted / "boot").glob("vmlinuz-*")), None)
+        if vmlinuz is None:
+            raise ImageBuildError(f"{debs[0].name} has no /boot/vmlinuz-*")
+        partial = home / "kernel" / f"{package}.tmp{os.getpid()}"
+        shutil.rmtree(partial, ignore_errors=True)
+        (partial / "modules").mkdir(parents=True)
+        _uncompressed_kernel(vmlinuz, partial / "vmlinux")
+        found = {
+            p.name.removesuffix(".ko"): p
+            for p in extracted.joinpath("lib", "modules").rglob("*.ko")
+        }
+        missing = [m for m in INITRAMFS_MODULES if m not in found]
+        if missing:
+            raise ImageBuildError(
+                f"{package} lacks the modules {', '.join(missing)} the initramfs needs"
+            )
+        for name in INITRAMFS_MODULES:
+            shutil.copyfile(found[name], partial / "modules" / f"{name}.ko")
+        shutil.rmtree(tree, ignore_errors=True)
+        partial.replace(tree)
+    finally:
+        shutil.rmtree(download, ignore_errors=True)
+    return package, tree
+
+
+def _uncompressed_kernel(vmlinuz: Path, target: Path) -> None:
+    """Write the uncompressed kernel: the ELF in a bzImage's xz payload (x86-64, PVH boot), or
+    the gunzipped arm64 ``Image``.
+
+    Under TCG the kernel's own decompressor costs seconds per boot; the ELF boots at once.
+    """
+    data = vmlinuz.read_bytes()
+    if data.startswith(b"\x1f\x8b"):  # arm64: a gzip'd Image, booted as is once gunzipped
+        target.write_bytes(gzip.decompress(data))
+        return
+    start = data.find(b"\xfd7zXZ\x00")
+    if start < 0:
+        raise ImageBuildError(f"{vmlinuz} has no xz payload; cannot extract vmlinux for PVH boot")
+    elf = lzma.LZMADecompressor().decompress(data[start:])
+    if not elf.startswith(b"\x7fELF"):
+        raise ImageBuildError(f"the xz payload of {vmlinuz} is not an ELF kernel")
+    target.write_bytes(elf)
+
+
+def _depends(module: Path) -> list[str]:
+    """The ``depends=`` list of a kernel module's ``.modinfo`` section."""
+    data = module.read_bytes()
+    start = data.find(b"\0depends=")
+    if start < 0:
+        return []
+    end = data.index(b"\0", start + 1)
+    text = data[start + len(b"\0depends=") : end].decode()
+    return [name.replace("-", "_") for name in text.split(",") if name]
+
+
+def _load_order(modules: Path) -> list[str]:
+    """:data:`INITRAMFS_MODULES` ordered so each module comes after its dependencies.
+
+    :raises ImageBuildError: a dependency is not in the list (the kernel changed).
+    """
+    order: list[str] = []
+
+    def visit(name: str, chain: tuple[str, ...]) -> None:
+        if name in order:
+            return
+        path = modules / f"{name}.ko"
+        if not path.is_file():
+            raise ImageBuildError(
+                f"kernel module {name} (needed by {' <- '.join(chain) or 'the initramfs'}) "
+                "is not in "
+                f"the initramfs list; add it to INITRAMFS_MODULES"
+            )
+        for dependency in _depends(path):
+            visit(dependency, (name, *chain))
+        order.append(name)
+
+    for name in INITRAMFS_MODULES:
+        visit(name, ())
+    return order
+
+
+def initramfs(kernel_tree: Path, work: Path, target: Path) -> None:
+    """busybox-static + the modules + ``images/vm/initramfs-init``, as a gzip'd newc cpio."""
+    busybox = shutil.which("busybox") or "/bin/busybox"
+    file_tool = shutil.which("file")
+    check = subprocess.run([file_tool or "true", "-b", busybox], capture_output=True, check=False)
+    if file_tool and b"statically linked" not in check.stdout:
+        raise ImageBuildError(f"{busybox} is not statically linked; install busybox-static")
+    stage = work / "initramfs"
+    (stage / "bin").mkdir(parents=True)
+    (stage / "dev").mkdir()
+    shutil.copyfile(busybox, stage / "bin" / "busybox")
+    os.chmod(stage / "bin" / "busybox", 0o755)  # noqa: S103 — an executable in the initramfs
+    shutil.copyfile(repo_root() / "images" / "vm" / "initramfs-init", stage / "init")
+    os.chmod(stage / "init", 0o755)  # noqa: S103 — an executable in the initramfs
+    shutil.copytree(kernel_tree / "modules", stage / "modules")
+    (stage / "modules.order").write_text("\n".join(_load_order(stage / "modules")) + "\n")
+    os.mknod(stage / "dev" / "console", 0o600 | 0o020000, os.makedev(5, 1))
+    names = sorted(str(p.relative_to(stage)) for p in stage.rglob("*"))
+    archive = run_step(
+        "cpio",
+        [busybox, "cpio", "-o", "-H", "newc"],
+        cwd=stage,
+        stdin=("\n".join(names) + "\n").encode(),
+    )
+    target.write_bytes(gzip.compress(archive, compresslevel=6))
+
+
+# --------------------------------------------------------------------------- steps
+
+
+@contextmanager
+def _mounted_proc(rootfs: Path) -> Iterator[None]:
+    """``proc`` mounted in the rootfs for a chroot (apt, dpkg triggers); always unmounted."""
+    target = rootfs / "proc"
+    run_step("mount proc", ["mount", "-t", "proc", "proc", target])
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", "-l", os.fspath(target)], check=False)
+
+
+def _rootfs(home: Path, work: Path, packages: list[str], progress: Progress) -> Path:
+    """Debootstrap minbase + apt-get install the packages; cached as a tar by package-list hash."""
+    key = hashlib.sha256(
+        f"{SUITE};{DEBIAN_MIRROR};{platform.machine()};{' '.join(packages)}".encode()
+    ).hexdigest()[:16]
+    cache = home / "rootfs" / f"{key}.tar"
+    rootfs = work / "rootfs"
+    rootfs.mkdir()
+    if cache.is_file():
+        progress(f"rootfs: reusing {cache}")
+        run_step("unpack rootfs", ["tar", "--numeric-owner", "-xpf", cache, "-C", rootfs])
+        return rootfs
+    started = time.monotonic()
+    progress(f"rootfs: debootstrap {SUITE} minbase from {DEBIAN_MIRROR} (a few minutes)")
+    run_step("debootstrap", ["debootstrap", "--variant=minbase", SUITE, rootfs, DEBIAN_MIRROR])
+    progress(f"rootfs: apt-get install {len(packages)} packages (--no-install-recommends)")
+    (rootfs / "etc" / "apt" / "sources.list.d" / "cubicle-security.list").write_text(
+        f"deb http://deb.debian.org/debian-security {SUITE}-security main\n"
+    )
+    shutil.copyfile("/etc/resolv.conf", rootfs / "etc" / "resolv.conf")
+    env = {
+        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+        "DEBIAN_FRONTEND": "noninteractive",
+        "LANG": "C.UTF-8",
+    }
+    with _mounted_proc(rootfs):
+        run_step("apt-get update", ["chroot", rootfs, "apt-get", "update", "-q"], env=env)
+        run_step(
+            "apt-get install",
+            [
+                "chroot",
+                rootfs,
+                "apt-get",
+                "install",
+                "-y",
+                "-q",
+                "--no-install-recommends",
+                *packages,
+            ],
+            env=env,
+        )
+        run_step("apt-get clean", ["chroot", rootfs, "apt-get", "clean"], env=env)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    partial = cache.with_suffix(f".tmp{os.getpid()}")
+    run_step("cache rootfs", ["tar", "--numeric-owner", "-cpf", partial, "-C", rootfs, "."])
+    partial.replace(cache)
+    progress(f"rootfs: done in {time.monotonic() - started:.0f} s (cached as {cache.name})")
+    return rootfs
+
+
+def _wheelhouse(root: Path, work: Path, progress: Progress) -> Path:
+    """Wheels of the guest agent and its dependencies (the guest has no PyPI)."""
+    wheels = work / "stage" / "wheels"
+    wheels.mkdir(parents=True)
+    progress("agent: building the wheelhouse (cubicle-guest + python-xlib, mss, pillow)")
+    source = work / "guest-src"  # pip builds in-tree: build from a copy, never in guest/
+    shutil.copytree(
+        root / "guest",
+        source,
+        ignore=lambda d, names: [n for n in names if is_build_by_product(Path(n))],
+    )
+    run_step(
+        "pip wheel",
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--wheel-dir",
+            wheels,
+            source,
+        ],
+    )
+    return wheels
+
+
+def _disk(rootfs: Path, work: Path, target: Path) -> None:
+    """``mkfs.ext4 -d`` (no loop mount) into a raw file, then convert it to qcow2."""
+    used = sum(p.lstat().st_size for p in rootfs.rglob("*"))
+    size_mb = int(used * DISK_HEADROOM / 2**20) + DISK_EXTRA_MB
+    raw = work / "base.img"
+    run_step(
+        "mkfs.ext4",
+        [
+            "mkfs.ext4",
+            "-q",
+            "-F",
+            "-L",
+            "cubicle-root",
+            "-E",
+            "root_owner=0:0",
+            "-d",
+            rootfs,
+            raw,
+            f"{size_mb}M",
+        ],
+    )
+    run_step("qemu-img convert", ["qemu-img", "convert", "-O", "qcow2", raw, target])
+    raw.unlink()
+
+
+def build(*, progress: Progress, force: bool = False, home: Path | None = None) -> VmImage:
+    """Build the image for the current inputs unless it exists (then return it at once).
+
+    :param force: rebuild even if the image exists (the cached rootfs and kernel are reused).
+    :raises ImageBuildError: a step failed (its name, the command and the log tail).
+    """
+    home = home or vm_home()
+    root = repo_root()
+    ref = image_ref(root)
+    if not force:
+        try:
+            image = load_image(ref, home)
+        except ImageMissing:
+            pass
+        else:
+            progress(f"VM image {ref} is up to date ({image.directory})")
+            return image
+    if sys.platform != "linux":
+        raise ImageBuildError(
+            f"building the VM image needs Linux (debootstrap, chroot, mkfs.ext4 -d); this is "
+            f"{sys.platform}",
+            hint="build it on a Linux host or VM of the same architecture and copy "
+            f"{home}/images/<ref>/ here (see README, VM backend on Apple silicon)",
+        )
+    if os.geteuid() != 0:
+        raise ImageBuildError(
+            "building the VM image needs root (debootstrap, chroot, mkfs.ext4 -d)",
+            hint="run: sudo cubicle image build --backend vm",
+        )
+    for tool in ("debootstrap", "qemu-img", "mkfs.ext4", "dpkg-deb", "apt-get", "tar"):
+        if shutil.which(tool) is None:
+            raise ImageBuildError(
+                f"building the VM image needs {tool}, which is not installed",
+                hint="run: scripts/ensure-host-packages (see scripts/host-packages/vm.txt)",
+            )
+    host_folder(home, mode=HOME_MODE)  # refused when another user could write it or a parent
+    if home.parent.is_dir():
+        os.chmod(home.parent, 0o755)  # noqa: S103 — QEMU (libvirt-qemu) must pass through
+    os.chmod(home, HOME_MODE)  # pass through only: run/ and warm/ are QEMU's group's alone
+    started = time.monotonic()
+    timings: dict[str, float] = {}
+    packages = guest_packages(root)
+    progress(f"VM image {ref}: building ({len(packages)} packages) under {home}")
+    work = Path(tempfile.mkdtemp(prefix=f"build-{ref}-", dir=home))
+    try:
+        mark = time.monotonic()
+        rootfs = _rootfs(home, work, packages, progress)
+        timings["rootfs_s"] = time.monotonic() - mark
+        mark = time.monotonic()
+        stage = work / "stage"
+        _wheelhouse(root, work, progress)
+        for name in ("cubicle-init", "cubicle-reap"):
+            shutil.copyfile(root / "images" / "vm" / name, stage / name)
+        for name, source in desktop.desktop_files(root).items():
+            (stage / "desktop" / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, stage / "desktop" / name)
+        progress("provision: user, init, desktop configuration, agent venv, trim")
+        run_step("provision", [root / "images" / "vm" / "provision", rootfs, stage])
+        timings["provision_s"] = time.monotonic() - mark
+        mark = time.monotonic()
+        kernel_package, kernel_tree = kernel(home, progress)
+        out = work / "out"
+        out.mkdir()
+        shutil.copyfile(kernel_tree / "vmlinux", out / "vmlinux")
+        initramfs(kernel_tree, work, out / "initrd.img")
+        timings["kernel_initramfs_s"] = time.monotonic() - mark
+        mark = time.monotonic()
+        progress("disk: mkfs.ext4 -d + qemu-img convert")
+        _disk(rootfs, work, out / "base.qcow2")
+        timings["disk_s"] = time.monotonic() - mark
+        manifest = {
+            "ref": ref,
+            "recipe": RECIPE_VERSION,
+            "suite": SUITE,
+            "kernel_package": kernel_package,
+            "packages": packages,
+            "arch": platform.machine(),
+            "built_at": time.time(),
+            "build_s": round(time.monotonic() - started, 1),
+            "timings": {k: round(v, 1) for k, v in timings.items()},
+            "base_bytes": (out / "base.qcow2").stat().st_size,
+        }
+        (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        for path in out.iterdir():
+            os.chmod(path, 0o444)
+        os.chmod(out, 0o755)  # noqa: S103 — QEMU (libvirt-qemu) must read
+        final = home / "images" / ref
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(final.parent, 0o755)  # noqa: S103 — QEMU (libvirt-qemu) must read
+        if final.exists():
+            shutil.rmtree(final)
+        out.replace(final)
+    finally:
+        proc = work / "rootfs" / "proc"
+        if proc.is_dir() and os.path.ismount(proc):
+            subprocess.run(["umount", "-l", os.fspath(proc)], check=False)
+        if not (proc.is_dir() and os.path.ismount(proc)):  # never recurse into a live /proc
+            shutil.rmtree(work, ignore_errors=True)
+    progress(f"VM image {ref}: built in {time.monotonic() - started:.0f} s ({final})")
+    return load_image(ref, home)
