@@ -158,6 +158,8 @@ class OriginQuestions:
         self.policy = ""
         self.timeout = 0.0
         self._sock = stream.sock
+        self._sock.settimeout(None)  # blocking reads on the reader thread (an exec socket may
+        # come non-blocking from the engine's client)
         self._codec = stream.codec
         self._name = stream.name
         self._on_question = on_question
