@@ -231,7 +231,8 @@ def test_ask_mode_approve_deny_and_timeout_from_the_guest(
     with ThreadPoolExecutor(2) as pool, OriginQuestions.open(sandbox) as questions:
         assert (questions.policy, questions.timeout) == ("ask:example.test", ASK_TIMEOUT_S)
         # listed: no question
-        assert probe(sandbox, "GET http://www.example.test/listed")["GET http://www.example.test/listed"][0] == 200  # fmt: skip
+        listed = "GET http://www.example.test/listed"
+        assert probe(sandbox, listed)[listed][0] == 200
         assert questions.pending() == []
 
         asked: Future[dict[str, list[object]]] = pool.submit(
