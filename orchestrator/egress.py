@@ -475,7 +475,8 @@ ANSWERS: Final = ("approve", "deny", "cancel")
 """What a person may answer (``timeout`` is the proxy's own)."""
 MAX_PENDING: Final = 32
 """Distinct origins that may wait for an answer at once; more are refused (a guest flood)."""
-MAX_BY_CHARS: Final = 100
+MAX_BY_CHARS: Final = 300
+"""The longest ``by`` an answer may carry (who answered, e.g. a policy file's rule)."""
 MAX_CONTROL_LINE: Final = 64 * 1024
 
 

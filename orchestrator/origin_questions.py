@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Literal, Self
 
+from orchestrator.egress import MAX_BY_CHARS
 from orchestrator.errors import OrchestratorError
 
 if TYPE_CHECKING:
@@ -343,7 +344,7 @@ class OriginQuestions:
 
     def answer(self, question_id: str, answer: Answer, *, by: str, timeout: float = 10.0) -> None:
         """Answer a question: ``approve``, ``deny`` or ``cancel``; ``by`` names who answers
-        (1-100 characters; logged and shown in the trajectory).
+        (1-300 characters; logged and shown in the trajectory).
 
         :raises QuestionError: a bad ``answer``/``by``.
         :raises QuestionClosed: the question is unknown or already decided (the proxy says
@@ -352,8 +353,10 @@ class OriginQuestions:
         """
         if answer not in ANSWERS:
             raise QuestionError(f"answer must be one of {', '.join(ANSWERS)}, got {answer!r}")
-        if not by.strip() or len(by) > 100:
-            raise QuestionError(f"'by' must name who answers in 1-100 characters, got {by!r}")
+        if not by.strip() or len(by) > MAX_BY_CHARS:
+            raise QuestionError(
+                f"'by' must name who answers in 1-{MAX_BY_CHARS} characters, got {by!r}"
+            )
         with self._changed:
             if self._closed_reason is not None:
                 raise QuestionChannelClosed(f"{self._name}: {self._closed_reason}")

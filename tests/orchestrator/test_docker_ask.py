@@ -12,18 +12,27 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import docker
 import docker.models.containers
 import pytest
 
+from drivers.approvals import FilePolicy
+from drivers.policy_file import load_policy
+from drivers.scripted_model import ScriptedModel, Turn, parse_script
 from orchestrator.network import NetworkPolicy
+from orchestrator.origin_answers import run_answers
 from orchestrator.origin_questions import OriginQuestions
 from orchestrator.providers.docker_network import egress_name
+from orchestrator.run_task import run_task
 from orchestrator.sandbox import Sandbox
+from orchestrator.trajectory import read_trajectory
 from tests.orchestrator.conftest import Tracker
 
 pytestmark = [pytest.mark.docker]
@@ -111,11 +120,10 @@ def origin(engine: docker.DockerClient, docker_image: str) -> Iterator[OriginSer
         mem_limit="128m",
     )
     try:
-        lines = container.logs(stream=True, follow=True)
-        try:
-            assert next(lines).strip() == b"ready"
-        finally:
-            lines.close()
+        deadline = time.monotonic() + WAIT_S
+        while b"ready" not in bytes(container.logs()):  # polls the server's own signal
+            assert time.monotonic() < deadline, bytes(container.logs())
+            threading.Event().wait(0.05)
         container.reload()
         address = container.attrs["NetworkSettings"]["Networks"]["bridge"]["IPAddress"]
         yield OriginServer(container, address)
@@ -310,3 +318,86 @@ print(json.dumps(out))
         questions.answer("q1", "cancel", by="test")
         assert held.result(WAIT_S)["GET http://asked.test/held"][0] == 403
     assert origin.seen() == []
+
+
+POLICY_FILE = """\
+version = 1
+default = "allow"
+safety_checks = "deny"
+origin_access = "ask"
+
+[[origin]]
+decision = "allow"
+origins = ["asked.test"]
+note = "the task needs it"
+
+[[origin]]
+decision = "deny"
+origins = ["denied.test"]
+"""
+
+
+def test_run_answers_by_policy_file_and_the_report_shows_every_decision(
+    sandboxes: Tracker, engine: docker.DockerClient, origin: OriginServer, tmp_path: Path
+) -> None:
+    """``cubicle run``'s pipeline (run_task + the scripted model): while the model's first turn
+    is pending, the guest asks for three origins; the policy file approves one, denies one, and
+    the third has no rule and no terminal to ask: deny."""
+    network = NetworkPolicy.parse("ask:example.test", ask_timeout=ASK_TIMEOUT_S)
+    sandbox = sandboxes.create(network=network)
+    resolve_in_proxy(engine, sandbox, origin)
+    policy_path = tmp_path / "policy.toml"
+    policy_path.write_text(POLICY_FILE)
+    approvals = FilePolicy(load_policy(policy_path))
+    requests = (
+        "GET http://asked.test/by-policy",
+        "CONNECT denied.test:443",
+        "GET http://other.test/",
+    )
+    seen: dict[str, list[object]] = {}
+
+    def on_turn(index: int, turn: Turn, body: dict[str, object]) -> None:
+        if index == 1:  # the guest browses while the model thinks
+            seen.update(probe(sandbox, *requests))
+
+    script = parse_script(
+        {
+            "name": "browse",
+            "turns": [
+                {"computer_call": {"actions": [{"type": "wait"}]}},
+                {"message": "done"},
+            ],
+        }
+    )
+    out = tmp_path / "run"
+    with ScriptedModel(script, on_turn=on_turn) as model:
+        result = run_task(
+            sandbox,
+            base_url=model.base_url,
+            api_key="offline",
+            task="browse",
+            model="scripted",
+            out=out,
+            safety_policy=approvals,
+            action_policy=approvals,
+            origin_answers=run_answers(sandbox, network, approvals),
+        )
+    assert result.ok, result.error
+    assert [seen[r][0] for r in requests] == [200, 403, 403], seen
+    assert origin.seen() == [("asked.test", 80, "/by-policy")]
+    events = [e for e in read_trajectory(out) if e["kind"] == "origin_access"]
+    decided = [(e["host"], e["answer"], e["by"]) for e in events]
+    assert decided == [
+        ("asked.test", "approve", f"policy {policy_path} origin 1 (line 6): the task needs it"),
+        ("denied.test", "deny", f"policy {policy_path} origin 2 (line 11)"),
+        (
+            "other.test",
+            "deny",
+            f"policy {policy_path} origin_access default -> cubicle run (no terminal to ask; "
+            "default deny)",
+        ),
+    ]
+    report = (out / "report.html").read_text()
+    assert '<table id="origin-access">' in report
+    for host, answer, _by in decided:
+        assert f"{host}" in report and f">{answer}</td>" in report
