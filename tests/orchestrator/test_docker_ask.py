@@ -28,12 +28,13 @@ from drivers.policy_file import load_policy
 from drivers.scripted_model import ScriptedModel, Turn, parse_script
 from orchestrator.network import NetworkPolicy
 from orchestrator.origin_answers import run_answers
-from orchestrator.origin_questions import OriginQuestions
+from orchestrator.origin_questions import Answer, OriginQuestions
 from orchestrator.providers.docker_network import egress_name
 from orchestrator.run_task import run_task
 from orchestrator.sandbox import Sandbox
 from orchestrator.trajectory import read_trajectory
-from tests.orchestrator.conftest import Tracker
+from tests.desktop.checks import click_launcher, colour_share, screenshot, wait_window, window_box
+from tests.orchestrator.conftest import CliRun, Tracker
 
 pytestmark = [pytest.mark.docker]
 
@@ -401,3 +402,85 @@ def test_run_answers_by_policy_file_and_the_report_shows_every_decision(
     assert '<table id="origin-access">' in report
     for host, answer, _by in decided:
         assert f"{host}" in report and f">{answer}</td>" in report
+
+
+def test_cli_up_ask_and_cubicle_ask_answer_a_held_request(
+    sandboxes: Tracker, engine: docker.DockerClient, origin: OriginServer, cli: CliRun
+) -> None:
+    """``cubicle up --network ask: --ask-timeout``, then ``cubicle ask ID --list`` shows the held
+    request and ``cubicle ask ID --approve q1`` lets it through; bad input is named."""
+    bad = cli("up", "--network", "allow:a.test", "--ask-timeout", "5")
+    assert bad.returncode != 0 and "--ask-timeout applies to --network ask:" in bad.stderr
+    bad = cli("up", "--network", "allow:a.test,block:b.test")
+    assert bad.returncode != 0 and "cannot be combined" in bad.stderr
+    up = cli("up", "--network", "ask:", "--ask-timeout", "60")
+    assert up.returncode == 0, up.stderr
+    sandbox = Sandbox.attach(sandboxes.add(up.stdout.strip()))
+    resolve_in_proxy(engine, sandbox, origin)
+    with ThreadPoolExecutor(1) as pool:
+        held = pool.submit(probe, sandbox, "GET http://asked.test/cli")
+        with OriginQuestions.open(sandbox) as watcher:  # only to know when it is asked
+            assert watcher.timeout == 60
+            assert watcher.next(WAIT_S) is not None
+            listed = cli("ask", sandbox.id, "--list")
+            assert listed.returncode == 0, listed.stderr
+            pending = [json.loads(line) for line in listed.stdout.splitlines()]
+            assert [(q["id"], q["origin"]) for q in pending] == [("q1", "http://asked.test")]
+            approved = cli("ask", sandbox.id, "--approve", "q1", "--by", "cli tester")
+            assert approved.returncode == 0 and approved.stdout.strip() == "q1: approve"
+            assert held.result(WAIT_S)["GET http://asked.test/cli"][0] == 200
+            again = cli("ask", sandbox.id, "--deny", "q1")
+            assert again.returncode != 0 and "already decided (approve by cli tester)" in (
+                again.stderr
+            )
+    assert origin.seen() == [("asked.test", 80, "/cli")]
+    logs = cli("logs", sandbox.id)
+    assert '"event": "answer"' in logs.stdout and '"by": "cli tester"' in logs.stdout
+
+
+GREEN = (0x12, 0xC4, 0x8B)
+
+
+def test_the_guest_browser_waits_for_the_answer_and_shows_what_it_allowed(
+    sandboxes: Tracker, engine: docker.DockerClient, origin: OriginServer
+) -> None:
+    """Chromium in the guest (launched from the panel, as a model would) opens a page whose
+    origin a person approves — the page (green) is on the next screenshot — then one a person
+    denies: the origin server never sees it and no green is drawn."""
+    sandbox = sandboxes.create(network=NetworkPolicy.parse("ask:", ask_timeout=60))
+    resolve_in_proxy(engine, sandbox, origin)
+    answered: list[tuple[str, str]] = []
+
+    def answer_for(host: str, answer: Answer, questions: OriginQuestions) -> None:
+        """Answer questions about ``host`` with ``answer`` until its http origin is answered
+        (Chromium may try https first); others — the browser's own background requests —
+        are cancelled."""
+        while True:
+            question = questions.next(WAIT_S)
+            assert question is not None, f"no question for {host}; answered {answered}"
+            verdict: Answer = answer if question.host == host else "cancel"
+            questions.answer(question.id, verdict, by="browser test")
+            answered.append((question.origin, verdict))
+            if question.origin == f"http://{host}":
+                return
+
+    with sandbox.connect() as client, OriginQuestions.open(sandbox) as questions:
+        client.hello()
+        click_launcher(client, "browser")
+        window = wait_window(client, "Chromium", 60)
+        box = window_box(window)
+        for host, answer in (("asked.test", "approve"), ("denied.test", "deny")):
+            client.call("keypress", {"keys": ["CTRL", "L"]}, timeout=30)
+            client.call("type", {"text": f"http://{host}/page"}, timeout=30)
+            client.call("keypress", {"keys": ["Return"]}, timeout=30)
+            answer_for(host, answer, questions)  # type: ignore[arg-type]
+            client.call("settle", {"quiet_ms": 800, "timeout_ms": 20_000}, timeout=60)
+            shot = screenshot(client)
+            share = colour_share(shot, box, {GREEN})
+            if host == "asked.test":
+                assert share > 0.5, (share, answered)
+            else:
+                assert share < 0.01, (share, answered)
+    paths = [(h, p) for h, _port, p in origin.seen()]
+    assert ("asked.test", "/page") in paths
+    assert all(h == "asked.test" for h, _ in paths), paths
