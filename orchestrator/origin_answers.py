@@ -114,7 +114,7 @@ class OriginAnswerer:
         )
         self._thread.start()
 
-    def decide(self, question: OriginQuestion) -> tuple[Answer, str]:
+    def choose(self, question: OriginQuestion) -> tuple[Answer, str]:
         """``(answer, by)`` for one question (policy, then terminal, then deny)."""
         verdict, decided_by = "ask", ""
         if self.policy is not None:
@@ -131,7 +131,7 @@ class OriginAnswerer:
 
     def _run(self) -> None:
         for question in self.questions:
-            answer, by = self.decide(question)
+            answer, by = self.choose(question)
             try:
                 self.questions.answer(question.id, answer, by=by[:MAX_BY_CHARS])
             except QuestionClosed as exc:  # timed out (or answered elsewhere) meanwhile
