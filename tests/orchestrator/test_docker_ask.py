@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -26,6 +28,7 @@ import pytest
 from drivers.approvals import FilePolicy
 from drivers.policy_file import load_policy
 from drivers.scripted_model import ScriptedModel, Turn, parse_script
+from orchestrator import labels as L
 from orchestrator.network import NetworkPolicy
 from orchestrator.origin_answers import run_answers
 from orchestrator.origin_questions import Answer, OriginQuestions
@@ -484,3 +487,57 @@ def test_the_guest_browser_waits_for_the_answer_and_shows_what_it_allowed(
     paths = [(h, p) for h, _port, p in origin.seen()]
     assert ("asked.test", "/page") in paths
     assert all(h == "asked.test" for h, _ in paths), paths
+
+
+def test_cubicle_run_without_a_terminal_denies_and_reports_it(
+    sandboxes: Tracker, engine: docker.DockerClient, origin: OriginServer, tmp_path: Path
+) -> None:
+    """The real ``cubicle run --network ask:`` (stdin not a terminal, no policy file): while the
+    model's first turn is pending the guest asks for an origin; the answer is deny, signed by
+    the run, and the trajectory and report say so."""
+    seen: dict[str, list[object]] = {}
+    started: list[subprocess.Popen[str]] = []
+
+    def on_turn(index: int, turn: Turn, body: dict[str, object]) -> None:
+        if index != 1:
+            return
+        mine: dict[str, str | list[str] | bool] = {
+            "label": [f"{L.OWNER_PID}={started[0].pid}", f"{L.ROLE}=guest"]
+        }
+        [guest] = engine.containers.list(filters=mine)
+        sandbox = Sandbox.attach(sandboxes.add(guest.labels[L.SANDBOX]))
+        resolve_in_proxy(engine, sandbox, origin)
+        seen.update(probe(sandbox, "GET http://other.test/run"))
+
+    script = parse_script(
+        {
+            "name": "run-ask",
+            "turns": [{"computer_call": {"actions": [{"type": "wait"}]}}, {"message": "done"}],
+        }
+    )
+    out = tmp_path / "out"
+    with ScriptedModel(script, on_turn=on_turn) as model:
+        env = {**os.environ, "OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "offline"}
+        argv = ["run", "browse", "--network", "ask:example.test", "--ask-timeout", "30"]
+        process = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", *argv, "--out", str(out)],
+            cwd=Path(__file__).resolve().parents[2],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        started.append(process)
+        stdout, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stderr
+    assert "done" in stdout
+    page = seen["GET http://other.test/run"]
+    by = "cubicle run (no terminal to ask; default deny)"
+    assert page[0] == 403 and f"denied by {by}" in str(page[1]), page
+    assert origin.seen() == []
+    events = [e for e in read_trajectory(out) if e["kind"] == "origin_access"]
+    assert [(e["origin"], e["answer"], e["by"]) for e in events] == [
+        ("http://other.test", "deny", by)
+    ]
+    assert f"<td>{by}</td>" in (out / "report.html").read_text()
