@@ -475,6 +475,8 @@ ANSWERS: Final = ("approve", "deny", "cancel")
 """What a person may answer (``timeout`` is the proxy's own)."""
 MAX_PENDING: Final = 32
 """Distinct origins that may wait for an answer at once; more are refused (a guest flood)."""
+MAX_QUESTIONS_KEPT: Final = 1000
+"""Questions kept by id (pending ones always); older decided ones are forgotten."""
 MAX_BY_CHARS: Final = 300
 """The longest ``by`` an answer may carry (who answered, e.g. a policy file's rule)."""
 MAX_CONTROL_LINE: Final = 64 * 1024
@@ -597,6 +599,9 @@ class Questions:
         )
         self.pending[(question.host, question.port)] = question
         self.by_id[question.id] = question
+        if len(self.by_id) > MAX_QUESTIONS_KEPT:  # forget the oldest decided ones (bounded)
+            for old in [q for q in self.by_id.values() if q.outcome.done()][:MAX_PENDING]:
+                del self.by_id[old.id]
         message = question.message()
         self.emit({"ts": round(now, 3), "event": "question", **_without_type(message)})
         self._broadcast(message)

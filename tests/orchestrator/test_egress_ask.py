@@ -6,6 +6,7 @@ over a real sandbox is tests/orchestrator/test_docker_ask.py."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import tempfile
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import egress
 from orchestrator.origin_questions import (
     OriginQuestions,
     QuestionChannelClosed,
@@ -255,3 +257,39 @@ def test_bad_answers_are_named_and_the_channel_ends_with_the_proxy(
         questions.close()
         held.result(WAIT_S)
     assert server.paths == []
+
+
+def test_a_guest_cannot_grow_the_proxys_memory_or_queue_without_bound() -> None:
+    """In-process (the proxy's own Questions): at most MAX_PENDING origins wait at once (more
+    are refused at once), and decided questions beyond MAX_QUESTIONS_KEPT are forgotten."""
+
+    async def scenario() -> tuple[list[str], int, int, str | None]:
+        questions = egress.Questions(60.0, lambda record: None)
+        policy = egress.parse_policy("ask:")
+
+        def ask(n: int) -> asyncio.Future[egress.Decision]:
+            info = egress.RequestInfo("10.0.0.2", "GET", f"h{n}.test", 80, f"http://h{n}.test/")
+            return asyncio.ensure_future(questions.ask(info, egress.decide(policy, info.host, 80)))
+
+        held = [ask(n) for n in range(40)]
+        await asyncio.sleep(0)  # one turn of the loop: each request reaches its question
+        refused = [task.result().reason for task in held if task.done()]
+        waiting = len(questions.pending)
+        for question in list(questions.pending.values()):
+            questions.answer(question.id, "cancel", "test")
+        await asyncio.gather(*held)
+        for n in range(40, 1500):  # a guest asking for new origins again and again
+            task = ask(n)
+            await asyncio.sleep(0)
+            [question] = questions.pending.values()
+            questions.answer(question.id, "cancel", "test")
+            await task
+        return refused, waiting, len(questions.by_id), questions.answer("q1", "approve", "x")
+
+    refused, waiting, kept, late = asyncio.run(scenario())
+    assert refused == [f"{egress.MAX_PENDING} questions already wait for an answer"] * (
+        40 - egress.MAX_PENDING
+    )
+    assert waiting == egress.MAX_PENDING
+    assert kept <= egress.MAX_QUESTIONS_KEPT + egress.MAX_PENDING
+    assert late == "no question 'q1'"
