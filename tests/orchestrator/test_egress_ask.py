@@ -26,7 +26,7 @@ from orchestrator.origin_questions import (
 )
 from orchestrator.provider import AgentStream
 from tests.orchestrator.support import Server, http_server
-from tests.support.egress import RunningProxy, egress_proxy, statuses
+from tests.support.egress import RunningProxy, egress_proxy, statuses, upstream
 from tests.support.listener import host_addresses
 
 WAIT_S = 15.0
@@ -293,3 +293,40 @@ def test_a_guest_cannot_grow_the_proxys_memory_or_queue_without_bound() -> None:
     assert waiting == egress.MAX_PENDING
     assert kept <= egress.MAX_QUESTIONS_KEPT + egress.MAX_PENDING
     assert late == "no question 'q1'"
+
+
+def test_block_and_ask_never_reach_the_proxys_own_loopback(pool: ThreadPoolExecutor) -> None:
+    """The VM proxy is a host process: a block list (everything else allowed) or an approval
+    must still not reach the host's loopback services — by IP literal or by a name resolving
+    there — while a non-loopback service is reached."""
+    with (
+        upstream("host-loopback-service") as private,
+        http_server("public-service") as public,
+        egress_proxy(options=["--policy", "block:evil.test"]) as proxy,
+    ):
+        literal = proxy.exchange(
+            f"GET http://127.0.0.1:{private.port}/ HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+        )
+        name = proxy.exchange(
+            f"CONNECT localhost:{private.port} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+        )
+        allowed = proxy.exchange(get("/public", public))
+        lines = proxy.decisions(3)
+    assert statuses(literal) == [403] and b"127.0.0.1 is a loopback address" in literal
+    assert statuses(name) == [403] and b"localhost resolves to" in name
+    assert statuses(allowed) == [200]
+    assert private.paths == [] and public.paths == ["/public"]
+    assert [d["decision"] for d in lines] == ["refuse", "refuse", "allow"]
+    with (
+        upstream("host-loopback-service") as private,
+        ask_proxy() as (proxy, control),
+        controller(control) as questions,
+    ):
+        head = f"CONNECT localhost:{private.port} HTTP/1.1\r\nHost: x\r\n\r\n"
+        held = pool.submit(proxy.exchange, head.encode())
+        question = questions.next(WAIT_S)
+        assert question is not None
+        questions.answer(question.id, "approve", by="someone")
+        reply = held.result(WAIT_S)
+    assert statuses(reply) == [403] and b"approved by someone; but localhost resolves" in reply
+    assert private.paths == []
