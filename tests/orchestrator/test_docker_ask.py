@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import select
+import signal
 import subprocess
 import sys
 import threading
@@ -548,3 +551,43 @@ def test_cubicle_run_without_a_terminal_denies_and_reports_it(
         ("http://other.test", "deny", by)
     ]
     assert f"<td>{by}</td>" in (out / "report.html").read_text()
+
+
+def test_cubicle_ask_on_a_terminal_approves_with_y(
+    sandboxes: Tracker, engine: docker.DockerClient, origin: OriginServer
+) -> None:
+    """``cubicle ask ID`` on a (pseudo-)terminal prints each question and ``y`` approves it."""
+    sandbox = sandboxes.create(network=NetworkPolicy.parse("ask:", ask_timeout=60))
+    resolve_in_proxy(engine, sandbox, origin)
+    main, side = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", "ask", sandbox.id, "--by", "pty tester"],
+        cwd=Path(__file__).resolve().parents[2],
+        stdin=side,
+        stdout=subprocess.PIPE,
+        stderr=side,
+        text=True,
+    )
+    os.close(side)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            held = pool.submit(probe, sandbox, "GET http://asked.test/pty")
+            shown = b""
+            deadline = time.monotonic() + WAIT_S
+            while b"[y/N] " not in shown:
+                assert time.monotonic() < deadline, shown
+                if select.select([main], [], [], 1.0)[0]:
+                    shown += os.read(main, 4096)
+            os.write(main, b"y\n")
+            reply = held.result(WAIT_S)["GET http://asked.test/pty"]
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=30)
+        os.close(main)
+    assert b"The guest wants to reach http://asked.test (GET http://asked.test/pty)" in shown
+    assert reply[0] == 200
+    assert origin.seen() == [("asked.test", 80, "/pty")]
+    answers = [x for x in egress_lines(sandbox) if x.get("event") == "answer"]
+    assert [(a["answer"], a["by"]) for a in answers] == [
+        ("approve", "pty tester: approved at the prompt")
+    ]
