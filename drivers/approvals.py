@@ -177,10 +177,11 @@ class TerminalPrompt(ApprovalPolicy):
         super().__init__(log=log, geometry=geometry)
         self._input = input
         self._output = output
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
+        """Held while a question is on the terminal (share it with other prompts there)."""
 
     def _ask(self, question: str) -> Judgement:
-        with self._lock:
+        with self.lock:
             self._output.write(question + "\nApprove? [y/N] ")
             self._output.flush()
             answer = self._input.readline()

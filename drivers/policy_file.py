@@ -5,6 +5,7 @@ Format (every key optional unless marked)::
     version = 1
     default = "deny"          # verdict for an action no rule matches: allow | deny | ask
     safety_checks = "ask"     # verdict for pending safety checks no [[check]] matches
+    origin_access = "ask"     # verdict for an ask: sandbox's origin question no [[origin]] matches
 
     [[rule]]                  # action rules; the FIRST matching rule decides
     decision = "allow"        # required: allow | deny | ask
@@ -20,6 +21,12 @@ Format (every key optional unless marked)::
     [[check]]                 # safety-check rules; first match wins
     decision = "allow"        # required
     codes = ["malicious_instructions"]   # matches when every pending check's code is listed
+
+    [[origin]]                # origin-access rules (``--network ask:``); first match wins
+    decision = "allow"        # required: allow (approve) | deny | ask (the terminal, if any)
+    origins = ["example.com", "api.example.org:8443"]   # entries as in ``allow:`` — a NAME is
+                              # that domain and its subdomains on ports 80/443, HOST:PORT exact
+    note = "why this rule"
 
 All conditions of a rule must hold. A rule with ``keys``/``text``/``region`` matches only actions
 that have keys/text/points. Screen regions are matched with the driver's current geometry; an
@@ -45,14 +52,26 @@ from drivers.errors import PolicyFileError
 from drivers.viewport import Rect
 from guest.errors import GuestError
 from guest.keys import resolve_chord
+from orchestrator import egress
 
-__all__ = ["CheckRule", "Policy", "Rule", "Verdict", "load_policy", "parse_policy"]
+__all__ = [
+    "CheckRule",
+    "OriginRule",
+    "Policy",
+    "Rule",
+    "Verdict",
+    "load_policy",
+    "parse_policy",
+]
 
 Verdict = Literal["allow", "deny", "ask"]
 VERDICTS: Final = ("allow", "deny", "ask")
 RULE_KEYS: Final = frozenset({"decision", "actions", "keys", "text", "region", "note"})
 CHECK_KEYS: Final = frozenset({"decision", "codes", "note"})
-TOP_KEYS: Final = frozenset({"version", "default", "safety_checks", "rule", "check"})
+ORIGIN_KEYS: Final = frozenset({"decision", "origins", "note"})
+TOP_KEYS: Final = frozenset(
+    {"version", "default", "safety_checks", "origin_access", "rule", "check", "origin"}
+)
 POLICY_ACTIONS: Final = (*ACTION_TYPES, "screenshot")
 
 Chord = frozenset[str]
@@ -102,6 +121,21 @@ class CheckRule:
 
 
 @dataclass(frozen=True)
+class OriginRule:
+    """One ``[[origin]]``: ``index`` is 1-based, ``line`` its header line; ``origins`` as the
+    egress proxy reads an ``allow:`` list (:mod:`orchestrator.egress`, the one grammar)."""
+
+    index: int
+    line: int
+    decision: Verdict
+    origins: egress.Policy
+    note: str = ""
+
+    def matches(self, host: str, port: int) -> bool:
+        return egress.decide(self.origins, host, port).allowed
+
+
+@dataclass(frozen=True)
 class Policy:
     """A loaded policy: rules in file order, the defaults, and where it came from."""
 
@@ -110,6 +144,19 @@ class Policy:
     safety_checks: Verdict
     rules: tuple[Rule, ...]
     checks: tuple[CheckRule, ...]
+    origin_access: Verdict = "ask"
+    origin_rules: tuple[OriginRule, ...] = ()
+
+    def decide_origin(self, host: str, port: int) -> tuple[Verdict, str]:
+        """The verdict for an origin-access question (``host`` normalised) and who decided."""
+        for rule in self.origin_rules:
+            if rule.matches(host, port):
+                note = f": {rule.note}" if rule.note else ""
+                return (
+                    rule.decision,
+                    f"policy {self.path} origin {rule.index} (line {rule.line}){note}",
+                )
+        return self.origin_access, f"policy {self.path} origin_access default"
 
     def decide_action(self, facts: ActionFacts) -> tuple[Verdict, str]:
         """The verdict for an action and who decided (``policy <path> rule 2 (line 9)``)."""
@@ -172,14 +219,20 @@ def parse_policy(text: str, path: str = "<policy>") -> Policy:
     checks_default = _verdict(
         data.get("safety_checks", "ask"), path, where.top("safety_checks"), "safety_checks"
     )
+    origins_default = _verdict(
+        data.get("origin_access", "ask"), path, where.top("origin_access"), "origin_access"
+    )
     rules = _tables(data, "rule", path, where)
     checks = _tables(data, "check", path, where)
+    origins = _tables(data, "origin", path, where)
     return Policy(
         path,
         default,
         checks_default,
         tuple(_rule(i, entry, path, where) for i, entry in enumerate(rules, 1)),
         tuple(_check_rule(i, entry, path, where) for i, entry in enumerate(checks, 1)),
+        origins_default,
+        tuple(_origin_rule(i, entry, path, where) for i, entry in enumerate(origins, 1)),
     )
 
 
@@ -328,6 +381,31 @@ def _check_rule(index: int, entry: dict[str, Any], path: str, where: _Locator) -
     if not isinstance(note, str):
         raise PolicyFileError(path, line("note"), f"check {index}: note must be a string")
     return CheckRule(index, where.header("check", index) or 0, decision, codes, note)
+
+
+def _origin_rule(index: int, entry: dict[str, Any], path: str, where: _Locator) -> OriginRule:
+    def line(key: str | None = None) -> int | None:
+        return where.in_table("origin", index, key)
+
+    decision = _decision(
+        entry, kind="origin", index=index, allowed=ORIGIN_KEYS, path=path, line=line
+    )
+    if "origins" not in entry:
+        raise PolicyFileError(path, line(), f"origin {index}: missing 'origins' (a list)")
+    items = _strings(entry["origins"], path, line("origins"), f"origin {index}: origins")
+    for item in items:
+        if "," in item:
+            raise PolicyFileError(
+                path, line("origins"), f"origin {index}: {item!r}: one origin per string"
+            )
+    try:
+        origins = egress.parse_policy("allow:" + ",".join(items))
+    except egress.InvalidOrigin as exc:
+        raise PolicyFileError(path, line("origins"), f"origin {index}: {exc}") from None
+    note = entry.get("note", "")
+    if not isinstance(note, str):
+        raise PolicyFileError(path, line("note"), f"origin {index}: note must be a string")
+    return OriginRule(index, where.header("origin", index) or 0, decision, origins, note)
 
 
 class _Locator:

@@ -29,6 +29,7 @@ from guest.errors import CubicleError
 from guest.protocol import MAX_EXEC_OUTPUT_BYTES
 from orchestrator.errors import ConfigError, EngineUnavailable, ImageMissing, SandboxNotFound
 from orchestrator.network import NetworkPolicy
+from orchestrator.origin_answers import add_ask_timeout_argument, register_ask, with_ask_timeout
 from orchestrator.provider import Provider, SandboxSpec, default_cpus
 from orchestrator.provider import parse_size as provider_size
 from orchestrator.providers import DOCKER_ENGINE_ENV, PROVIDERS, get_provider
@@ -74,8 +75,11 @@ def add_shape_options(parser: argparse.ArgumentParser) -> None:
         "--network",
         type=parse_network,
         default=NetworkPolicy.none(),
-        help="none (default) | allow:HOST[:PORT],... | open",
+        help="none (default) | allow:ENTRY,... | block:NAME,... | ask:[ENTRY,...] | "
+        "open; ENTRY: NAME (that domain and its subdomains, ports 80/443), HOST:PORT "
+        "(exactly), IP[:PORT]",
     )
+    add_ask_timeout_argument(parser)
     parser.add_argument(
         "--size", type=parse_size, default=(1280, 800), help="screen WxH pixels (default 1280x800)"
     )
@@ -129,7 +133,7 @@ def cmd_image_push(args: argparse.Namespace) -> int:
 def cmd_up(args: argparse.Namespace) -> int:
     spec = SandboxSpec(
         screen=args.size,
-        network=args.network,
+        network=with_ask_timeout(args.network, args.ask_timeout),
         ttl_s=args.ttl,
         detached=True,
         cpus=default_cpus() if args.cpus is None else args.cpus,
@@ -356,6 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_gc)
 
+    register_ask(sub)
     _register_plugins(sub)
     return parser
 

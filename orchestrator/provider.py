@@ -269,6 +269,18 @@ class Provider(abc.ABC):
             raise
         return AsyncAgentClient(wrapped, name=stream.name, codec=stream.codec)
 
+    def open_egress_control(self, sandbox_id: str, *, timeout: float) -> AgentStream:
+        """Open a byte stream to the control socket of an ``ask:`` sandbox's egress proxy
+        (:mod:`orchestrator.egress`; used through :class:`orchestrator.origin_questions.
+        OriginQuestions`). Never reachable from the guest. The caller owns the socket.
+
+        :raises ProviderError: this backend or this sandbox has no ask-mode proxy.
+        """
+        raise ProviderError(
+            f"{self.name} sandbox {sandbox_id} has no egress control socket (ask mode is not "
+            f"supported on the {self.name} backend)"
+        )
+
     def agent_socket(self, sandbox_id: str) -> str:
         """Path of a host unix socket that reaches the sandbox's agent, where one exists.
 

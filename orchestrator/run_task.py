@@ -53,6 +53,13 @@ from orchestrator.drill.session import LoopKind, LoopThread, RecordedSession, er
 from orchestrator.drill.signals import cancel_on_signals
 from orchestrator.drill.verify import Check, check_file
 from orchestrator.errors import ConfigError
+from orchestrator.network import NetworkPolicy
+from orchestrator.origin_answers import (
+    OriginAnswerer,
+    add_ask_timeout_argument,
+    run_answers,
+    with_ask_timeout,
+)
 from orchestrator.providers import PROVIDERS
 from orchestrator.sandbox import Sandbox, teardown_on_signals
 from orchestrator.trajectory.recorder import TrajectoryRecorder
@@ -156,6 +163,7 @@ def run_task(
     stall_limit: int = DEFAULT_STALL_LIMIT,
     takeover_on_stall: bool = False,
     record: tuple[float, int] | None = None,
+    origin_answers: Callable[[TrajectoryRecorder], OriginAnswerer] | None = None,
 ) -> TaskResult:
     """Run ``task`` with ``model`` through ``client`` on ``desktop``; record and verify.
 
@@ -170,6 +178,8 @@ def run_task(
         (``cubicle view ID --takeover``) every run on a sandbox waits (:mod:`orchestrator.view`).
     :param record: ``(fps, kbps)``: write ``out/recording.mp4`` of the screen
         (:mod:`orchestrator.view.recording`); ``None``: no video.
+    :param origin_answers: for an ``ask:`` sandbox, starts who answers its origin questions
+        (:mod:`orchestrator.origin_answers`) for the length of the run, recording each decision.
     """
     started = time.monotonic()
     result = TaskResult(out=out)
@@ -202,6 +212,7 @@ def run_task(
         agent = desktop.connect()
         if recording is not None:
             recording.start()
+        answers = origin_answers(recorder) if origin_answers is not None else None
         try:
             driver = GuestDriver(
                 agent, viewport=viewport, on_action=session.on_action, settle=settle
@@ -240,6 +251,8 @@ def run_task(
             result.cancelled = result.cancelled or isinstance(exc, DrillCancelled)
             recorder.event("error", where="run", type=type(exc).__name__, message=str(exc))
         finally:
+            if answers is not None:
+                answers.close()
             agent.close()
             client.close()
             if recording is not None:
@@ -292,8 +305,13 @@ def register_run(sub: Any) -> None:
         help=f"model requests at most, the final one included (default {DEFAULT_MAX_STEPS})",
     )
     p.add_argument(
-        "--network", default="none", help="none (default), open, or allow:HOST[:PORT],..."
+        "--network",
+        default="none",
+        help="none (default), open, allow:ENTRY,..., block:NAME,... or ask:[ENTRY,...] "
+        "(questions asked on the terminal or decided by --policy's [[origin]] rules; "
+        "default deny)",
     )
+    add_ask_timeout_argument(p)
     p.add_argument("--backend", default="docker", choices=sorted(PROVIDERS), help="sandbox backend")
     p.add_argument("--size", default="1280x800", help="screen WxH in pixels (default 1280x800)")
     p.add_argument(
@@ -425,6 +443,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     verifiers = [file_verifier(*parse_verify_file(v)) for v in args.verify_file]
     verifiers += [function_verifier(spec) for spec in args.verify]
     safety, actions = _policies(args)
+    network = with_ask_timeout(NetworkPolicy.parse(args.network), args.ask_timeout)
     settle = parse_settle(args.settle)
     if args.stall < 0:
         raise ConfigError(f"--stall must be 0 (off) or a positive count, got {args.stall}")
@@ -433,7 +452,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with teardown_on_signals():
         sandbox = Sandbox.create(
             args.backend,
-            network=args.network,
+            network=network,
             screen=screen,
             detached=args.keep,
             progress=progress,
@@ -458,6 +477,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 stall_limit=args.stall,
                 takeover_on_stall=args.takeover_on_stall,
                 record=record,
+                origin_answers=run_answers(sandbox, network, safety),
             )
     finally:
         if args.keep:

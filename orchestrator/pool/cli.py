@@ -15,6 +15,7 @@ import sys
 import time
 from typing import Any
 
+from orchestrator.errors import ConfigError
 from orchestrator.pool import admin, fill, registry
 from orchestrator.provider import SandboxSpec, default_cpus
 
@@ -26,6 +27,12 @@ def _err(text: str) -> None:
 
 
 def cmd_fill(args: argparse.Namespace) -> int:
+    if args.network.mode == "ask" or args.ask_timeout is not None:
+        raise ConfigError(
+            "pool fill: ask: networks are not pooled (a member's origin questions and its ask "
+            "timeout belong to the process that claims it)",
+            hint="start ask: sandboxes with: cubicle up --network ask:...",
+        )
     spec = SandboxSpec(
         screen=args.size,
         network=args.network,

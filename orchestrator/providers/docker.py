@@ -80,7 +80,13 @@ from orchestrator.providers.docker_engine import (
 )
 from orchestrator.providers.docker_errors import ENGINE_HINT, map_docker_errors
 from orchestrator.providers.docker_exec import DockerStreamCodec, bridge_argv, open_exec_socket
-from orchestrator.providers.docker_network import setup_network
+from orchestrator.providers.docker_network import (
+    CONTROL_SOCKET,
+    EGRESS_PYTHON,
+    EGRESS_SCRIPT,
+    EGRESS_USER,
+    setup_network,
+)
 from orchestrator.providers.docker_seccomp import guest_profile
 from orchestrator.view import stop_view_servers
 
@@ -449,6 +455,22 @@ class DockerProvider(Provider):
         container = self._guest(sandbox_id)
         with map_docker_errors(f"reading the logs of {sandbox_id}"):
             return bytes(container.logs(tail=tail)).decode("utf-8", "replace")
+
+    def open_egress_control(self, sandbox_id: str, *, timeout: float) -> AgentStream:
+        """A ``docker exec`` of ``egress.py --relay`` in the proxy container: the host's only way
+        to its control socket (a file in that container's private tmpfs)."""
+        _check_id(sandbox_id)
+        found = self._containers(sandbox_id, "egress")
+        if not found:
+            raise ProviderError(
+                f"sandbox {sandbox_id} has no egress proxy (its network is not ask:)",
+                hint="create it with --network ask:...",
+            )
+        argv = [EGRESS_PYTHON, "-I", EGRESS_SCRIPT, "--relay", CONTROL_SOCKET]
+        sock = open_exec_socket(
+            self.client.api, str(found[0].id), argv, user=EGRESS_USER, name=f"{sandbox_id} egress"
+        )
+        return AgentStream(sock, f"the egress proxy of {sandbox_id}", DockerStreamCodec())
 
     def egress_log(self, sandbox_id: str, *, tail: int | str = "all") -> str:
         """The egress proxy's decision log (JSON lines), ``""`` when the sandbox has no proxy."""

@@ -4,13 +4,16 @@
 policy    what the guest container gets
 ========  =================================================================================
 none      ``network_mode="none"``: loopback only; no route, no DNS
-allow:…   only an ``internal=True`` network ``cubicle-<id>`` whose bridge has no host address
+allow:…,  only an ``internal=True`` network ``cubicle-<id>`` whose bridge has no host address
           (``inhibit_ipv4``: the guest reaches neither other networks nor the host) shared with a
           separate egress-proxy container (:mod:`orchestrator.egress`, same image, also on the
-          default bridge) that forwards exactly the allowed origins and logs every decision.
+          default bridge) that forwards what the policy admits and logs every decision.
           The guest gets ``HTTP(S)_PROXY``/``http(s)_proxy`` pointing at the proxy's address on
           the internal network, and a DNS server that does not answer (``127.0.0.1``), so
-          names are resolved by the proxy only.
+          names are resolved by the proxy only. ``ask:`` proxies also get a tmpfs
+          ``/run/egress`` holding their control socket (:data:`CONTROL_SOCKET`), which the host
+          reaches with ``docker exec … egress.py --relay`` (never the guest: it is another
+          container's private file system).
 open      the default bridge (full network; only when asked for explicitly)
 ========  =================================================================================
 
@@ -31,10 +34,26 @@ from orchestrator.egress import EGRESS_PORT
 from orchestrator.network import NetworkPolicy
 from orchestrator.providers.docker_errors import map_docker_errors
 
-__all__ = ["GuestNetwork", "egress_name", "network_name", "setup_network"]
+__all__ = [
+    "CONTROL_SOCKET",
+    "EGRESS_PYTHON",
+    "EGRESS_SCRIPT",
+    "EGRESS_USER",
+    "GuestNetwork",
+    "egress_name",
+    "network_name",
+    "setup_network",
+]
 
 EGRESS_MEMORY: Final = "128m"
 EGRESS_PIDS: Final = 64
+EGRESS_USER: Final = "1000:1000"
+EGRESS_PYTHON: Final = "/usr/bin/python3"
+"""The image's system Python, with Debian's python3-h11 (guest-packages.txt)."""
+EGRESS_SCRIPT: Final = "/opt/cubicle/egress.py"
+CONTROL_DIR: Final = "/run/egress"
+CONTROL_SOCKET: Final = f"{CONTROL_DIR}/control.sock"
+"""Ask mode: the proxy's control socket, inside the proxy container only."""
 
 
 def network_name(sandbox_id: str) -> str:
@@ -81,21 +100,26 @@ def setup_network(
             labels={**labels, L.ROLE: "network"},
         )
     command = [
-        "/usr/bin/python3",  # the system Python, with Debian's python3-h11 (guest-packages.txt)
+        EGRESS_PYTHON,
         "-I",
-        "/opt/cubicle/egress.py",
+        EGRESS_SCRIPT,
         "--listen",
         f"0.0.0.0:{EGRESS_PORT}",
+        "--policy",
+        str(policy.proxy_policy),
     ]
-    for origin in policy.allow:
-        command += ["--allow", str(origin)]
+    tmpfs: dict[str, str] = {}
+    if policy.mode == "ask":
+        command += ["--ask-timeout", f"{policy.ask_timeout:g}", "--control", CONTROL_SOCKET]
+        tmpfs[CONTROL_DIR] = "mode=0700,uid=1000,gid=1000,size=64k"
     with map_docker_errors(f"creating the egress proxy of {sandbox_id}"):
         proxy: docker.models.containers.Container = client.containers.create(
             image,
             entrypoint=command,
             name=egress_name(sandbox_id),
             labels={**labels, L.ROLE: "egress"},
-            user="1000:1000",
+            user=EGRESS_USER,
+            tmpfs=tmpfs,
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             read_only=True,

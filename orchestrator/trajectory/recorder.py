@@ -38,6 +38,9 @@ Kinds and their fields:
 - ``stale_check``: ``shot``, ``stale``, ``changed_box``, ``changed_area``, ``window_s``, ``later``
   (the drill compared the screenshot the model received with the screen that much later; when
   stale, ``later`` is the file of what the screen became, under ``stale/``)
+- ``origin_access``: ``question``, ``origin``, ``host``, ``port``, ``answer`` (``approve`` |
+  ``deny`` | ``cancel`` | ``timeout``), ``by`` (an ``ask:`` sandbox's proxy held a guest
+  connection to ``origin`` until this decision: :mod:`orchestrator.origin_answers`)
 - ``end``: ``ok``, ``final_message``, ``wall_s``
 
 The recorder is thread-safe (the scripted model's hooks run on the HTTP server's thread). The

@@ -285,6 +285,21 @@ def render_report(folder: Path) -> str:
             )
         out.append("</table>")
 
+    origins = by_kind.get("origin_access", [])
+    if origins:
+        out.append(
+            '<h2>Origin access</h2><table id="origin-access"><tr><th>t (s)</th><th>origin</th>'
+            "<th>answer</th><th>by</th></tr>"
+        )
+        for item in origins:
+            cls = "ok" if item.get("answer") == "approve" else "fail"
+            out.append(
+                f"<tr><td>{_esc(item.get('t'))}</td><td>{_esc(item.get('origin'))}</td>"
+                f'<td class="{cls}">{_esc(item.get("answer"))}</td>'
+                f"<td>{_esc(item.get('by'))}</td></tr>"
+            )
+        out.append("</table>")
+
     out.extend(handover_section(by_kind.get("handover", [])))
     out.extend(recording_section(by_kind.get("recording", [])))
     out.append("<h2>Steps</h2>")

@@ -1,4 +1,5 @@
-"""The origin check: exact host and port, IDNA, IP literals; fuzzed with hypothesis.
+"""The origin check: domains (with subdomains) on 80/443, exact host:port, block lists, ask,
+IDNA, IP literals; fuzzed with hypothesis.
 
 There is one origin type, one origin parser and one decision, in the standalone proxy
 (orchestrator/egress.py); policy parsing (orchestrator/network.py) uses them.
@@ -69,7 +70,16 @@ def test_one_definition_of_origins_and_decisions() -> None:
             network.parse_origin(text)
         assert str(policy_error.value) == str(proxy_error.value)
     repo = Path(egress.__file__).resolve().parents[1]
-    own = {"Origin", "AllowedOrigin", "parse_origin", "parse_allowed", "decide", "split_authority"}
+    own = {
+        "Origin",
+        "AllowedOrigin",
+        "parse_origin",
+        "parse_allowed",
+        "decide",
+        "split_authority",
+        "covers_host",
+        "forbidden_address",
+    }
     for path in [
         p for pkg in ("orchestrator", "drivers", "guest") for p in (repo / pkg).rglob("*.py")
     ]:
@@ -95,13 +105,37 @@ def test_one_definition_of_origins_and_decisions() -> None:
 
 @settings(max_examples=1000, deadline=None)
 @given(host=hosts, port=ports)
-def test_allowed_means_exactly_an_origin(host: str, port: int) -> None:
+def test_allowed_means_an_entry_admits_it(host: str, port: int) -> None:
+    """Allowed only when an entry admits it: a domain entry (name, no port) its host or a
+    whole-label subdomain on 80/443; an IP without port on 80/443; HOST:PORT exactly."""
     decision = egress.decide(ORIGINS, host, port)
     if decision.allowed:
         assert any(
-            decision.host == o.host and (port == o.port if o.port else port in (80, 443))
+            (
+                (decision.host == o.host or decision.host.endswith("." + o.host))
+                if o.port is None and not egress.is_ip(o.host)
+                else decision.host == o.host
+            )
+            and (port == o.port if o.port else port in (80, 443))
             for o in ORIGINS
-        )
+        ), decision
+        # a subdomain admission is guarded (no loopback/link-local), an exact one is not
+        assert decision.guard == (decision.host not in {o.host for o in ORIGINS})
+
+
+@settings(max_examples=500, deadline=None)
+@given(host=hosts, port=ports)
+def test_block_list_refuses_exactly_the_blocked_domains(host: str, port: int) -> None:
+    blocked = egress.parse_policy("block:example.com,10.1.2.3")
+    decision = egress.decide(blocked, host, port)
+    try:
+        name = egress.normalize_host(host)
+    except egress.InvalidHost:
+        assert not decision.allowed
+        return
+    inside = name == "10.1.2.3" or name == "example.com" or name.endswith(".example.com")
+    assert decision.allowed is (not inside and 1 <= port <= 65535), decision
+    assert decision.guard is decision.allowed
 
 
 @pytest.mark.parametrize(
@@ -112,9 +146,14 @@ def test_allowed_means_exactly_an_origin(host: str, port: int) -> None:
         ("example.com", 8080, False),
         ("example.com.evil.test", 443, False),
         ("evil.test/example.com", 80, False),
-        ("sub.example.com", 443, False),
+        ("sub.example.com", 443, True),
+        ("a.b.sub.example.com", 80, True),
+        ("sub.example.com", 8443, False),
+        ("badexample.com", 443, False),
+        ("example.com.", 443, True),
         ("api.example.org", 8443, True),
         ("api.example.org", 443, False),
+        ("v2.api.example.org", 8443, False),
         ("10.1.2.3", 80, True),
         ("10.1.2.3", 443, False),
         ("010.001.002.003", 80, False),
@@ -123,6 +162,7 @@ def test_allowed_means_exactly_an_origin(host: str, port: int) -> None:
         ("bücher.de", 443, True),
         ("xn--bcher-kva.de", 443, True),
         ("bucher.de", 443, False),
+        ("www.bücher.de", 443, True),
     ],
 )
 def test_examples(host: str, port: int, allowed: bool) -> None:
@@ -162,3 +202,94 @@ def test_parse_target_connect_and_absolute_uri() -> None:
 def test_parse_target_refuses(method: str, target: str) -> None:
     with pytest.raises(egress.BadRequest):
         egress.parse_target(method, target)
+
+
+def test_one_entry_per_port_of_a_host_each_count() -> None:
+    """Two exact entries for one host: each port is allowed (not only the first listed)."""
+    policy = egress.parse_policy("allow:a.test:443,a.test:8080")
+    assert egress.decide(policy, "a.test", 8080).allowed
+    assert egress.decide(policy, "a.test", 443).allowed
+    assert egress.decide(policy, "a.test", 80).reason == "port 80 not allowed for a.test"
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("block:example.com:443", "names a port"),
+        ("allow:a.test,block:b.test", "cannot be combined"),
+        ("block:a.test,allow:b.test", "cannot be combined"),
+        ("ask:a.test,allow:b.test", "cannot be combined"),
+        ("allow:", "empty entry"),
+        ("allow:a.test,,b.test", "empty entry"),
+        ("block:", "empty entry"),
+        ("deny:a.test", "unknown (proxy|network) policy"),
+        ("allow:http://a.test", "without scheme"),
+        ("block:*.a.test", "invalid host name"),
+    ],
+)
+def test_bad_policies_are_named(text: str, error: str) -> None:
+    with pytest.raises(egress.InvalidOrigin, match=error):
+        egress.parse_policy(text)
+    with pytest.raises(ConfigError, match=error):
+        NetworkPolicy.parse(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "allow:example.com,api.example.org:8443,10.1.2.3,[2001:db8::1]:443",
+        "block:evil.test,10.9.9.9",
+        "ask:",
+        "ask:example.com,127.0.0.1:8080",
+    ],
+)
+def test_policy_text_round_trips(text: str) -> None:
+    policy = NetworkPolicy.parse(text)
+    assert policy.proxied
+    assert NetworkPolicy.parse(str(policy)) == policy
+    assert egress.parse_policy(str(policy.proxy_policy)) == policy.proxy_policy
+
+
+def test_restricted_maps_the_product_fields() -> None:
+    allowed = NetworkPolicy.restricted(allowed_domains=["example.com", "api.x.org:8443"])
+    assert str(allowed) == "allow:api.x.org:8443,example.com"
+    assert allowed.allows("www.example.com", 443) and not allowed.allows("x.org", 443)
+    blocked = NetworkPolicy.restricted(blocked_domains=["evil.test"])
+    assert str(blocked) == "block:evil.test"
+    assert blocked.allows("good.test", 22) and not blocked.allows("a.evil.test", 443)
+    asked = NetworkPolicy.restricted(allowed_domains=["example.com"], ask=True, ask_timeout=5)
+    assert (str(asked), asked.ask_timeout) == ("ask:example.com", 5)
+    assert not asked.allows("other.test", 443)  # would be asked, not allowed outright
+    assert egress.decide(asked.proxy_policy, "other.test", 443).verdict == "ask"
+    for kwargs, error in [
+        ({"allowed_domains": ["a.test"], "blocked_domains": ["b.test"]}, "cannot be combined"),
+        ({"blocked_domains": ["b.test"], "ask": True}, "ask mode takes an allow list"),
+        ({}, "needs allowed_domains"),
+        ({"allowed_domains": ["a.test,b.test"]}, "one domain per entry"),
+        ({"ask": True, "ask_timeout": 0}, "ask timeout"),
+    ]:
+        with pytest.raises(ConfigError, match=error):
+            NetworkPolicy.restricted(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("address", "why"),
+    [
+        ("127.0.0.1", "loopback"),
+        ("127.8.9.10", "loopback"),
+        ("::1", "loopback"),
+        ("::ffff:127.0.0.1", "loopback"),
+        ("169.254.169.254", "link-local"),
+        ("fe80::1%eth0", "link-local"),
+        ("0.0.0.0", "unspecified"),
+        ("224.0.0.1", "multicast"),
+        ("172.17.0.1", None),
+        ("10.231.0.1", None),
+        ("93.184.216.34", None),
+    ],
+)
+def test_guarded_destinations_never_reach_loopback_or_link_local(
+    address: str, why: str | None
+) -> None:
+    found = egress.forbidden_address(address)
+    assert (found is None) if why is None else (found is not None and why in found)

@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
@@ -33,6 +33,7 @@ class RunningProxy:
         self.port = port
         self.lines: list[dict[str, object]] = []
         self.stderr: list[str] = []
+        self.stopped = False
         self._changed = threading.Condition()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -52,8 +53,26 @@ class RunningProxy:
         assert len(found) >= count, (count, found)
         return found
 
+    def stop(self) -> None:
+        """Terminate the proxy now (a test of what happens when it goes away)."""
+        self.stopped = True
+        self.process.terminate()
+        self.process.wait(WAIT_S)
+
     def _decisions(self) -> list[dict[str, object]]:
         return [line for line in self.lines if "decision" in line]
+
+    def events(self, kind: str, count: int) -> list[dict[str, object]]:
+        """The log lines with ``"event": kind`` once there are ``count`` (fails after WAIT_S)."""
+
+        def found() -> list[dict[str, object]]:
+            return [line for line in self.lines if line.get("event") == kind]
+
+        with self._changed:
+            self._changed.wait_for(lambda: len(found()) >= count, WAIT_S)
+            lines = found()
+        assert len(lines) >= count, (kind, count, self.lines)
+        return lines
 
     def exchange(self, data: bytes, *, then: bytes = b"", end: bool = False) -> bytes:
         """Send ``data`` (then ``then`` once a first reply arrived; with ``end``, then close our
@@ -84,11 +103,13 @@ def free_port() -> int:
 
 
 @contextmanager
-def egress_proxy(*allow: str, python: str = sys.executable) -> Iterator[RunningProxy]:
-    """Run the proxy with ``python -I`` allowing ``allow`` (``HOST[:PORT]``); stopped (by its
-    pid) on exit."""
+def egress_proxy(
+    *allow: str, python: str = sys.executable, options: Sequence[str] = ()
+) -> Iterator[RunningProxy]:
+    """Run the proxy with ``python -I`` allowing ``allow`` (``HOST[:PORT]``) or with
+    ``options`` (e.g. ``--policy``); stopped (by its pid) on exit."""
     port = free_port()
-    argv = [python, "-I", str(EGRESS), "--listen", f"127.0.0.1:{port}"]
+    argv = [python, "-I", str(EGRESS), "--listen", f"127.0.0.1:{port}", *options]
     for origin in allow:
         argv += ["--allow", origin]
     process = subprocess.Popen(
@@ -98,8 +119,9 @@ def egress_proxy(*allow: str, python: str = sys.executable) -> Iterator[RunningP
         assert process.stdout is not None and process.stderr is not None
         first = process.stdout.readline()
         assert '"listening"' in first, first + process.stderr.read()
-        yield RunningProxy(process, port)
-        assert process.poll() is None, "the proxy died: " + process.stderr.read()
+        running = RunningProxy(process, port)
+        yield running
+        assert running.stopped or process.poll() is None, "the proxy died: " + process.stderr.read()
     finally:
         process.terminate()
         try:

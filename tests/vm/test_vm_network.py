@@ -9,18 +9,21 @@ import os
 import signal
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
 from orchestrator.egress import EGRESS_PORT
 from orchestrator.network import NetworkPolicy
+from orchestrator.origin_questions import OriginQuestions
 from orchestrator.provider import SandboxSpec
 from orchestrator.providers.vm import VmProvider
 from orchestrator.providers.vm import network as vm_network
 from orchestrator.sandbox import wait_ready
 from tests.orchestrator.support import http_server
 from tests.support.guest_probes import DIRECT_PROBE
+from tests.support.listener import host_addresses
 from tests.vm.conftest import REPO, assert_gone, qemu_pids_using
 
 pytestmark = [pytest.mark.vm, pytest.mark.slow]
@@ -161,6 +164,7 @@ def test_allow_forwards_exactly_the_allowed_origins(
 CREATOR = """
 import sys, time
 from orchestrator.network import NetworkPolicy
+from orchestrator.origin_questions import OriginQuestions
 from orchestrator.providers.vm import VmProvider
 from orchestrator.provider import SandboxSpec
 spec = SandboxSpec(ttl_s=3600, network=NetworkPolicy.parse("allow:example.com"))
@@ -219,3 +223,51 @@ def test_gc_removes_network_pieces_whose_run_directory_is_gone(
         run.rmdir()
     assert sandbox_id in vm_provider.gc()
     assert _network_leftovers(vm_provider, sandbox_id) == []
+
+
+def test_ask_mode_holds_the_guest_until_a_person_answers(
+    vm_provider: VmProvider, leak_check: list[str]
+) -> None:
+    """``ask:`` on a VM: the host proxy (as nobody) holds the guest's request; the question comes
+    over the root-only control socket; approve lets it through, deny refuses a tunnel."""
+    host = next(iter(host_addresses()))  # an approved destination may not be a loopback one
+    with http_server("approved", host) as approved, http_server("denied", host) as denied:
+        info = vm_provider.create(SandboxSpec(network=NetworkPolicy.parse("ask:", ask_timeout=60)))
+        leak_check.append(info.id)
+        try:
+            wait_ready(vm_provider, info.id, timeout=240)
+            control = vm_provider.home / "run" / info.id / vm_network.CONTROL_SOCKET
+            mode = control.lstat()
+            with (
+                ThreadPoolExecutor(2) as pool,
+                OriginQuestions(
+                    vm_provider.open_egress_control(info.id, timeout=10), info.id
+                ) as questions,
+            ):
+                held = pool.submit(
+                    _run, vm_provider, info.id, PROXY_PROBE, f"http://{host}:{approved.port}/yes"
+                )
+                asked = questions.next(120)
+                assert asked is not None and asked.origin == f"http://{host}:{approved.port}"
+                assert approved.paths == []  # held
+                questions.answer(asked.id, "approve", by="vm tester")
+                got = held.result(120)
+                tunnel = pool.submit(
+                    _run, vm_provider, info.id, PROXY_PROBE, f"https://{host}:{denied.port}/no"
+                )
+                asked = questions.next(120)
+                assert asked is not None and asked.origin == f"https://{host}:{denied.port}"
+                questions.answer(asked.id, "deny", by="vm tester")
+                refused = tunnel.result(120)
+            log = vm_provider.egress_log(info.id)
+        finally:
+            vm_provider.destroy(info.id)
+    assert got[f"http://{host}:{approved.port}/yes"] == [200, "approved"], got
+    assert "403" in str(refused[f"https://{host}:{denied.port}/no"][1]), refused
+    assert approved.paths == ["/yes"] and denied.paths == []
+    assert (mode.st_uid, mode.st_mode & 0o777) == (0, 0o600)
+    answers = [json.loads(x) for x in log.splitlines() if '"event": "answer"' in x]
+    assert [(a["answer"], a["by"]) for a in answers] == [
+        ("approve", "vm tester"),
+        ("deny", "vm tester"),
+    ]

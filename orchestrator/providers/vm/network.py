@@ -48,6 +48,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -79,6 +80,8 @@ SUBNET_POOL: Final = ipaddress.IPv4Network("10.231.0.0/16")
 NAME_PREFIX: Final = "cubicle-"
 PROXY_READY_S: Final = 10.0
 PROXY_STOP_S: Final = 5.0
+CONTROL_SOCKET: Final = "egress-control.sock"
+"""Ask mode: the proxy's control socket in the run folder (root's alone, 0600)."""
 EGRESS_SOURCE: Final = Path(__file__).resolve().parents[2] / "egress.py"
 LIBVIRT_DNSMASQ_DIR: Final = Path("/var/lib/libvirt/dnsmasq")
 _ID = re.compile(r"vm-[0-9a-z]+")
@@ -148,8 +151,8 @@ def setup(
 
     :raises ProviderError: naming the piece that could not be made.
     """
-    if policy.mode not in ("allow", "open"):
-        raise ValueError(f"vm_network.setup is for allow: and open policies, got {policy}")
+    if not (policy.proxied or policy.mode == "open"):
+        raise ValueError(f"vm_network.setup is for proxied and open policies, got {policy}")
     network = _create_network(conn, sandbox_id, "open" if policy.mode == "open" else "allow")
     _add_rules(network)
     if network.mode == "allow":
@@ -316,19 +319,34 @@ def _start_proxy(network: VmNetwork, policy: NetworkPolicy, run: Path, script: P
         "--label",
         network.sandbox_id,
     ]
-    for origin in policy.allow:
-        argv += ["--allow", str(origin)]
+    argv += ["--policy", str(policy.proxy_policy)]
+    control = None
+    if policy.mode == "ask":
+        # root binds the control socket (0600, in the root-only run folder) and hands the
+        # listening descriptor to the proxy, which runs as nobody
+        control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        path = run / CONTROL_SOCKET
+        path.unlink(missing_ok=True)
+        control.bind(str(path))
+        os.chmod(path, 0o600)
+        control.listen(8)
+        argv += ["--ask-timeout", f"{policy.ask_timeout:g}", "--control-fd", str(control.fileno())]
     log_path = run / "egress.log"
-    with os.fdopen(_private_file(log_path), "ab") as log_file:
-        proxy = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # outlives its creator until destroy/gc, like the domain
-            close_fds=True,
-            **_proxy_user(),
-        )
+    try:
+        with os.fdopen(_private_file(log_path), "ab") as log_file:
+            proxy = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # outlives its creator until destroy/gc, like the domain
+                close_fds=True,
+                pass_fds=() if control is None else (control.fileno(),),
+                **_proxy_user(),
+            )
+    finally:
+        if control is not None:
+            control.close()
     _CHILDREN[proxy.pid] = proxy
     with os.fdopen(_private_file(run / "egress.json"), "w") as record:
         record.write(json.dumps({"pid": proxy.pid, "start_time": _start_time(proxy.pid)}) + "\n")

@@ -39,6 +39,7 @@ import math
 import os
 import secrets
 import shutil
+import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -394,7 +395,7 @@ class VmProvider(Provider):
         overlay = run / "overlay.qcow2"
         vm_image.create_overlay(image.base, overlay, self.files)
         network = None
-        if spec.network.mode == "allow" or (spec.network.mode == "open" and not _USER_NET_ONLY):
+        if spec.network.proxied or (spec.network.mode == "open" and not _USER_NET_ONLY):
             network = vm_network.setup(
                 self.conn, sandbox_id, spec.network, run, proxy_home=self.home
             )
@@ -445,6 +446,22 @@ class VmProvider(Provider):
         except OSError as exc:
             return f"(no console log for {sandbox_id}: {exc.strerror})"
         return "\n".join(lines[-tail:])
+
+    def open_egress_control(self, sandbox_id: str, *, timeout: float) -> AgentStream:
+        """The ``ask:`` proxy's control socket: a root-only unix socket in the run folder."""
+        path = self.run_dir(sandbox_id) / vm_network.CONTROL_SOCKET
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(str(path))
+        except OSError as exc:
+            sock.close()
+            raise ProviderError(
+                f"cannot reach the egress control socket of {sandbox_id} ({exc.strerror}); "
+                "is its network ask:?"
+            ) from None
+        sock.settimeout(None)
+        return AgentStream(sock, f"the egress proxy of {sandbox_id}")
 
     def egress_log(self, sandbox_id: str, *, tail: int | str = "all") -> str:
         """The egress proxy's decision log (JSON lines) of an ``allow:`` sandbox; ``""`` for
