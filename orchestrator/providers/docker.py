@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -50,6 +51,7 @@ import docker
 import docker.errors
 import docker.models.containers
 
+from guest.waiting import Deadline, poll
 from orchestrator import labels as L
 from orchestrator import ownership
 from orchestrator.errors import (
@@ -107,7 +109,6 @@ TMPFS: Final = {
     "/run/cubicle": f"rw,nosuid,nodev,noexec,size=1m,uid={GUEST_UID},gid={GUEST_UID},mode=0700",
 }
 STOP_TIMEOUT_S: Final = 2
-AGENT_OP_MARGIN_S: Final = 10.0
 BRIDGE_WAIT_SHARE: Final = 0.75
 CREATING_SUFFIX: Final = "-creating"
 """The guest container's name ends with this until the sandbox is ready (the ready mark)."""
@@ -137,26 +138,21 @@ def _info(
     stamp = marks.effective_stamps(objects, ID_PREFIX).get(labels.get(L.SANDBOX, ""))
     if stamp is None:
         return None
-    width, _, height = labels.get(L.SCREEN, "0x0").partition("x")
-    ready = not str(container.name).endswith(CREATING_SUFFIX)
-    state = stamp.lifetime if ready else "creating"
-    return SandboxInfo(
-        id=stamp.sandbox_id,
+    info = SandboxInfo.from_labels(
+        stamp,
+        labels,
         provider=DockerProvider.name,
         state=str(container.status),
-        created_at=stamp.created_at,
-        expires_at=stamp.expires_at,
-        owner_pid=stamp.owner.pid,
-        owner_host=stamp.owner.host,
-        network=labels.get(L.NETWORK, ""),
-        screen=(int(width) if width.isdigit() else 0, int(height) if height.isdigit() else 0),
+        ready=not str(container.name).endswith(CREATING_SUFFIX),
         detail={
             "container": str(container.name),
             "image": str(container.attrs["Config"]["Image"]),
             "engine": engine,
         },
-        ownership="pool" if claim is None and marks.is_member_name(str(container.name)) else state,
     )
+    if claim is None and marks.is_member_name(str(container.name)):
+        return dataclasses.replace(info, ownership="pool")
+    return info
 
 
 class DockerProvider(Provider):
@@ -432,17 +428,6 @@ class DockerProvider(Provider):
         )
         return AgentStream(sock, sandbox_id, DockerStreamCodec())
 
-    def exec(self, sandbox_id: str, argv: Sequence[str], *, timeout: float = 60.0) -> ExecResult:
-        """Run ``argv`` as the desktop user through the agent's ``exec`` op (``timeout`` s)."""
-        with self.connect(sandbox_id, timeout=10.0) as client:
-            client.hello(timeout=10.0)
-            result = client.call(
-                "exec",
-                {"argv": list(argv), "timeout_ms": int(timeout * 1000)},
-                timeout=timeout + AGENT_OP_MARGIN_S,
-            ).result
-        return ExecResult.from_reply(result)
-
     def docker_exec(self, sandbox_id: str, argv: Sequence[str]) -> ExecResult:
         """Diagnostics only: ``docker exec`` ``argv`` as the desktop user (no agent needed)."""
         container = self._guest(sandbox_id)
@@ -680,13 +665,11 @@ def _remove_container(
     except docker.errors.APIError as exc:
         if exc.status_code != 409 or "in progress" not in str(exc):
             raise
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
+    for _ in poll(Deadline(wait_s), 0.1):
         try:
             container.reload()
         except docker.errors.NotFound:
             return
-        time.sleep(0.1)
     raise ProviderError(
         f"container {container.name} was still being removed by another process after {wait_s} s"
     )
