@@ -5,7 +5,7 @@ a Kubernetes exec): the engine starts this bridge inside the guest and carries i
 stdout. Nothing of the host is shared with the guest — no folder, no socket path the host would
 follow.
 
-Contract (read by :mod:`orchestrator.providers.docker_exec`):
+Contract (read by :mod:`orchestrator.providers.docker.exec`):
 
 - It says nothing before it is spoken to: it reads the first bytes from stdin, *then* connects to
   ``PATH`` (retrying until ``--wait`` seconds pass, while the agent starts), sends those bytes and

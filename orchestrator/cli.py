@@ -6,7 +6,7 @@ Exit codes: 0 ok; 1 a cubicle error (message on stderr, then ``hint:`` with the 
 
 Sandbox ids carry their backend (``dk-…`` Docker, ``vm-…`` VM), so commands taking an id need
 no ``--backend``. Docker commands take ``--engine URL`` (a remote engine over ``tcp://`` with TLS
-or ``ssh://``; :mod:`orchestrator.providers.docker_engine`); a sandbox id created on this host
+or ``ssh://``; :mod:`orchestrator.providers.docker.engine`); a sandbox id created on this host
 leads to its engine without it.
 """
 
@@ -257,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     backends = sorted(PROVIDERS)
-    # the Docker engine (docs: orchestrator/providers/docker_engine.py), on every command using it
+    # the Docker engine (docs: orchestrator/providers/docker/engine.py), on every command using it
     engine = argparse.ArgumentParser(add_help=False)
     engine.add_argument(
         "--engine",

@@ -1,7 +1,7 @@
 """The allowlist egress proxy of ``allow:`` sandboxes, and THE origin type and decision of cubicle.
 
 Runs OUTSIDE the guest: on Docker in its own container attached to the sandbox's internal network
-and to a normal bridge (``orchestrator.providers.docker_network``, with the image's system
+and to a normal bridge (``orchestrator.providers.docker.network``, with the image's system
 ``python3 -I``); on the VM backend as a host process (``python3 -I`` as ``nobody``) bound to the
 sandbox's isolated bridge (``orchestrator.providers.vm.network``, which passes ``--label
 SANDBOX_ID`` so gc can find the process). The guest's only way out is this proxy

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from orchestrator.errors import EngineUnavailable
-from orchestrator.providers.docker import IMAGE_ENV, DockerProvider
+from orchestrator.providers.docker.provider import IMAGE_ENV, DockerProvider
 
 
 @pytest.fixture(scope="session")

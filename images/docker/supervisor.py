@@ -1,6 +1,6 @@
 """cubicle guest supervisor: the container's main process (under docker-init, which reaps orphans).
 
-Contract (read by orchestrator/providers/docker.py and the drill):
+Contract (read by orchestrator/providers/docker/provider.py and the drill):
 
 - ``CUBICLE_SCREEN=WxH`` (pixels) sets the Xvfb screen; default 1280x800, depth 24.
 - Stale X lock files (``/tmp/.X0-lock``, ``/tmp/.X11-unix/X0``) are removed before Xvfb starts,

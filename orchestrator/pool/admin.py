@@ -24,8 +24,8 @@ from orchestrator.errors import ConfigError
 from orchestrator.pool import docker_pool, fill, refill, registry
 from orchestrator.pool.registry import PoolRecord, PoolShape
 from orchestrator.provider import Progress, SandboxSpec
-from orchestrator.providers.docker import DockerProvider
-from orchestrator.providers.docker import _validate as validate
+from orchestrator.providers.docker.provider import DockerProvider
+from orchestrator.providers.docker.provider import _validate as validate
 
 __all__ = ["PoolStatus", "drain", "gc", "start", "status"]
 

@@ -16,7 +16,7 @@ __all__ = ["claim", "engine_of", "shape_for"]
 
 def engine_of(provider: Provider) -> str:
     """Where ``provider`` starts sandboxes (part of a pool's shape): the Docker engine's URL."""
-    from orchestrator.providers.docker import DockerProvider  # noqa: PLC0415
+    from orchestrator.providers.docker.provider import DockerProvider  # noqa: PLC0415
 
     return str(provider.engine) if isinstance(provider, DockerProvider) else ""
 
@@ -34,7 +34,7 @@ def claim(provider: Provider, spec: SandboxSpec) -> SandboxInfo | None:
     if not registry.has_pools():
         return None
     from orchestrator.pool import docker_pool, refill  # noqa: PLC0415 — only with pools
-    from orchestrator.providers.docker import DockerProvider  # noqa: PLC0415
+    from orchestrator.providers.docker.provider import DockerProvider  # noqa: PLC0415
 
     if not isinstance(provider, DockerProvider):
         return None  # pools are Docker-only for now (README: Warm pools)

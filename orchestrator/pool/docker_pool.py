@@ -16,8 +16,8 @@ from orchestrator import ownership
 from orchestrator.errors import SandboxNotFound
 from orchestrator.pool import marks
 from orchestrator.provider import SandboxInfo, SandboxSpec
-from orchestrator.providers.docker import CREATING_SUFFIX, DockerProvider, guest_name
-from orchestrator.providers.docker_errors import map_docker_errors
+from orchestrator.providers.docker.errors import map_docker_errors
+from orchestrator.providers.docker.provider import CREATING_SUFFIX, DockerProvider, guest_name
 
 __all__ = ["CLAIM_MARGIN_S", "Member", "PoolMemberProvider", "claim", "members", "take"]
 

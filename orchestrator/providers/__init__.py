@@ -18,14 +18,14 @@ from orchestrator.provider import Provider
 __all__ = ["DOCKER_ENGINE_ENV", "ID_PREFIXES", "PROVIDERS", "backend_of", "get_provider"]
 
 PROVIDERS: dict[str, str] = {
-    "docker": "orchestrator.providers.docker:DockerProvider",
+    "docker": "orchestrator.providers.docker.provider:DockerProvider",
     "vm": "orchestrator.providers.vm.provider:VmProvider",
 }
 """Backend name → ``module:Class`` of its :class:`Provider`."""
 
 DOCKER_ENGINE_ENV = "CUBICLE_DOCKER_HOST"
 """Names the Docker engine every command uses (``--engine URL`` sets it for one command);
-see :mod:`orchestrator.providers.docker_engine`."""
+see :mod:`orchestrator.providers.docker.engine`."""
 
 ID_PREFIXES: dict[str, str] = {"dk-": "docker", "vm-": "vm"}
 """Sandbox id prefix → backend name."""

@@ -1,8 +1,8 @@
 """A VNC session of a sandbox's desktop as a byte stream (the engine's exec stream, no port).
 
 Docker: ``docker exec`` of :mod:`guest.vnc` as the desktop user — the same carrier as the agent
-(:mod:`orchestrator.providers.docker_exec`): stdin is RFB from the viewer, stdout (demultiplexed
-by :class:`~orchestrator.providers.docker_exec.DockerStreamCodec`) is RFB from x11vnc. Each
+(:mod:`orchestrator.providers.docker.exec`): stdin is RFB from the viewer, stdout (demultiplexed
+by :class:`~orchestrator.providers.docker.exec.DockerStreamCodec`) is RFB from x11vnc. Each
 stream is one x11vnc in the guest, started for it and ended with it.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from orchestrator.errors import ProviderError, SandboxNotFound
 from orchestrator.provider import AgentStream, Provider
-from orchestrator.providers.docker import GUEST_PYTHON, GUEST_UID, DockerProvider
-from orchestrator.providers.docker_exec import DockerStreamCodec, open_exec_socket
+from orchestrator.providers.docker.exec import DockerStreamCodec, open_exec_socket
+from orchestrator.providers.docker.provider import GUEST_PYTHON, GUEST_UID, DockerProvider
 
 __all__ = ["open_vnc_stream", "vnc_argv"]
 

@@ -21,7 +21,7 @@ import pytest
 from guest.errors import CubicleError
 from orchestrator.errors import ConfigError
 from orchestrator.provider import SandboxSpec
-from orchestrator.providers.docker import DockerProvider
+from orchestrator.providers.docker.provider import DockerProvider
 from tests.orchestrator.conftest import Tracker
 from tests.support.unix_server import unix_server
 

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from orchestrator.errors import EngineUnavailable, ImageMissing
-from orchestrator.providers.docker import DockerProvider
+from orchestrator.providers.docker.provider import DockerProvider
 from orchestrator.sandbox import Sandbox
 from tests.bench.report import Report, Sample
 

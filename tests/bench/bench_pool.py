@@ -21,7 +21,7 @@ from pathlib import Path
 from orchestrator import labels as L
 from orchestrator.pool import admin, registry
 from orchestrator.provider import SandboxSpec
-from orchestrator.providers.docker import DockerProvider
+from orchestrator.providers.docker.provider import DockerProvider
 from orchestrator.sandbox import Sandbox
 from tests.bench.bench_docker import docker_or_skip
 from tests.bench.report import Report, Sample

@@ -15,8 +15,8 @@ import time
 from collections.abc import Iterator
 
 from orchestrator.providers import DOCKER_ENGINE_ENV
-from orchestrator.providers.docker import IMAGE_ENV, DockerProvider
-from orchestrator.providers.docker_engine import Engine
+from orchestrator.providers.docker.engine import Engine
+from orchestrator.providers.docker.provider import IMAGE_ENV, DockerProvider
 from orchestrator.sandbox import Sandbox
 from tests.bench.bench_docker import docker_or_skip
 from tests.bench.bench_transport import _click_times, _line

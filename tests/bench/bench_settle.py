@@ -26,7 +26,7 @@ from orchestrator.desktop import PANEL
 from orchestrator.drill.guest_steps import GuestSteps, guest_home
 from orchestrator.drill.task import DrillPaths
 from orchestrator.errors import EngineUnavailable, ImageMissing
-from orchestrator.providers.docker import DockerProvider
+from orchestrator.providers.docker.provider import DockerProvider
 from orchestrator.sandbox import Sandbox
 from tests.bench.report import Report, Sample
 

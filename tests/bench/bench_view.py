@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from playwright.sync_api import Page, sync_playwright
 
 from guest.client import AgentClient
-from orchestrator.providers.docker import GUEST_PYTHON, GUEST_UID, DockerProvider
-from orchestrator.providers.docker_exec import open_exec_socket
+from orchestrator.providers.docker.exec import open_exec_socket
+from orchestrator.providers.docker.provider import GUEST_PYTHON, GUEST_UID, DockerProvider
 from orchestrator.sandbox import Sandbox
 from orchestrator.view.control import open_view
 from orchestrator.view.state import stop_view_servers

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.desktop import DESKTOP_DIR, PANEL, desktop_files
-from orchestrator.providers import docker_image, docker_seccomp
+from orchestrator.providers.docker import image as docker_image
+from orchestrator.providers.docker import seccomp as docker_seccomp
 from orchestrator.providers.vm import image as vm_image
 
 REPO = Path(__file__).resolve().parents[2]

@@ -35,7 +35,7 @@ from orchestrator import labels as L
 from orchestrator.network import NetworkPolicy
 from orchestrator.origin_answers import run_answers
 from orchestrator.origin_questions import Answer, OriginQuestions
-from orchestrator.providers.docker_network import egress_name
+from orchestrator.providers.docker.network import egress_name
 from orchestrator.run_task import run_task
 from orchestrator.sandbox import Sandbox
 from orchestrator.trajectory import read_trajectory

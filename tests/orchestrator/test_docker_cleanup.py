@@ -14,7 +14,7 @@ import docker
 import pytest
 
 from orchestrator import labels as L
-from orchestrator.providers.docker import DockerProvider
+from orchestrator.providers.docker.provider import DockerProvider
 from orchestrator.sandbox import Sandbox
 from tests.orchestrator.conftest import REPO, CliRun, Tracker
 from tests.orchestrator.support import leftovers

@@ -12,15 +12,15 @@ import pytest
 
 from orchestrator.errors import ConfigError
 from orchestrator.providers import DOCKER_ENGINE_ENV
-from orchestrator.providers.docker import DockerProvider
-from orchestrator.providers.docker_engine import (
+from orchestrator.providers.docker.engine import (
     LOCAL_URL,
     Engine,
     EngineBook,
     default_engine,
     explicit_engine,
 )
-from orchestrator.providers.docker_relay import relay
+from orchestrator.providers.docker.provider import DockerProvider
+from orchestrator.providers.docker.relay import relay
 
 
 @pytest.mark.parametrize(

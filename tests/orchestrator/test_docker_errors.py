@@ -13,8 +13,8 @@ import pytest
 from orchestrator.errors import EngineUnavailable, ImageMissing
 from orchestrator.network import NetworkPolicy
 from orchestrator.provider import SandboxSpec
-from orchestrator.providers.docker import DockerProvider
-from orchestrator.providers.docker_errors import MAPPED, map_docker_errors
+from orchestrator.providers.docker.errors import MAPPED, map_docker_errors
+from orchestrator.providers.docker.provider import DockerProvider
 from tests.orchestrator.conftest import REPO
 
 

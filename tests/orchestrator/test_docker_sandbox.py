@@ -18,7 +18,7 @@ from orchestrator import labels as L
 from orchestrator.desktop import PANEL
 from orchestrator.errors import ProviderError, SandboxNotFound, SandboxStartError
 from orchestrator.provider import SandboxSpec
-from orchestrator.providers.docker import GUEST_UID, DockerProvider
+from orchestrator.providers.docker.provider import GUEST_UID, DockerProvider
 from orchestrator.sandbox import Sandbox
 from tests.orchestrator.conftest import CliRun, Tracker
 from tests.orchestrator.support import leftovers

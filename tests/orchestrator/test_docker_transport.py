@@ -19,7 +19,7 @@ from PIL import Image
 from drivers import AsyncGuestDriver, Viewport
 from guest.errors import ProtocolError
 from orchestrator.errors import SandboxNotFound
-from orchestrator.providers.docker_exec import DockerStreamCodec
+from orchestrator.providers.docker.exec import DockerStreamCodec
 from tests.orchestrator.conftest import Tracker
 
 

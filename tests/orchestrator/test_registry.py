@@ -6,7 +6,7 @@ import pytest
 
 from orchestrator.errors import ConfigError, SandboxNotFound
 from orchestrator.providers import PROVIDERS, backend_of, get_provider
-from orchestrator.providers.docker import DockerProvider
+from orchestrator.providers.docker.provider import DockerProvider
 
 
 def test_get_provider_by_name() -> None:

@@ -14,7 +14,7 @@ from orchestrator import labels as L
 from orchestrator.pool import admin, refill, registry
 from orchestrator.pool.registry import PoolRecord
 from orchestrator.provider import SandboxSpec
-from orchestrator.providers.docker import DockerProvider
+from orchestrator.providers.docker.provider import DockerProvider
 from orchestrator.sandbox import Sandbox
 from tests.orchestrator.conftest import cli, engine, provider
 from tests.orchestrator.support import leftovers

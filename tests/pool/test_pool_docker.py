@@ -16,7 +16,7 @@ import pytest
 from orchestrator import labels as L
 from orchestrator.pool import docker_pool, fill, marks, refill, registry
 from orchestrator.pool.registry import PoolRecord
-from orchestrator.providers.docker import DockerProvider
+from orchestrator.providers.docker.provider import DockerProvider
 from orchestrator.sandbox import Sandbox
 from tests.desktop.checks import assert_panel_drawn, screenshot
 from tests.orchestrator.conftest import REPO, CliRun
@@ -242,7 +242,7 @@ HALF_CLAIM = """
 import sys
 from orchestrator.pool import docker_pool
 from orchestrator.provider import SandboxSpec
-from orchestrator.providers.docker import DockerProvider
+from orchestrator.providers.docker.provider import DockerProvider
 provider = DockerProvider()
 (member,) = [m for m in docker_pool.members(provider, sys.argv[1]) if m.sandbox_id == sys.argv[2]]
 assert docker_pool.take(provider, member, SandboxSpec(ttl_s=900))

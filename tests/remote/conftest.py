@@ -23,7 +23,7 @@ import docker
 import pytest
 
 from orchestrator.providers import DOCKER_ENGINE_ENV
-from orchestrator.providers.docker_engine import Engine, connect
+from orchestrator.providers.docker.engine import Engine, connect
 from tests.remote.enginebox import EngineBox, leftovers, sweep_stale
 from tests.support.cli import run_cli
 

@@ -26,8 +26,8 @@ import pytest
 from PIL import Image
 
 from orchestrator import labels as L
-from orchestrator.providers.docker import DockerProvider, guest_name
-from orchestrator.providers.docker_engine import EngineBook
+from orchestrator.providers.docker.engine import EngineBook
+from orchestrator.providers.docker.provider import DockerProvider, guest_name
 from orchestrator.sandbox import Sandbox
 from tests.orchestrator.support import http_server, leftovers
 from tests.orchestrator.test_docker_network import PROXY_PROBE, run_probe

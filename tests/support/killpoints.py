@@ -136,7 +136,7 @@ else:
 
     VmProvider._create_cold = create_cold
 
-from orchestrator.providers.docker import DockerProvider
+from orchestrator.providers.docker.provider import DockerProvider
 
 for cls in [DockerProvider] + ([VmProvider] if "VmProvider" in globals() else []):
     if not hasattr(cls, "mark_ready"):  # a cubicle without ready marks (to show the old holes)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from orchestrator.providers.docker import DockerProvider
+from orchestrator.providers.docker.provider import DockerProvider
 from orchestrator.sandbox import Sandbox
 from orchestrator.view.state import DIR_ENV
 from tests.orchestrator.conftest import Tracker, cli, engine, provider, sandboxes

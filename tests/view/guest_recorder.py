@@ -16,8 +16,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from orchestrator.providers.docker import GUEST_PYTHON, GUEST_UID, DockerProvider
-from orchestrator.providers.docker_exec import DockerStreamCodec, open_exec_socket
+from orchestrator.providers.docker.exec import DockerStreamCodec, open_exec_socket
+from orchestrator.providers.docker.provider import GUEST_PYTHON, GUEST_UID, DockerProvider
 
 SCRIPT = """
 import dataclasses, json, os, sys, threading, types

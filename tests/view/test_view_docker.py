@@ -23,7 +23,7 @@ from PIL import Image, ImageChops, ImageStat
 from playwright.sync_api import Page
 from websockets.sync.client import connect as ws_connect
 
-from orchestrator.providers.docker import DockerProvider
+from orchestrator.providers.docker.provider import DockerProvider
 from orchestrator.sandbox import Sandbox
 from orchestrator.view.control import ViewLink, open_view, set_mode
 from orchestrator.view.handover import HandoverGate

@@ -4,7 +4,7 @@ Architecture (one sandbox ``dk-<10 hex>``):
 
 - **guest container** ``cubicle-dk-…`` from ``cubicle-guest:<content hash>``: runs as uid 1000
   (``cubicle``) under docker-init, ``cap_drop=ALL``, ``no-new-privileges``, the seccomp profile
-  of :mod:`orchestrator.providers.docker_seccomp` (Docker's default plus what Chromium's own
+  of :mod:`orchestrator.providers.docker.seccomp` (Docker's default plus what Chromium's own
   sandbox needs: user namespaces, chroot), read-only root fs with size-capped tmpfs on ``/tmp``,
   ``/home/cubicle``, ``/run`` and ``/run/cubicle`` (and ``/dev/shm`` of :data:`SHM_SIZE` for
   chromium), memory/CPU/pids limits from the :class:`SandboxSpec` (default CPU limit: one core,
@@ -13,14 +13,14 @@ Architecture (one sandbox ``dk-<10 hex>``):
   and the agent, which listens on ``/run/cubicle/agent.sock`` *inside* the container.
 - **agent transport**: every connection is a ``docker exec`` of the stdio bridge
   (:mod:`guest.bridge`) through the engine's API; its stdin/stdout carry the protocol
-  (:mod:`orchestrator.providers.docker_exec`). No TCP port, no host socket path: the host never
+  (:mod:`orchestrator.providers.docker.exec`). No TCP port, no host socket path: the host never
   follows a path the guest could change.
 - **engine**: local or remote (``tcp://`` with TLS, ``ssh://``; :mod:`.docker_engine`): nothing
   here needs a filesystem shared with the engine — the seccomp profile and the proxy's
   allowlist travel in the container configuration, images over the API (``image push``), the
   agent over the exec stream (relayed for TLS and ssh, :mod:`.docker_relay`). The creating
   host's book leads a sandbox id to its engine.
-- **network**: :mod:`orchestrator.providers.docker_network` (none / allow via an egress-proxy
+- **network**: :mod:`orchestrator.providers.docker.network` (none / allow via an egress-proxy
   container on an internal network / open).
 - **labels**: every object carries :func:`orchestrator.labels.create_labels`; ``list``, ``gc``
   and ``destroy`` find objects by label only.
@@ -72,24 +72,24 @@ from orchestrator.provider import (
     SandboxInfo,
     SandboxSpec,
 )
-from orchestrator.providers import docker_image
-from orchestrator.providers.docker_engine import (
+from orchestrator.providers.docker import image as docker_image
+from orchestrator.providers.docker.engine import (
     Engine,
     EngineBook,
     connect,
     default_engine,
     explicit_engine,
 )
-from orchestrator.providers.docker_errors import ENGINE_HINT, map_docker_errors
-from orchestrator.providers.docker_exec import DockerStreamCodec, bridge_argv, open_exec_socket
-from orchestrator.providers.docker_network import (
+from orchestrator.providers.docker.errors import ENGINE_HINT, map_docker_errors
+from orchestrator.providers.docker.exec import DockerStreamCodec, bridge_argv, open_exec_socket
+from orchestrator.providers.docker.network import (
     CONTROL_SOCKET,
     EGRESS_PYTHON,
     EGRESS_SCRIPT,
     EGRESS_USER,
     setup_network,
 )
-from orchestrator.providers.docker_seccomp import guest_profile
+from orchestrator.providers.docker.seccomp import guest_profile
 from orchestrator.view import stop_view_servers
 
 __all__ = ["GUEST_UID", "DockerProvider"]
@@ -157,7 +157,7 @@ def _info(
 
 class DockerProvider(Provider):
     """Sandboxes as Docker containers on a Docker engine, local or remote
-    (:mod:`orchestrator.providers.docker_engine`).
+    (:mod:`orchestrator.providers.docker.engine`).
 
     New sandboxes go to the explicit engine (``--engine`` / ``CUBICLE_DOCKER_HOST``), else the
     default one (``DOCKER_HOST`` or the local socket); an existing sandbox is found on its
@@ -209,7 +209,7 @@ class DockerProvider(Provider):
 
     def engine_of(self, sandbox_id: str) -> Engine:
         """The engine ``sandbox_id`` lives on: this provider's, else the book's, else the
-        default (see :mod:`orchestrator.providers.docker_engine`)."""
+        default (see :mod:`orchestrator.providers.docker.engine`)."""
         if self._engine is not None:
             return self._engine
         entry = self._book.lookup(sandbox_id)

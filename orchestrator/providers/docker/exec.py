@@ -11,7 +11,7 @@ a :class:`guest.client.StreamCodec`); the bridge's stderr is kept (bounded) and 
 stream ends, so "the agent is not listening" reaches the caller in the bridge's own words.
 
 The same shape serves remote engines (``tcp://`` with TLS, ``ssh://``: the stream is relayed
-through a local socket pair, :mod:`orchestrator.providers.docker_relay`) and would serve a
+through a local socket pair, :mod:`orchestrator.providers.docker.relay`) and would serve a
 Kubernetes exec; only the codec and the call that opens the stream differ.
 """
 
@@ -29,7 +29,7 @@ import docker.errors
 
 from guest.client import AgentConnectionError
 from guest.errors import ProtocolError
-from orchestrator.providers.docker_relay import relay
+from orchestrator.providers.docker.relay import relay
 
 __all__ = ["DockerStreamCodec", "bridge_argv", "open_exec_socket"]
 
@@ -129,7 +129,7 @@ def _detach(raw: Any, name: str) -> socket.socket:
     (closing or collecting them is then harmless) and gives the caller sole ownership.
 
     A TLS (``tcp://``) or ssh engine: the stream is an :class:`ssl.SSLSocket` or a paramiko
-    channel, framed in Python; :func:`orchestrator.providers.docker_relay.relay` puts a plain
+    channel, framed in Python; :func:`orchestrator.providers.docker.relay.relay` puts a plain
     socket in front of it (the HTTP response stays referenced by the stream, as docker-py set).
     """
     inner = raw if isinstance(raw, socket.socket) else getattr(raw, "_sock", None)

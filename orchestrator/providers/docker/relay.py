@@ -1,7 +1,7 @@
 """A plain socket in front of an exec stream that is not one (TLS engines, ssh engines).
 
 The agent clients (sync and anyio) need a kernel socket. A local engine's upgraded exec
-connection is one (:func:`orchestrator.providers.docker_exec.open_exec_socket` hands over its
+connection is one (:func:`orchestrator.providers.docker.exec.open_exec_socket` hands over its
 descriptor); over ``tcp://`` with TLS it is an :class:`ssl.SSLSocket`, and over ``ssh://`` a
 paramiko channel — both do their framing in Python. :func:`relay` gives the caller one end of a
 ``socketpair`` and moves bytes between the other end and the engine's stream in one daemon

@@ -56,7 +56,7 @@ from orchestrator import labels as L
 from orchestrator.errors import ConfigError, EngineUnavailable
 from orchestrator.hostdirs import host_folder
 from orchestrator.providers import DOCKER_ENGINE_ENV
-from orchestrator.providers.docker_errors import ENGINE_HINT, map_docker_errors
+from orchestrator.providers.docker.errors import ENGINE_HINT, map_docker_errors
 
 __all__ = [
     "LOCAL_URL",

@@ -9,7 +9,7 @@ only with CAP_SYS_ADMIN / CAP_SYS_CHROOT, which the guest has not), so Chromium 
 "No usable sandbox!" unless its sandbox is switched off, which cubicle never does.
 
 :func:`guest_profile` is Docker's default profile, verbatim from moby (``profiles/seccomp/
-default.json`` at :data:`MOBY_VERSION`, shipped as ``docker_seccomp_default.json``), followed by
+default.json`` at :data:`MOBY_VERSION`, shipped as ``seccomp_default.json``), followed by
 :data:`CHROMIUM_SANDBOX_RULES`: the smallest additions that let the namespace sandbox start, each
 justified below. The container still has no capabilities and ``no-new-privileges``. The
 trade-off (README, Security): processes in the guest may create user namespaces, and inside
@@ -30,7 +30,7 @@ from typing import Any, Final
 __all__ = ["CHROMIUM_SANDBOX_RULES", "MOBY_VERSION", "default_profile", "guest_profile"]
 
 MOBY_VERSION: Final = "v20.10.24"
-"""The moby release whose default profile ``docker_seccomp_default.json`` is."""
+"""The moby release whose default profile ``seccomp_default.json`` is."""
 
 CLONE_NEWNS: Final = 0x00020000
 CLONE_NEWCGROUP: Final = 0x02000000
@@ -98,7 +98,7 @@ CHROMIUM_SANDBOX_RULES: Final[tuple[dict[str, Any], ...]] = (
 
 def default_profile() -> dict[str, Any]:
     """Docker's default seccomp profile (moby :data:`MOBY_VERSION`), as shipped (a fresh copy)."""
-    text = resources.files(__package__).joinpath("docker_seccomp_default.json").read_text()
+    text = resources.files(__package__).joinpath("seccomp_default.json").read_text()
     profile: dict[str, Any] = json.loads(text)
     return profile
 

@@ -32,7 +32,7 @@ import docker.models.containers
 from orchestrator import labels as L
 from orchestrator.egress import EGRESS_PORT
 from orchestrator.network import NetworkPolicy
-from orchestrator.providers.docker_errors import map_docker_errors
+from orchestrator.providers.docker.errors import map_docker_errors
 
 __all__ = [
     "CONTROL_SOCKET",

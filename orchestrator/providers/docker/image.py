@@ -41,7 +41,7 @@ import requests.exceptions
 from orchestrator import desktop
 from orchestrator.errors import ImageBuildError, ImageMissing
 from orchestrator.provider import Progress
-from orchestrator.providers.docker_errors import IMAGE_HINT, map_docker_errors
+from orchestrator.providers.docker.errors import IMAGE_HINT, map_docker_errors
 
 __all__ = [
     "BASE_BOOTSTRAPPED",
@@ -53,7 +53,7 @@ __all__ = [
     "push_image",
 ]
 
-REPO_ROOT: Final = Path(__file__).resolve().parents[2]
+REPO_ROOT: Final = Path(__file__).resolve().parents[3]
 IMAGE_REPOSITORY: Final = "cubicle-guest"
 BASE_REGISTRY: Final = "debian:bookworm-slim"
 BASE_BOOTSTRAPPED: Final = "cubicle-base:bookworm"

@@ -1,0 +1,18 @@
+"""The Docker backend: one module per job.
+
+- :mod:`~orchestrator.providers.docker.provider` — :class:`DockerProvider` (create, destroy,
+  list, gc of sandboxes as containers);
+- :mod:`~orchestrator.providers.docker.engine` — which engine (local socket, ``tcp://`` with TLS,
+  ``ssh://``) and the id → engine book;
+- :mod:`~orchestrator.providers.docker.image` — building, pushing and pruning the guest image;
+- :mod:`~orchestrator.providers.docker.network` — ``none`` / ``allow:`` networks and the egress
+  proxy container;
+- :mod:`~orchestrator.providers.docker.exec` and :mod:`~orchestrator.providers.docker.relay` —
+  the agent over the engine's exec stream;
+- :mod:`~orchestrator.providers.docker.seccomp` — the guest's seccomp profile;
+- :mod:`~orchestrator.providers.docker.errors` — engine errors mapped to cubicle's.
+"""
+
+from orchestrator.providers.docker.provider import DockerProvider
+
+__all__ = ["DockerProvider"]
