@@ -56,6 +56,7 @@ from Xlib.ext import damage
 from guest import protocol
 from guest.errors import GuestError
 from guest.geometry import CELL_PX, Rect, largest_cluster
+from guest.launches import LaunchWatcher
 
 __all__ = [
     "ChangeTracker",
@@ -175,6 +176,7 @@ class DamageTracker:
         self._busy = 0
         self._screen = Rect(0, 0, int(root.get_geometry().width), int(root.get_geometry().height))
         self._initial_pending = True
+        self._launches = _launch_watcher(display_name, self._wake)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._read, name="cubicle-damage", daemon=True)
         self._thread.start()
@@ -203,6 +205,10 @@ class DamageTracker:
             initial, self._initial_pending = self._initial_pending and rect == self._screen, False
             if not initial:
                 self._history.append(_Damage(now, rect, self._busy == 0))
+            self._changed.notify_all()
+
+    def _wake(self) -> None:
+        with self._changed:
             self._changed.notify_all()
 
     # -- ChangeTracker ----------------------------------------------------------------------
@@ -249,9 +255,13 @@ class DamageTracker:
                 return False
             return not background or not item.rect.cells() <= background
 
-        return _quiet_period(self._changed, self._history, since, spec, counts)
+        return _quiet_period(
+            self._changed, self._history, since, spec, counts, launches=self._launches
+        )
 
     def close(self) -> None:
+        if self._launches is not None:
+            self._launches.close()
         self._stop.set()
         self._thread.join(timeout=1.0)
         try:
@@ -267,8 +277,12 @@ def _quiet_period(
     since: float,
     spec: protocol.SettleSpec,
     counts: Callable[[_Damage], bool],
+    *,
+    launches: LaunchWatcher | None = None,
 ) -> SettleOutcome:
-    """Wait on ``condition`` (which guards ``history``) per ``spec`` (module docstring)."""
+    """Wait on ``condition`` (which guards ``history``) per ``spec`` (module docstring); while
+    ``launches`` has one pending, keep waiting (up to the cap); a launch's end counts as a change
+    for the quiet period (:mod:`guest.launches`)."""
     method = DamageTracker.method
     start = time.monotonic()
     cap_at = start + spec.cap_ms / 1000
@@ -287,7 +301,17 @@ def _quiet_period(
                     last = item.t if last is None else max(last, item.t)
             events = len(rects)
             now = time.monotonic()
-            if last is None:
+            launching = False
+            if launches is not None:
+                ended = launches.ended_since(since)
+                if ended is not None:
+                    last = ended if last is None else max(last, ended)
+                launching = launches.pending(now)
+            if launching:
+                deadline = cap_at
+                done = now >= deadline
+                settled = False
+            elif last is None:
                 deadline = min(expect_at, cap_at)
                 done = now >= deadline
                 settled = True
@@ -401,6 +425,17 @@ def is_visible(rects: list[Rect]) -> bool:
     :data:`guest.protocol.VISIBLE_CHANGE_AREA` (a moved or blinking caret is not one)."""
     largest = largest_cluster(rects)
     return largest is not None and largest.area > protocol.VISIBLE_CHANGE_AREA
+
+
+def _launch_watcher(
+    display_name: str | None, on_change: Callable[[], None]
+) -> LaunchWatcher | None:
+    """A :class:`LaunchWatcher`, or ``None`` (logged) when it cannot watch this display."""
+    try:
+        return LaunchWatcher(display_name, on_change)
+    except (xerror.DisplayError, xerror.XError, OSError) as exc:
+        log.warning("no launch tracking (%s): launcher clicks settle on damage alone", exc)
+        return None
 
 
 def _box(region: Rect) -> tuple[int, int, int, int]:
