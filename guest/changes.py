@@ -88,6 +88,8 @@ windows opening, closing and repainting whole are events, not background activit
 animation larger than this holds an action's wait until its cap)."""
 HISTORY_EVENTS: Final = 20_000
 """Damage events kept (oldest dropped first); enough for several seconds of full-rate video."""
+BUSY_POLL_S: Final = 0.05
+"""While the focused application is busy, a wait that would end looks again this much later."""
 POLL_INTERVAL_S: Final = 0.03
 """Frame polling period of the fallback tracker (seconds)."""
 
@@ -130,9 +132,14 @@ class ChangeTracker(Protocol):
         ...
 
     def wait(
-        self, since: float, spec: protocol.SettleSpec, region: Rect | None = None
+        self,
+        since: float,
+        spec: protocol.SettleSpec,
+        region: Rect | None = None,
+        busy: Callable[[], bool] | None = None,
     ) -> SettleOutcome:
-        """Wait for the changes since ``since`` to settle (module docstring)."""
+        """Wait for the changes since ``since`` to settle (module docstring); ``busy`` (the
+        focused application still uses CPU) keeps a wait that would end going, up to the cap."""
         ...
 
     def close(self) -> None: ...
@@ -245,7 +252,11 @@ class DamageTracker:
         }
 
     def wait(
-        self, since: float, spec: protocol.SettleSpec, region: Rect | None = None
+        self,
+        since: float,
+        spec: protocol.SettleSpec,
+        region: Rect | None = None,
+        busy: Callable[[], bool] | None = None,
     ) -> SettleOutcome:
         with self._changed:
             background = self._background(since)
@@ -256,7 +267,7 @@ class DamageTracker:
             return not background or not item.rect.cells() <= background
 
         return _quiet_period(
-            self._changed, self._history, since, spec, counts, launches=self._launches
+            self._changed, self._history, since, spec, counts, launches=self._launches, busy=busy
         )
 
     def close(self) -> None:
@@ -279,10 +290,12 @@ def _quiet_period(
     counts: Callable[[_Damage], bool],
     *,
     launches: LaunchWatcher | None = None,
+    busy: Callable[[], bool] | None = None,
 ) -> SettleOutcome:
     """Wait on ``condition`` (which guards ``history``) per ``spec`` (module docstring); while
     ``launches`` has one pending, keep waiting (up to the cap); a launch's end counts as a change
-    for the quiet period (:mod:`guest.launches`)."""
+    for the quiet period (:mod:`guest.launches`); when the wait would end (not capped) while
+    ``busy()`` says the focused application is still using CPU, look again a little later."""
     method = DamageTracker.method
     start = time.monotonic()
     cap_at = start + spec.cap_ms / 1000
@@ -319,6 +332,8 @@ def _quiet_period(
                 deadline = min(last + spec.quiet_ms / 1000, cap_at)
                 done = now >= deadline
                 settled = last + spec.quiet_ms / 1000 <= now
+            if done and now < cap_at and busy is not None and busy():
+                done, deadline = False, min(cap_at, now + BUSY_POLL_S)
             if done:
                 return SettleOutcome(
                     is_visible(rects), settled, round((now - start) * 1000), box, events, method
@@ -352,7 +367,11 @@ class PollingTracker:
             self._before = None
 
     def wait(
-        self, since: float, spec: protocol.SettleSpec, region: Rect | None = None
+        self,
+        since: float,
+        spec: protocol.SettleSpec,
+        region: Rect | None = None,
+        busy: Callable[[], bool] | None = None,  # frame polling ignores it
     ) -> SettleOutcome:
         with self._lock:
             before = self._before[1] if self._before and self._before[0] == since else None

@@ -42,7 +42,14 @@ from Xlib import display as xdisplay
 from Xlib import error as xerror
 from Xlib.xobject.drawable import Window
 
-__all__ = ["LAUNCH_TIMEOUT_S", "LaunchWatcher", "is_drawn", "parse_startup_message"]
+__all__ = [
+    "LAUNCH_TIMEOUT_S",
+    "CpuWatch",
+    "LaunchWatcher",
+    "is_drawn",
+    "parse_startup_message",
+    "window_pid",
+]
 
 log = logging.getLogger("guest.launches")
 
@@ -95,6 +102,58 @@ def parse_startup_message(text: str) -> tuple[str, dict[str, str]]:
         if key:
             fields[key] = "".join(value)
     return kind.strip(), fields
+
+
+BUSY_SAMPLE_S: Final = 0.04
+""":meth:`CpuWatch.busy` samples at most this often (the kernel counts CPU time in 10 ms ticks)."""
+
+
+class CpuWatch:
+    """Whether one process (the focused window's) is still working: its CPU time grew.
+
+    A keypress that opens a dialog shows nothing for a while on a loaded machine (measured:
+    mousepad's Save As dialog drew its first pixel more than 300 ms after Ctrl+S, and its title's
+    ``*`` more than 400 ms after the typing that caused it); meanwhile the application uses CPU.
+    The agent keeps an action's wait going while this says busy, bounded by ``cap_ms``.
+    """
+
+    def __init__(self, pid: int) -> None:
+        self._path = f"/proc/{pid}/stat"
+        self._ticks = self._read()
+        self._sampled = time.monotonic()
+        self._busy = False
+
+    def _read(self) -> int | None:
+        try:
+            with open(self._path, "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+            return int(fields[11]) + int(fields[12])  # utime + stime (fields 14, 15)
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def busy(self) -> bool:
+        """True when the process used CPU since the previous sample (or since creation)."""
+        now = time.monotonic()
+        if now - self._sampled < BUSY_SAMPLE_S:
+            return self._busy
+        ticks = self._read()
+        self._busy = ticks is not None and self._ticks is not None and ticks > self._ticks
+        self._ticks, self._sampled = ticks, now
+        return self._busy
+
+
+def window_pid(display: xdisplay.Display, window_id: int) -> int | None:
+    """The ``_NET_WM_PID`` of a window (``None``: not set, or the window is gone)."""
+    try:
+        window = display.create_resource_object("window", window_id)
+        value = window.get_full_property(
+            display.intern_atom("_NET_WM_PID"), display.intern_atom("CARDINAL")
+        )
+    except xerror.XError:
+        return None
+    if value is None or not len(value.value):
+        return None
+    return int(value.value[0])
 
 
 def is_drawn(image: Image.Image) -> bool:

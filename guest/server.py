@@ -21,6 +21,7 @@ from guest import __version__, protocol, system
 from guest.changes import ChangeTracker, open_tracker
 from guest.errors import GuestError, ProtocolError
 from guest.geometry import Rect
+from guest.launches import CpuWatch, window_pid
 from guest.screen import Screen
 from guest.windows import active_window, list_windows
 from guest.xinput import XInput
@@ -204,10 +205,16 @@ class Agent:
             return dict(perform() or {}), b""
         spec = protocol.SettleSpec.parse(raw)
         focus_before = self._focus()
+        pid = (
+            self.input.with_display(lambda d: window_pid(d, int(focus_before["id"])))
+            if focus_before
+            else None
+        )
+        cpu = CpuWatch(pid) if pid is not None and pid != os.getpid() else None
         since = self.changes.begin_input()
         try:
             result = dict(perform() or {})
-            outcome = self.changes.wait(since, spec)
+            outcome = self.changes.wait(since, spec, busy=cpu.busy if cpu is not None else None)
         finally:
             self.changes.end_input()
         receipt = {**outcome.result(), "focus_before": focus_before, "focus_after": self._focus()}
