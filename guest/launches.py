@@ -105,40 +105,57 @@ def parse_startup_message(text: str) -> tuple[str, dict[str, str]]:
 
 
 BUSY_SAMPLE_S: Final = 0.04
-""":meth:`CpuWatch.busy` samples at most this often (the kernel counts CPU time in 10 ms ticks)."""
+""":meth:`CpuWatch.busy` samples at most this often."""
+BUSY_MIN_CPU_S: Final = 0.002
+"""CPU time per :data:`BUSY_SAMPLE_S` above which the focused application counts as busy (5 %;
+an idle GTK dialog uses about 1 %)."""
 
 
 class CpuWatch:
-    """Whether one process (the focused window's) is still working: its CPU time grew.
+    """Whether one process (the focused window's) is still working: it used CPU lately.
 
     A keypress that opens a dialog shows nothing for a while on a loaded machine (measured:
-    mousepad's Save As dialog drew its first pixel more than 300 ms after Ctrl+S, and its title's
-    ``*`` more than 400 ms after the typing that caused it); meanwhile the application uses CPU.
-    The agent keeps an action's wait going while this says busy, bounded by ``cap_ms``.
+    mousepad's Open and Save As dialogs drew their first pixel more than 300 ms after the key,
+    while mousepad used 2-20 ms of CPU every 20 ms; once shown, it idles at about 0.2 ms per
+    20 ms). The agent keeps an action's wait going while this says busy, bounded by ``cap_ms``.
+    CPU time is the sum over the process's threads of ``/proc/PID/task/*/schedstat``
+    (nanoseconds; the 10 ms ticks of ``/proc/PID/stat`` are too coarse).
     """
 
     def __init__(self, pid: int) -> None:
-        self._path = f"/proc/{pid}/stat"
-        self._ticks = self._read()
+        self._folder = f"/proc/{pid}/task"
+        self._used = self._read()
         self._sampled = time.monotonic()
         self._busy = False
 
     def _read(self) -> int | None:
+        total = 0
         try:
-            with open(self._path, "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
-            return int(fields[11]) + int(fields[12])  # utime + stime (fields 14, 15)
-        except (OSError, IndexError, ValueError):
+            threads = os.listdir(self._folder)
+        except OSError:
             return None
+        for thread in threads:
+            try:
+                with open(f"{self._folder}/{thread}/schedstat", "rb") as handle:
+                    total += int(handle.read().split()[0])
+            except (OSError, IndexError, ValueError):
+                continue  # a thread that just ended
+        return total
 
     def busy(self) -> bool:
-        """True when the process used CPU since the previous sample (or since creation)."""
+        """True when the process used more than :data:`BUSY_MIN_CPU_S` of CPU per
+        :data:`BUSY_SAMPLE_S` since the previous sample (or since creation)."""
         now = time.monotonic()
-        if now - self._sampled < BUSY_SAMPLE_S:
+        elapsed = now - self._sampled
+        if elapsed < BUSY_SAMPLE_S:
             return self._busy
-        ticks = self._read()
-        self._busy = ticks is not None and self._ticks is not None and ticks > self._ticks
-        self._ticks, self._sampled = ticks, now
+        used = self._read()
+        self._busy = (
+            used is not None
+            and self._used is not None
+            and (used - self._used) / 1e9 > BUSY_MIN_CPU_S * elapsed / BUSY_SAMPLE_S
+        )
+        self._used, self._sampled = used, now
         return self._busy
 
 
