@@ -90,6 +90,10 @@ HISTORY_EVENTS: Final = 20_000
 """Damage events kept (oldest dropped first); enough for several seconds of full-rate video."""
 BUSY_POLL_S: Final = 0.05
 """While the focused application is busy, a wait that would end looks again this much later."""
+BUSY_LIMIT_QUIETS: Final = 5
+"""Busy CPU alone keeps a wait going for at most this many ``max(expect_ms, quiet_ms)`` after
+the action (2 s by default): an animated page keeps its program busy for ever, and must not
+hold every action until the cap."""
 POLL_INTERVAL_S: Final = 0.03
 """Frame polling period of the fallback tracker (seconds)."""
 
@@ -295,11 +299,13 @@ def _quiet_period(
     """Wait on ``condition`` (which guards ``history``) per ``spec`` (module docstring); while
     ``launches`` has one pending, keep waiting (up to the cap); a launch's end counts as a change
     for the quiet period (:mod:`guest.launches`); when the wait would end (not capped) while
-    ``busy()`` says the focused application is still using CPU, look again a little later."""
+    ``busy()`` says the focused application is still using CPU, look again a little later (at
+    most until :data:`BUSY_LIMIT_QUIETS` quiet periods after the action)."""
     method = DamageTracker.method
     start = time.monotonic()
     cap_at = start + spec.cap_ms / 1000
     expect_at = start + spec.expect_ms / 1000
+    busy_until = start + BUSY_LIMIT_QUIETS * max(spec.expect_ms, spec.quiet_ms) / 1000
     with condition:
         while True:
             box: Rect | None = None
@@ -332,8 +338,8 @@ def _quiet_period(
                 deadline = min(last + spec.quiet_ms / 1000, cap_at)
                 done = now >= deadline
                 settled = last + spec.quiet_ms / 1000 <= now
-            if done and now < cap_at and busy is not None and busy():
-                done, deadline = False, min(cap_at, now + BUSY_POLL_S)
+            if done and now < min(cap_at, busy_until) and busy is not None and busy():
+                done, deadline = False, min(cap_at, busy_until, now + BUSY_POLL_S)
             if done:
                 return SettleOutcome(
                     is_visible(rects), settled, round((now - start) * 1000), box, events, method

@@ -111,50 +111,74 @@ BUSY_MIN_CPU_S: Final = 0.002
 an idle GTK dialog uses about 1 %)."""
 
 
-class CpuWatch:
-    """Whether one process (the focused window's) is still working: it used CPU lately.
+def _tree(root: int) -> list[int]:
+    """``root`` and its descendants (from ``/proc/*/stat``'s parent pids)."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                parent = int(handle.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(name))
+    found, queue = [], [root]
+    while queue:
+        pid = queue.pop()
+        found.append(pid)
+        queue.extend(children.get(pid, ()))
+    return found
 
-    A keypress that opens a dialog shows nothing for a while on a loaded machine (measured:
-    mousepad's Open and Save As dialogs drew their first pixel more than 300 ms after the key,
-    while mousepad used 2-20 ms of CPU every 20 ms; once shown, it idles at about 0.2 ms per
-    20 ms). The agent keeps an action's wait going while this says busy, bounded by ``cap_ms``.
-    CPU time is the sum over the process's threads of ``/proc/PID/task/*/schedstat``
-    (nanoseconds; the 10 ms ticks of ``/proc/PID/stat`` are too coarse).
+
+def _cpu_ns(pid: int) -> int:
+    """CPU time of every thread of ``pid`` (``/proc/PID/task/*/schedstat``, nanoseconds)."""
+    total = 0
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for thread in threads:
+        try:
+            with open(f"/proc/{pid}/task/{thread}/schedstat", "rb") as handle:
+                total += int(handle.read().split()[0])
+        except (OSError, IndexError, ValueError):
+            continue  # a thread that just ended
+    return total
+
+
+class CpuWatch:
+    """Whether the focused window's program (with its child processes) is still working.
+
+    A key that opens a dialog or loads a page shows nothing for a while on a loaded machine
+    (measured: mousepad's Open and Save As dialogs drew their first pixel more than 300 ms after
+    the key, while mousepad used 2-20 ms of CPU every 20 ms, and idles at about 0.2 ms per 20 ms
+    once shown; Chromium's page after Enter comes from its renderer, a child process). CPU time
+    is summed over every thread of the program and its descendants
+    (``/proc/PID/task/*/schedstat``, nanoseconds: ``/proc/PID/stat``'s 10 ms ticks are too
+    coarse); busy means more than :data:`BUSY_MIN_CPU_S` per :data:`BUSY_SAMPLE_S`. A process
+    that ends between samples takes its CPU time with it (a drop is not counted as negative).
     """
 
     def __init__(self, pid: int) -> None:
-        self._folder = f"/proc/{pid}/task"
+        self._pid = pid
         self._used = self._read()
         self._sampled = time.monotonic()
         self._busy = False
 
-    def _read(self) -> int | None:
-        total = 0
-        try:
-            threads = os.listdir(self._folder)
-        except OSError:
-            return None
-        for thread in threads:
-            try:
-                with open(f"{self._folder}/{thread}/schedstat", "rb") as handle:
-                    total += int(handle.read().split()[0])
-            except (OSError, IndexError, ValueError):
-                continue  # a thread that just ended
-        return total
+    def _read(self) -> dict[int, int]:
+        return {pid: _cpu_ns(pid) for pid in _tree(self._pid)}
 
     def busy(self) -> bool:
-        """True when the process used more than :data:`BUSY_MIN_CPU_S` of CPU per
-        :data:`BUSY_SAMPLE_S` since the previous sample (or since creation)."""
+        """True when the program used CPU above the threshold since the previous sample (or
+        since creation)."""
         now = time.monotonic()
         elapsed = now - self._sampled
         if elapsed < BUSY_SAMPLE_S:
             return self._busy
         used = self._read()
-        self._busy = (
-            used is not None
-            and self._used is not None
-            and (used - self._used) / 1e9 > BUSY_MIN_CPU_S * elapsed / BUSY_SAMPLE_S
-        )
+        grown = sum(max(0, ns - self._used.get(pid, 0)) for pid, ns in used.items())
+        self._busy = grown / 1e9 > BUSY_MIN_CPU_S * elapsed / BUSY_SAMPLE_S
         self._used, self._sampled = used, now
         return self._busy
 

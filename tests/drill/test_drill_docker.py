@@ -11,11 +11,13 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from drivers.approvals import NonInteractive
-from orchestrator.drill.runner import run_drill
+from orchestrator.drill.runner import DrillResult, run_drill
+from orchestrator.drill.session import LoopKind
 from orchestrator.sandbox import Sandbox
 from orchestrator.tasks import load_task, shipped_tasks
 from orchestrator.trajectory import read_trajectory
@@ -80,27 +82,23 @@ def test_drill_all_passes_every_shipped_task_on_both_loops_pixels_only(
     assert len(re.findall(r'<section class="step"', dom)) == len(shots)
 
 
-def _edited(name: str, edit: Callable[[dict[str, object]], None]) -> dict[str, object]:
-    script = copy.deepcopy(load_task(name).script())
+def _drill_edited(
+    sandbox: Sandbox, out: Path, loop: LoopKind, edit: Callable[[dict[str, Any]], None]
+) -> DrillResult:
+    """``editor-save`` with its script changed by ``edit``."""
+    task = load_task("editor-save")
+    script = copy.deepcopy(task.script())
     edit(script)
-    return script
+    return run_drill(sandbox, task=task, loop=loop, out=out, script_template=script)
 
 
 def test_a_wrong_expectation_fails_the_drill_and_names_it(
     fresh_sandbox: Sandbox, tmp_path: Path
 ) -> None:
-    def expect_another_dialog(script: dict[str, object]) -> None:
-        turns = script["turns"]
-        assert isinstance(turns, list)
-        turns[3]["sees"] = [{"window": {"title": "Open File", "focused": True}}]
+    def expect_another_dialog(script: dict[str, Any]) -> None:
+        script["turns"][3]["sees"] = [{"window": {"title": "Open File", "focused": True}}]
 
-    result = run_drill(
-        fresh_sandbox,
-        task=load_task("editor-save"),
-        loop="toolset",
-        out=tmp_path / "out",
-        script_template=_edited("editor-save", expect_another_dialog),
-    )
+    result = _drill_edited(fresh_sandbox, tmp_path / "out", "toolset", expect_another_dialog)
     assert not result.ok
     assert result.error is not None
     assert "turn 3, sees[0]: expected a window titled like 'Open File', focused; windows seen:" in (
@@ -117,19 +115,13 @@ def test_a_wrong_expectation_fails_the_drill_and_names_it(
 def test_a_script_typing_the_wrong_text_fails_verification_with_expected_vs_got(
     fresh_sandbox: Sandbox, tmp_path: Path
 ) -> None:
-    def misspell(script: dict[str, object]) -> None:
-        for turn in script["turns"]:  # type: ignore[attr-defined]
+    def misspell(script: dict[str, Any]) -> None:
+        for turn in script["turns"]:
             for action in (turn.get("computer_call") or {}).get("actions", []):
                 if action.get("text") == "bread\n":
                     action["text"] = "bred\n"
 
-    result = run_drill(
-        fresh_sandbox,
-        task=load_task("editor-save"),
-        loop="runner",
-        out=tmp_path / "out",
-        script_template=_edited("editor-save", misspell),
-    )
+    result = _drill_edited(fresh_sandbox, tmp_path / "out", "runner", misspell)
     assert not result.ok and result.error is None, result.summary()
     saved, stale = result.checks
     assert stale.ok, "typing other text does not make the screenshots stale"
