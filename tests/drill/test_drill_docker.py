@@ -80,6 +80,8 @@ def test_drill_all_passes_every_shipped_task_on_both_loops_pixels_only(
     dom = render_in_chromium(folder / "report.html", tmp_path / "profile")
     shots = [e for e in events if e["kind"] == "screenshot"]
     assert len(re.findall(r'<section class="step"', dom)) == len(shots)
+    expectations = [e for e in events if e["kind"] == "expectation"]
+    assert dom.count('<li class="ok">seen: ') == len(expectations) > 0
 
 
 def _drill_edited(
