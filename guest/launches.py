@@ -48,6 +48,7 @@ __all__ = [
     "LaunchWatcher",
     "is_drawn",
     "parse_startup_message",
+    "process_tree",
     "window_manager_pid",
     "window_pid",
 ]
@@ -112,7 +113,7 @@ BUSY_MIN_CPU_S: Final = 0.002
 an idle GTK dialog uses about 1 %)."""
 
 
-def _tree(root: int) -> list[int]:
+def process_tree(root: int) -> list[int]:
     """``root`` and its descendants (from ``/proc/*/stat``'s parent pids)."""
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
@@ -195,7 +196,7 @@ class CpuWatch:
         self._busy = False
 
     def _read(self) -> dict[int, int]:
-        return {pid: _cpu_ns(pid) for root in self._roots for pid in _tree(root)}
+        return {pid: _cpu_ns(pid) for root in self._roots for pid in process_tree(root)}
 
     def busy(self) -> bool:
         """True when the program used CPU above the threshold since the previous sample (or
@@ -242,8 +243,8 @@ class LaunchWatcher:
 
     :param on_change: called (from the watcher's thread, holding no lock) when a launch begins
         or ends, so a waiter can look again.
-    :raises GuestError-free: when the display cannot be opened, raises ``OSError`` /
-        ``Xlib.error.DisplayError`` (the caller runs without launch tracking).
+    :raises Xlib.error.DisplayError: or ``OSError``, when the display cannot be opened (the
+        change tracker then runs without launch tracking).
     """
 
     def __init__(self, display_name: str | None, on_change: Callable[[], None]) -> None:
@@ -295,10 +296,12 @@ class LaunchWatcher:
         fd = self._display.fileno()
         try:
             while not self._stop.is_set():
-                timeout = DRAWN_POLL_S if self._mapped else None
-                readable, _, _ = select.select([fd, self._wake_read], [], [], timeout)
-                if self._wake_read in readable:
-                    return
+                # replies read meanwhile may have queued events inside Xlib: no select then
+                if not self._display.pending_events():
+                    timeout = DRAWN_POLL_S if self._mapped else None
+                    readable, _, _ = select.select([fd, self._wake_read], [], [], timeout)
+                    if self._wake_read in readable:
+                        return
                 changed = False
                 for _ in range(self._display.pending_events()):
                     changed = self._handle(self._display.next_event()) or changed

@@ -98,14 +98,16 @@ def test_a_wrong_expectation_fails_the_drill_and_names_it(
     fresh_sandbox: Sandbox, tmp_path: Path
 ) -> None:
     def expect_another_dialog(script: dict[str, Any]) -> None:
-        script["turns"][3]["sees"] = [{"window": {"title": "Open File", "focused": True}}]
+        # the Open dialog ("Open File") is what the screen shows there
+        script["turns"][3]["sees"] = [{"window": {"title": "Save As", "focused": True}}]
 
     result = _drill_edited(fresh_sandbox, tmp_path / "out", "toolset", expect_another_dialog)
     assert not result.ok
     assert result.error is not None
-    assert "turn 3, sees[0]: expected a window titled like 'Open File', focused; windows seen:" in (
+    assert "turn 3, sees[0]: expected a window titled like 'Save As', focused; windows seen:" in (
         result.error
     ), result.error
+    assert "'Open File' (focused)" in result.error
     assert "ExpectationFailed" in result.error
     events = read_trajectory(tmp_path / "out")
     failed = [e for e in events if e["kind"] == "expectation" and not e["ok"]]

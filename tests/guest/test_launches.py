@@ -17,7 +17,7 @@ from Xlib import X, Xatom
 from Xlib import display as xdisplay
 from Xlib.protocol import event
 
-from guest.launches import CpuWatch, LaunchWatcher, is_drawn, parse_startup_message
+from guest.launches import CpuWatch, LaunchWatcher, is_drawn, parse_startup_message, process_tree
 from tests.support.xvfb import Xvfb
 
 pytestmark = [pytest.mark.x11]
@@ -119,7 +119,9 @@ def test_a_program_using_cpu_is_busy_and_a_sleeping_one_is_not() -> None:
         # a child's CPU counts for its parent's program (Chromium's renderers)
         parent = subprocess.Popen([sys.executable, "-c", SPIN_IN_A_CHILD], start_new_session=True)
         try:
-            time.sleep(0.5)
+            assert _wait_for(lambda: len(process_tree(parent.pid)) > 1, timeout=30), (
+                "no child started"
+            )
             family = CpuWatch([parent.pid])
             time.sleep(0.1)
             assert family.busy()
