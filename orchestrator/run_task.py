@@ -16,6 +16,12 @@ Verification (``--verify-file GUEST_PATH=TEXT``, repeatable; ``--verify module:f
 with the agent client, returning a bool, a :class:`~orchestrator.drill.verify.Check` or a list of
 them) runs after the model's final message; any failed check makes the exit status 1.
 
+Task files (``--task NAME|FILE``, :mod:`orchestrator.tasks`): the task's set-up runs before the
+first model turn, its prompt is the task, its checks run before the ``--verify…`` ones, and its
+network, screen size, step and stall limits apply unless a flag gives them
+(:func:`effective_settings`; every effective setting is printed with where it came from). TASK
+text together with ``--task`` is an error.
+
 Offline: ``OPENAI_BASE_URL`` pointing at a :class:`drivers.scripted_model.ScriptedModel` runs
 the whole command without a key or network (tests do this).
 """
