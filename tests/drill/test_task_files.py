@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,14 @@ import pytest
 from drivers.scripted_model import parse_script
 from orchestrator.errors import ConfigError
 from orchestrator.run_task import effective_settings
-from orchestrator.tasks import TASKS_DIR, TaskFileError, fill, load_task, shipped_tasks
+from orchestrator.tasks import (
+    TASKS_DIR,
+    TaskFileError,
+    fill,
+    load_task,
+    parse_task,
+    shipped_tasks,
+)
 from tests.drill.conftest import PYTHON, REPO
 
 MINIMAL = 'prompt = "do it"\n'
@@ -167,3 +175,13 @@ def test_run_refuses_task_text_together_with_a_task_file(tmp_path: Path) -> None
     )
     assert result.returncode != 0
     assert "either as text" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_readmes_task_file_example_is_a_valid_task() -> None:
+    text = (REPO / "README.md").read_text(encoding="utf-8").split("### Task files", 1)[1]
+    block = text.split("```toml\n", 1)[1].split("```", 1)[0]
+    path = TASKS_DIR / "editor-save.toml"
+    task = parse_task(tomllib.loads(block), source=path, default_name="x")
+    assert task.name == "editor-save" and task.setup.files[0].mode == 0o600
+    assert task.checks[0].equals == "milk\neggs\nbread\n"
+    assert parse_script(task.script()).turns, "its script is the shipped one"
