@@ -4,7 +4,9 @@ Nothing here runs between model turns: the drill is pixels-only once the model h
 (:mod:`orchestrator.drill.runner`). :class:`GuestSteps` does, through the agent:
 
 - :meth:`GuestSteps.prepare` — a task's ``[setup]``: the helper files (``launch.py``, the form
-  server and its page) in a hidden helper folder, the task's files (content and mode), the form
+  server and its page) in a hidden helper folder; the files the checks read are removed (a run
+  in a guest used before must not pass on an earlier run's files); the task's files (content
+  and mode), the form
   server, the apps to open (and the URL), each waited for until its window is focused, then a
   settle so the model's first screenshot shows a still screen;
 - :meth:`GuestSteps.launch` — start a program detached (``launch.py`` in the guest); its process
@@ -192,6 +194,9 @@ class GuestSteps:
         self.install_helpers()
         guest = TaskGuest(task, task.placeholders(self.home), self.helpers)
         self._exec(["mkdir", "-p", "--", guest.workdir], timeout_ms=10_000)
+        # what the checks read must come from this run, not an earlier one in the same guest
+        stale = [guest.path(c.file) for c in task.checks if c.file is not None]
+        self._exec(["rm", "-f", "--", guest.form_data, *stale], timeout_ms=10_000)
         for item in task.setup.files:
             self._call(
                 "write_file",

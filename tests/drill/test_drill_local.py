@@ -71,6 +71,24 @@ def test_set_up_writes_files_with_modes_starts_the_form_server_and_opens_apps(
             steps.stop_launched()
 
 
+def test_set_up_removes_what_the_checks_read_so_an_earlier_run_cannot_pass(
+    local_desktop: LocalDesktop,
+) -> None:
+    earlier = local_desktop.home / "task" / "out.txt"
+    earlier.parent.mkdir(parents=True)
+    earlier.write_text("42\n", encoding="utf-8")
+    task = parse_task(
+        {"prompt": "x", "checks": [{"file": "out.txt", "equals": "42\n"}]},
+        source=None,
+        default_name="again",
+    )
+    with local_desktop.connect() as client:
+        guest = GuestSteps(client).prepare(task)
+        assert not earlier.exists()
+        (check,) = verify_task(client, guest)
+        assert not check.ok and check.got is None
+
+
 def test_set_up_waits_fail_clearly_and_name_what_they_saw(local_desktop: LocalDesktop) -> None:
     with local_desktop.connect() as client:
         steps = GuestSteps(client)
