@@ -20,7 +20,6 @@ Every step is timed into the trajectory as ``guest_wait``.
 
 from __future__ import annotations
 
-import json
 import posixpath
 import threading
 import time
@@ -30,7 +29,6 @@ from importlib import resources
 from typing import Any
 
 from guest.client import AgentClient
-from guest.errors import GuestError
 from orchestrator.desktop import PANEL
 from orchestrator.drill.errors import DrillCancelled, GuestStepError
 from orchestrator.tasks import Task, fill
@@ -217,6 +215,9 @@ class GuestSteps:
                 wm_class=PANEL.launcher(app).wm_class,
                 timeout_ms=self._scaled(timeout),
                 focused=True,
+                # with a URL: until the page is loaded (it titles the window; measured on a TCG
+                # VM: "Untitled - Chromium" for seconds after the window is drawn)
+                loaded=app == "browser" and task.setup.url is not None,
             )
             self._timed("open", app, started)
         if task.setup.apps:
@@ -286,9 +287,11 @@ class GuestSteps:
         wm_class: str | None = None,
         timeout_ms: int,
         focused: bool = False,
+        loaded: bool = False,
     ) -> dict[str, Any]:
         """Poll until a top-level window's title contains ``title`` and/or its class is
-        ``wm_class`` (and it has the focus, when ``focused``); return that window."""
+        ``wm_class`` (and it has the focus, when ``focused``; and a page's title, not Chromium's
+        ``Untitled``/``New Tab``, when ``loaded``); return that window."""
         if title is None and wm_class is None:
             raise ValueError("wait_window needs a title or a wm_class")
         deadline = time.monotonic() + timeout_ms / 1000
@@ -301,6 +304,7 @@ class GuestSteps:
                     and (title is None or title in str(window.get("title") or ""))
                     and (wm_class is None or wm_class in (window.get("wm_class") or []))
                     and (window.get("focused") or not focused)
+                    and not (loaded and _unloaded(str(window.get("title") or "")))
                 ):
                     return window
             if time.monotonic() >= deadline:
@@ -324,14 +328,6 @@ class GuestSteps:
                     hint=f"the applications' output is in the guest file {self.log}",
                 )
             time.sleep(POLL_S)
-
-    def read_json(self, path: str) -> Any:
-        """A JSON file of the guest, or ``None`` when it does not exist or is not JSON."""
-        try:
-            raw = self.client.call("read_file", {"path": path}, timeout=10).blob
-            return json.loads(raw.decode("utf-8"))
-        except (GuestError, ValueError):
-            return None
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -357,3 +353,8 @@ class GuestSteps:
     def _check_cancelled(self) -> None:
         if self.cancelled():
             raise DrillCancelled("the drill was cancelled while waiting on the guest")
+
+
+def _unloaded(title: str) -> bool:
+    """A browser window title before its page has loaded."""
+    return not title or title.startswith(("Untitled", "New Tab", "about:blank"))
