@@ -221,7 +221,9 @@ class GuestSteps:
             )
             self._timed("open", app, started)
         if task.setup.apps:
-            self.settle(quiet_ms=500, timeout_ms=10_000)
+            # a long quiet period: the model's first screenshot is not settled by any action
+            # (measured on a TCG VM: Chromium drew its page 2-3 s after a 2 s quiet period)
+            self.settle(quiet_ms=1000, timeout_ms=15_000)
         return guest
 
     def start_form_server(self, port: int) -> None:
