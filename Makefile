@@ -5,10 +5,11 @@ PY := $(VENV)/bin/python
 CUBICLE := $(PY) -m orchestrator.cli
 PYTEST_ARGS ?=
 
-.PHONY: help host venv engine image vm-host vm-image drill test unit attack bench lint fmt
+.PHONY: help host venv engine image vm-host vm-image drill conformance test unit attack bench lint fmt
 
 help:
 	@echo "make drill   run the offline keyless drill on the default (Docker) backend"
+	@echo "make conformance  every shipped task (tasks/) on every available backend, with tables"
 	@echo "make test    run the whole test suite"
 	@echo "make unit    the fast loop: tests that need neither Docker nor libvirt (< 2 min)"
 	@echo "make attack  run the attack regression tests (marker attack)"
@@ -40,6 +41,13 @@ vm-image: venv
 
 drill: image
 	$(CUBICLE) drill
+
+# Every shipped task with both loops on every backend that runs here: the conformance tables.
+# The VM backend runs where libvirt can (TCG guests are slow: expect tens of minutes).
+conformance: image vm-image
+	$(CUBICLE) drill --all --backend docker
+	@if scripts/ensure-libvirt >/dev/null 2>&1; then $(CUBICLE) drill --all --backend vm; \
+	else echo "make: libvirt cannot run here; conformance covered the Docker backend only"; fi
 
 test: lint image vm-image
 	$(PY) -m pytest $(PYTEST_ARGS)

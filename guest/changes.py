@@ -57,6 +57,7 @@ from Xlib.ext import damage
 from guest import protocol
 from guest.errors import GuestError
 from guest.geometry import CELL_PX, Rect, largest_cluster
+from guest.launches import LaunchWatcher
 
 __all__ = [
     "ChangeTracker",
@@ -88,6 +89,12 @@ windows opening, closing and repainting whole are events, not background activit
 animation larger than this holds an action's wait until its cap)."""
 HISTORY_EVENTS: Final = 20_000
 """Damage events kept (oldest dropped first); enough for several seconds of full-rate video."""
+BUSY_POLL_S: Final = 0.05
+"""While the focused application is busy, a wait that would end looks again this much later."""
+BUSY_LIMIT_QUIETS: Final = 5
+"""Busy CPU alone keeps a wait going for at most this many ``max(expect_ms, quiet_ms)`` after
+the action (2 s by default): an animated page keeps its program busy for ever, and must not
+hold every action until the cap."""
 POLL_INTERVAL_S: Final = 0.03
 """Frame polling period of the fallback tracker (seconds)."""
 
@@ -130,9 +137,14 @@ class ChangeTracker(Protocol):
         ...
 
     def wait(
-        self, since: float, spec: protocol.SettleSpec, region: Rect | None = None
+        self,
+        since: float,
+        spec: protocol.SettleSpec,
+        region: Rect | None = None,
+        busy: Callable[[], bool] | None = None,
     ) -> SettleOutcome:
-        """Wait for the changes since ``since`` to settle (module docstring)."""
+        """Wait for the changes since ``since`` to settle (module docstring); ``busy`` (the
+        focused application still uses CPU) keeps a wait that would end going, up to the cap."""
         ...
 
     def close(self) -> None: ...
@@ -176,6 +188,7 @@ class DamageTracker:
         self._busy = 0
         self._screen = Rect(0, 0, int(root.get_geometry().width), int(root.get_geometry().height))
         self._initial_pending = True
+        self._launches = _launch_watcher(display_name, self._wake)
         self._stop = threading.Event()
         # the reader blocks on the X connection and this pipe (close() writes to it): an idle
         # desktop costs no wake-ups
@@ -208,6 +221,10 @@ class DamageTracker:
             initial, self._initial_pending = self._initial_pending and rect == self._screen, False
             if not initial:
                 self._history.append(_Damage(now, rect, self._busy == 0))
+            self._changed.notify_all()
+
+    def _wake(self) -> None:
+        with self._changed:
             self._changed.notify_all()
 
     # -- ChangeTracker ----------------------------------------------------------------------
@@ -244,7 +261,11 @@ class DamageTracker:
         }
 
     def wait(
-        self, since: float, spec: protocol.SettleSpec, region: Rect | None = None
+        self,
+        since: float,
+        spec: protocol.SettleSpec,
+        region: Rect | None = None,
+        busy: Callable[[], bool] | None = None,
     ) -> SettleOutcome:
         with self._changed:
             background = self._background(since)
@@ -254,9 +275,13 @@ class DamageTracker:
                 return False
             return not background or not item.rect.cells() <= background
 
-        return _quiet_period(self._changed, self._history, since, spec, counts)
+        return _quiet_period(
+            self._changed, self._history, since, spec, counts, launches=self._launches, busy=busy
+        )
 
     def close(self) -> None:
+        if self._launches is not None:
+            self._launches.close()
         self._stop.set()
         os.write(self._wake_w, b"x")
         self._thread.join(timeout=1.0)
@@ -275,12 +300,20 @@ def _quiet_period(
     since: float,
     spec: protocol.SettleSpec,
     counts: Callable[[_Damage], bool],
+    *,
+    launches: LaunchWatcher | None = None,
+    busy: Callable[[], bool] | None = None,
 ) -> SettleOutcome:
-    """Wait on ``condition`` (which guards ``history``) per ``spec`` (module docstring)."""
+    """Wait on ``condition`` (which guards ``history``) per ``spec`` (module docstring); while
+    ``launches`` has one pending, keep waiting (up to the cap); a launch's end counts as a change
+    for the quiet period (:mod:`guest.launches`); when the wait would end (not capped) while
+    ``busy()`` says the focused application is still using CPU, look again a little later (at
+    most until :data:`BUSY_LIMIT_QUIETS` quiet periods after the action)."""
     method = DamageTracker.method
     start = time.monotonic()
     cap_at = start + spec.cap_ms / 1000
     expect_at = start + spec.expect_ms / 1000
+    busy_until = start + BUSY_LIMIT_QUIETS * max(spec.expect_ms, spec.quiet_ms) / 1000
     with condition:
         while True:
             box: Rect | None = None
@@ -295,7 +328,17 @@ def _quiet_period(
                     last = item.t if last is None else max(last, item.t)
             events = len(rects)
             now = time.monotonic()
-            if last is None:
+            launching = False
+            if launches is not None:
+                ended = launches.ended_since(since)
+                if ended is not None:
+                    last = ended if last is None else max(last, ended)
+                launching = launches.pending(now)
+            if launching:
+                deadline = cap_at
+                done = now >= deadline
+                settled = False
+            elif last is None:
                 deadline = min(expect_at, cap_at)
                 done = now >= deadline
                 settled = True
@@ -303,6 +346,8 @@ def _quiet_period(
                 deadline = min(last + spec.quiet_ms / 1000, cap_at)
                 done = now >= deadline
                 settled = last + spec.quiet_ms / 1000 <= now
+            if done and now < min(cap_at, busy_until) and busy is not None and busy():
+                done, deadline = False, min(cap_at, busy_until, now + BUSY_POLL_S)
             if done:
                 return SettleOutcome(
                     is_visible(rects), settled, round((now - start) * 1000), box, events, method
@@ -336,7 +381,11 @@ class PollingTracker:
             self._before = None
 
     def wait(
-        self, since: float, spec: protocol.SettleSpec, region: Rect | None = None
+        self,
+        since: float,
+        spec: protocol.SettleSpec,
+        region: Rect | None = None,
+        busy: Callable[[], bool] | None = None,  # frame polling ignores it
     ) -> SettleOutcome:
         with self._lock:
             before = self._before[1] if self._before and self._before[0] == since else None
@@ -409,6 +458,17 @@ def is_visible(rects: list[Rect]) -> bool:
     :data:`guest.protocol.VISIBLE_CHANGE_AREA` (a moved or blinking caret is not one)."""
     largest = largest_cluster(rects)
     return largest is not None and largest.area > protocol.VISIBLE_CHANGE_AREA
+
+
+def _launch_watcher(
+    display_name: str | None, on_change: Callable[[], None]
+) -> LaunchWatcher | None:
+    """A :class:`LaunchWatcher`, or ``None`` (logged) when it cannot watch this display."""
+    try:
+        return LaunchWatcher(display_name, on_change)
+    except (xerror.DisplayError, xerror.XError, OSError) as exc:
+        log.warning("no launch tracking (%s): launcher clicks settle on damage alone", exc)
+        return None
 
 
 def _box(region: Rect) -> tuple[int, int, int, int]:

@@ -99,8 +99,9 @@ DEFAULT_WAIT_MS: Final = 1000
 VISIBLE_CHANGE_AREA: Final = 400
 """A *visible change*: the bounding box of what changed on screen is larger than this (px²) —
 more than a blinking caret (2-3 px wide, one line high)."""
-MAX_SETTLE_CAP_MS: Final = 30_000
-"""Largest ``cap_ms`` of a ``settle`` argument (milliseconds)."""
+MAX_SETTLE_CAP_MS: Final = 60_000
+"""Largest ``cap_ms`` of a ``settle`` argument (milliseconds). 60 s: the drill's settle on a TCG
+guest (x10) must cover Chromium's cold start there (24-41 s measured) after a launcher click."""
 FEATURES: Final = ("receipts", "typing_quiet")
 """Optional protocol-v1 features this agent has, listed in ``hello``/``info`` ``features``.
 ``receipts``: input ops take ``settle`` and answer with a ``receipt``; ``typing_quiet``: the

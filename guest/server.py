@@ -22,6 +22,7 @@ from guest.changes import ChangeTracker, open_tracker
 from guest.errors import GuestError, ProtocolError
 from guest.geometry import Rect
 from guest.keys import is_typing_key
+from guest.launches import CpuWatch, window_manager_pid, window_pid
 from guest.screen import Screen
 from guest.windows import active_window, list_windows
 from guest.xinput import XInput
@@ -54,6 +55,8 @@ class Agent:
 
     def __init__(self, display_name: str | None = None, *, force_poll: bool | None = None) -> None:
         self.started = time.monotonic()
+        self._display_name = display_name
+        self._wm_pid: int | None = None
         self.input = XInput(display_name)
         try:
             self.screen = Screen(display_name, self.input.width, self.input.height)
@@ -213,10 +216,19 @@ class Agent:
         spec = spec.for_input(
             typing and focus_before is not None and focus_before.get("type") == "normal"
         )
+        pid = (
+            self.input.with_display(lambda d: window_pid(d, int(focus_before["id"])))
+            if focus_before
+            else None
+        )
+        if self._wm_pid is None or not os.path.exists(f"/proc/{self._wm_pid}"):
+            self._wm_pid = window_manager_pid(self._display_name)
+        roots = [p for p in (pid, self._wm_pid) if p is not None and p != os.getpid()]
+        cpu = CpuWatch(roots) if roots else None
         since = self.changes.begin_input()
         try:
             result = dict(perform() or {})
-            outcome = self.changes.wait(since, spec)
+            outcome = self.changes.wait(since, spec, busy=cpu.busy if cpu is not None else None)
         finally:
             self.changes.end_input()
         receipt = {**outcome.result(), "focus_before": focus_before, "focus_after": self._focus()}

@@ -16,6 +16,12 @@ Verification (``--verify-file GUEST_PATH=TEXT``, repeatable; ``--verify module:f
 with the agent client, returning a bool, a :class:`~orchestrator.drill.verify.Check` or a list of
 them) runs after the model's final message; any failed check makes the exit status 1.
 
+Task files (``--task NAME|FILE``, :mod:`orchestrator.tasks`): the task's set-up runs before the
+first model turn, its prompt is the task, its checks run before the ``--verify…`` ones, and its
+network, screen size, step and stall limits apply unless a flag gives them
+(:func:`effective_settings`; every effective setting is printed with where it came from). TASK
+text together with ``--task`` is an error.
+
 Offline: ``OPENAI_BASE_URL`` pointing at a :class:`drivers.scripted_model.ScriptedModel` runs
 the whole command without a key or network (tests do this).
 """
@@ -23,7 +29,6 @@ the whole command without a key or network (tests do this).
 from __future__ import annotations
 
 import argparse
-import importlib
 import ipaddress
 import os
 import sys
@@ -44,14 +49,20 @@ from drivers.policy_file import load_policy
 from drivers.settle import SettleOption, SettleSpec, check_settle
 from drivers.stall import DEFAULT_STALL_LIMIT, StallDetector
 from drivers.viewport import Viewport
-from guest.client import AgentClient
 from guest.errors import CubicleError
 from orchestrator.drill.console import default_out, destroy_quietly, progress
 from orchestrator.drill.errors import DrillCancelled
+from orchestrator.drill.guest_steps import GuestSteps
 from orchestrator.drill.runner import Desktop
 from orchestrator.drill.session import LoopKind, LoopThread, RecordedSession, error_chain
 from orchestrator.drill.signals import cancel_on_signals
-from orchestrator.drill.verify import Check, check_file
+from orchestrator.drill.verify import (
+    Check,
+    Verifier,
+    check_file,
+    function_verifier,
+    task_verifiers,
+)
 from orchestrator.errors import ConfigError
 from orchestrator.network import NetworkPolicy
 from orchestrator.origin_answers import (
@@ -62,6 +73,7 @@ from orchestrator.origin_answers import (
 )
 from orchestrator.providers import PROVIDERS
 from orchestrator.sandbox import Sandbox, teardown_on_signals
+from orchestrator.tasks import Task, load_task
 from orchestrator.trajectory.recorder import TrajectoryRecorder
 from orchestrator.trajectory.report import write_report
 from orchestrator.view.handover import recorded_gate, take_over
@@ -77,9 +89,6 @@ __all__ = ["TaskResult", "Verifier", "cmd_run", "parse_verify_file", "register_r
 DEFAULT_MODEL = "gpt-5.4"
 """A model with native computer use through the GA ``{"type": "computer"}`` tool."""
 DEFAULT_MAX_STEPS = 30
-
-Verifier = Callable[[AgentClient], list[Check]]
-"""Checks the guest's state through an agent connection after the run."""
 
 
 @dataclass
@@ -118,32 +127,6 @@ def file_verifier(path: str, expected: str) -> Verifier:
     return lambda client: [check_file(client, f"file {path}", path, expected)]
 
 
-def function_verifier(spec: str) -> Verifier:
-    """``module:function`` → a verifier calling ``function(client)``."""
-    module_name, sep, name = spec.partition(":")
-    if not sep or not module_name or not name:
-        raise ConfigError(f"--verify wants module:function, got {spec!r}")
-    try:
-        function = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"--verify {spec}: cannot load it ({exc})") from None
-
-    def verify(client: AgentClient) -> list[Check]:
-        value = function(client)
-        if isinstance(value, Check):
-            return [value]
-        if isinstance(value, list) and all(isinstance(v, Check) for v in value):
-            return value
-        if isinstance(value, bool):
-            return [Check(spec, value, True, value, "" if value else f"{spec} returned False")]
-        raise ConfigError(
-            f"--verify {spec} returned {type(value).__name__}; "
-            "expected a bool, a Check or a list of Checks"
-        )
-
-    return verify
-
-
 def run_task(
     desktop: Desktop,
     *,
@@ -164,6 +147,7 @@ def run_task(
     takeover_on_stall: bool = False,
     record: tuple[float, int] | None = None,
     origin_answers: Callable[[TrajectoryRecorder], OriginAnswerer] | None = None,
+    task_file: Task | None = None,
 ) -> TaskResult:
     """Run ``task`` with ``model`` through ``client`` on ``desktop``; record and verify.
 
@@ -180,6 +164,9 @@ def run_task(
         (:mod:`orchestrator.view.recording`); ``None``: no video.
     :param origin_answers: for an ``ask:`` sandbox, starts who answers its origin questions
         (:mod:`orchestrator.origin_answers`) for the length of the run, recording each decision.
+    :param task_file: a task (:mod:`orchestrator.tasks`): its set-up runs before the first model
+        turn, its prompt (placeholders filled) replaces an empty ``task``, and its checks run
+        before ``verifiers``.
     """
     started = time.monotonic()
     result = TaskResult(out=out)
@@ -214,6 +201,12 @@ def run_task(
             recording.start()
         answers = origin_answers(recorder) if origin_answers is not None else None
         try:
+            if task_file is not None:
+                guest = GuestSteps(agent, recorder=recorder, cancelled=cancel_requested).prepare(
+                    task_file
+                )
+                task = task or guest.prompt
+                verifiers = [*task_verifiers(guest), *(verifiers or [])]
             driver = GuestDriver(
                 agent, viewport=viewport, on_action=session.on_action, settle=settle
             )
@@ -292,7 +285,17 @@ def register_run(sub: Any) -> None:
         help="run one task with a real model in a fresh sandbox",
         description=__doc__.split("\n\n")[1] if __doc__ else None,
     )
-    p.add_argument("task", help="what the model should do, in words")
+    p.add_argument(
+        "task", nargs="?", default=None, help="what the model should do, in words (or --task)"
+    )
+    p.add_argument(
+        "--task",
+        dest="task_file",
+        default=None,
+        metavar="NAME|FILE",
+        help="a task file (tasks/*.toml, or a shipped task's name): prompt, set-up, checks, "
+        "limits; a flag given here overrides the file's value",
+    )
     p.add_argument(
         "--model",
         default=os.environ.get("CUBICLE_MODEL", DEFAULT_MODEL),
@@ -301,19 +304,19 @@ def register_run(sub: Any) -> None:
     p.add_argument(
         "--max-steps",
         type=int,
-        default=DEFAULT_MAX_STEPS,
+        default=None,
         help=f"model requests at most, the final one included (default {DEFAULT_MAX_STEPS})",
     )
     p.add_argument(
         "--network",
-        default="none",
+        default=None,
         help="none (default), open, allow:ENTRY,..., block:NAME,... or ask:[ENTRY,...] "
         "(questions asked on the terminal or decided by --policy's [[origin]] rules; "
         "default deny)",
     )
     add_ask_timeout_argument(p)
     p.add_argument("--backend", default="docker", choices=sorted(PROVIDERS), help="sandbox backend")
-    p.add_argument("--size", default="1280x800", help="screen WxH in pixels (default 1280x800)")
+    p.add_argument("--size", default=None, help="screen WxH in pixels (default 1280x800)")
     p.add_argument(
         "--view",
         default=None,
@@ -355,7 +358,7 @@ def register_run(sub: Any) -> None:
     p.add_argument(
         "--stall",
         type=int,
-        default=DEFAULT_STALL_LIMIT,
+        default=None,
         metavar="N",
         help="stop after N state-changing actions in a row changed nothing visible "
         f"(default {DEFAULT_STALL_LIMIT}; 0 turns it off)",
@@ -431,6 +434,80 @@ def _policies(args: argparse.Namespace) -> tuple[ApprovalPolicy, ApprovalPolicy 
     return prompt or NonInteractive("stdin is not a terminal; pass --policy FILE to approve"), None
 
 
+@dataclass(frozen=True)
+class Setting:
+    """One effective setting of a run and where its value came from."""
+
+    value: Any
+    source: str
+    """``--flag``, ``task file`` or ``default``."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The settings ``cubicle run`` uses: a flag beats the task file, which beats the default."""
+
+    values: dict[str, Setting]
+
+    @property
+    def network(self) -> str:
+        return str(self.values["network"].value)
+
+    @property
+    def size(self) -> str:
+        return str(self.values["size"].value)
+
+    @property
+    def max_steps(self) -> int:
+        return int(self.values["max_steps"].value)
+
+    @property
+    def stall(self) -> int:
+        return int(self.values["stall"].value)
+
+    def lines(self) -> list[str]:
+        """``effective NAME: VALUE (SOURCE)`` per setting, for the terminal."""
+        return [
+            f"effective {name}: {setting.value} ({setting.source})"
+            for name, setting in self.values.items()
+        ]
+
+
+def effective_settings(args: argparse.Namespace) -> tuple[Task | None, RunSettings]:
+    """Resolve the task file (if any) and the settings from flags, the file and defaults.
+
+    :raises ConfigError: a positional TASK together with ``--task``; neither given.
+    """
+    if args.task is not None and args.task_file is not None:
+        raise ConfigError(
+            'give the task either as text (cubicle run "TEXT") or as a file (--task FILE), '
+            "not both: the file's prompt would be ignored"
+        )
+    if args.task is None and args.task_file is None:
+        raise ConfigError("what should the model do? give TASK text or --task FILE")
+    task = load_task(args.task_file) if args.task_file is not None else None
+
+    def pick(name: str, flag: str, from_task: Any, default: Any) -> Setting:
+        given = getattr(args, name)
+        if given is not None:
+            return Setting(given, flag)
+        if task is not None:
+            return Setting(from_task, "task file")
+        return Setting(default, "default")
+
+    values = {
+        "network": pick("network", "--network", task and task.setup.network, "none"),
+        "size": pick("size", "--size", task and task.setup.screen, "1280x800"),
+        "max_steps": pick(
+            "max_steps", "--max-steps", task and task.limits.max_steps, DEFAULT_MAX_STEPS
+        ),
+        "stall": pick("stall", "--stall", task and task.limits.stall, DEFAULT_STALL_LIMIT),
+    }
+    if task is not None:
+        values = {"task": Setting(task.name, str(task.source)), **values}
+    return task, RunSettings(values)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     base_url = os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
     if not os.environ.get("OPENAI_API_KEY"):
@@ -438,15 +515,20 @@ def cmd_run(args: argparse.Namespace) -> int:
             "OPENAI_API_KEY is not set",
             hint="export OPENAI_API_KEY=...; for a keyless check run: cubicle drill",
         )
-    screen = _size(args.size, "--size")
+    task_file, settings = effective_settings(args)
+    for line in settings.lines():
+        progress(line)
+    screen = _size(settings.size, "--size")
     viewport = Viewport.fit(*_size(args.view, "--view")) if args.view else None
     verifiers = [file_verifier(*parse_verify_file(v)) for v in args.verify_file]
     verifiers += [function_verifier(spec) for spec in args.verify]
     safety, actions = _policies(args)
-    network = with_ask_timeout(NetworkPolicy.parse(args.network), args.ask_timeout)
+    network = with_ask_timeout(NetworkPolicy.parse(settings.network), args.ask_timeout)
     settle = parse_settle(args.settle)
-    if args.stall < 0:
-        raise ConfigError(f"--stall must be 0 (off) or a positive count, got {args.stall}")
+    if settings.stall < 0:
+        raise ConfigError(f"--stall must be 0 (off) or a positive count, got {settings.stall}")
+    if settings.max_steps < 1:
+        raise ConfigError(f"--max-steps must be at least 1, got {settings.max_steps}")
     record = parse_record(args.record) if args.record is not None else None
     out: Path = args.out or default_out("run")
     with teardown_on_signals():
@@ -463,21 +545,22 @@ def cmd_run(args: argparse.Namespace) -> int:
                 sandbox,
                 base_url=base_url,
                 api_key=os.environ["OPENAI_API_KEY"],
-                task=args.task,
+                task=args.task or "",
                 model=args.model,
                 out=out,
                 loop=args.loop,
-                max_steps=args.max_steps,
+                max_steps=settings.max_steps,
                 viewport=viewport,
                 safety_policy=safety,
                 action_policy=actions,
                 verifiers=verifiers,
                 cancel_requested=cancel,
                 settle=settle,
-                stall_limit=args.stall,
+                stall_limit=settings.stall,
                 takeover_on_stall=args.takeover_on_stall,
                 record=record,
                 origin_answers=run_answers(sandbox, network, safety),
+                task_file=task_file,
             )
     finally:
         if args.keep:

@@ -19,6 +19,8 @@
   answers; each is an object with a string ``op``; the server does not interpret them;
 * ``expect`` (computer_call turns only): ``screenshot_size`` ``[width, height]`` of the
   screenshot answering this call.
+* ``sees`` (optional, not on the first turn): what the screenshot this turn was *sent* must show
+  (:mod:`drivers.scripted_model.expect`); the embedder judges it in ``on_turn`` (the drill does).
 * the last turn must be a ``message``, so the script can finish.
 
 Coordinates are not bounds-checked: a script may send a point outside the view on purpose.
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from drivers.errors import ScriptError
+from drivers.scripted_model.expect import Expectation, parse_sees
 
 __all__ = ["ACTION_FIELDS", "SafetyCheckSpec", "Script", "Turn", "load_script", "parse_script"]
 
@@ -78,6 +81,8 @@ class Turn:
     message: str | None = None
     screenshot_size: tuple[int, int] | None = None
     raw: dict[str, Any] = field(default_factory=dict)
+    sees: tuple[Expectation, ...] = ()
+    """What the screenshot this turn was sent must show (:mod:`drivers.scripted_model.expect`)."""
 
     @property
     def is_call(self) -> bool:
@@ -168,13 +173,15 @@ def _action(value: object, path: str, turn: int, where: str) -> dict[str, Any]:
 def _turn(index: int, value: object, path: str) -> Turn:
     if not isinstance(value, dict):
         raise ScriptError(path, index, f"a turn must be an object, got {type(value).__name__}")
-    unknown = sorted(set(value) - {"before", "computer_call", "message", "expect", "note"})
+    unknown = sorted(set(value) - {"before", "computer_call", "message", "expect", "note", "sees"})
     if unknown:
         raise ScriptError(
             path,
             index,
-            f"unknown key {unknown[0]!r}; allowed: before, computer_call, expect, message, note",
+            f"unknown key {unknown[0]!r}; "
+            "allowed: before, computer_call, expect, message, note, sees",
         )
+    sees = parse_sees(value["sees"], path, index) if "sees" in value else ()
     if ("computer_call" in value) == ("message" in value):
         raise ScriptError(path, index, "a turn needs exactly one of 'computer_call' or 'message'")
     before = value.get("before", [])
@@ -187,7 +194,7 @@ def _turn(index: int, value: object, path: str) -> Turn:
             raise ScriptError(path, index, "message must be a non-empty string")
         if "expect" in value:
             raise ScriptError(path, index, "expect belongs to computer_call turns only")
-        return Turn(index, tuple(before), message=value["message"], raw=dict(value))
+        return Turn(index, tuple(before), message=value["message"], raw=dict(value), sees=sees)
     call = value["computer_call"]
     if not isinstance(call, dict):
         raise ScriptError(path, index, "computer_call must be an object")
@@ -234,7 +241,15 @@ def _turn(index: int, value: object, path: str) -> Turn:
         else None
     )
     return Turn(
-        index, tuple(before), actions, "action" in call, tuple(checks), None, size, dict(value)
+        index,
+        tuple(before),
+        actions,
+        "action" in call,
+        tuple(checks),
+        None,
+        size,
+        dict(value),
+        sees,
     )
 
 

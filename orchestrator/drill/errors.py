@@ -3,8 +3,10 @@
 CubicleError
 └── OrchestratorError
     └── DrillError                 the drill could not run as scripted
-        ├── GuestStepError         a scripted ``before`` step (window wait, launch, layout
-        │                          check) failed: names the step, the limit and what was seen
+        ├── GuestStepError         a set-up step (launch, window wait, form server) failed:
+        │                          names the step, the limit and what was seen
+        ├── ExpectationFailed      a scripted turn's ``sees`` did not hold: names the turn,
+        │                          the expectation and what was found
         └── DrillCancelled         the run was cancelled (Ctrl-C / SIGTERM)
 """
 
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 from orchestrator.errors import OrchestratorError
 
-__all__ = ["DrillCancelled", "DrillError", "GuestStepError"]
+__all__ = ["DrillCancelled", "DrillError", "ExpectationFailed", "GuestStepError"]
 
 
 class DrillError(OrchestratorError):
@@ -32,3 +34,7 @@ class GuestStepError(DrillError):
 
 class DrillCancelled(DrillError):
     """The run was cancelled before it finished."""
+
+
+class ExpectationFailed(DrillError):
+    """A scripted turn's ``sees`` expectation did not hold on the screenshot it was sent."""

@@ -1,43 +1,56 @@
-"""The drill's work on the guest outside the model loop: set-up, scripted waits, clean-up.
+"""A task's work on the guest outside the model loop: set-up before the first turn, clean-up.
 
-A :class:`GuestSteps` runs the ``before`` steps of the scripted model's turns through the agent
-(the scripted model server calls it before answering a turn), so the model never guesses: it
-answers only once the window it is about to act on exists and the screen has settled. Steps:
+Nothing here runs between model turns: the drill is pixels-only once the model has started
+(:mod:`orchestrator.drill.runner`). :class:`GuestSteps` does, through the agent:
 
-- ``{"op": "launch", "argv": [...]}`` — start a program detached (``launch.py`` in the guest);
-  its process group is remembered and ended by :meth:`GuestSteps.stop_launched`.
-- ``{"op": "wait_window", "title": "…", "timeout_ms": N, "focused": true}`` — poll the agent's
-  ``windows`` until a top-level window's title contains the text (and, with ``focused``, that
-  window has the input focus, so typed keys reach it); fails naming the titles seen.
-- ``{"op": "settle", "quiet_ms": N, "timeout_ms": N}`` — the agent's ``settle``.
-- ``{"op": "check_page_layout"}`` — the form page reported its viewport at the screen's origin,
-  at the screen's size and a device pixel ratio of 1, so the script's CSS-pixel coordinates hold.
+- :meth:`GuestSteps.prepare` — a task's ``[setup]``: the helper files (``launch.py``, the form
+  server and its page) in a hidden helper folder; the files the checks read are removed (a run
+  in a guest used before must not pass on an earlier run's files); the task's files (content
+  and mode), the form
+  server, the apps to open (and the URL), each waited for until its window is focused, then a
+  settle so the model's first screenshot shows a still screen;
+- :meth:`GuestSteps.launch` — start a program detached (``launch.py`` in the guest); its process
+  group is remembered and ended by :meth:`GuestSteps.stop_launched`;
+- :meth:`GuestSteps.wait_window` — poll the agent's ``windows`` until a top-level window's title
+  contains a text and/or its class matches (and, with ``focused``, it has the input focus); fails
+  naming the windows seen.
 
-Every step is timed into the trajectory as ``guest_wait``. The agent client is shared with the
-driver; the SDK is blocked on the HTTP request while steps run, so the two never overlap.
+Every step is timed into the trajectory as ``guest_wait``.
 """
 
 from __future__ import annotations
 
-import json
+import posixpath
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 from guest.client import AgentClient
-from guest.errors import GuestError
+from orchestrator.desktop import PANEL
 from orchestrator.drill.errors import DrillCancelled, GuestStepError
-from orchestrator.drill.task import DrillPaths
+from orchestrator.tasks import Task, fill
 from orchestrator.trajectory.recorder import TrajectoryRecorder
 
-__all__ = ["GuestSteps", "guest_home"]
+__all__ = ["APP_COMMANDS", "GuestSteps", "TaskGuest", "guest_home"]
 
 POLL_S = 0.1
-DEFAULT_WINDOW_TIMEOUT_MS = 20_000
+DEFAULT_WINDOW_TIMEOUT_MS = 30_000
+BROWSER_WINDOW_TIMEOUT_MS = 60_000
 GUEST_FILES = ("launch.py", "form_server.py", "form.html")
 SERVER_READY_TIMEOUT_MS = 10_000
+HELPER_FOLDER = ".cubicle-task"
+"""Under the guest user's home: the drill's helpers and the form server's data (not the task's
+folder, so a model listing its work folder sees only the task's files)."""
+APP_COMMANDS: dict[str, list[str]] = {
+    "terminal": ["cubicle-terminal"],
+    "editor": ["mousepad"],
+    "browser": ["chromium"],
+    "files": ["thunar"],
+}
+"""What each panel launcher runs (images/desktop/applications), for a task's ``setup.open``."""
 
 _WAIT_FOR_PORT = """
 import socket, sys, time
@@ -83,19 +96,56 @@ def guest_home(client: AgentClient) -> str:
     return home
 
 
+@dataclass(frozen=True)
+class TaskGuest:
+    """A task prepared in one guest: its folders and placeholder values.
+
+    :param values: ``{"{WORKDIR}": ..., "{HOME}": ..., "{PORT}": ...}``.
+    :param helpers: the helper folder (form server's page and data, the apps' log).
+    """
+
+    task: Task
+    values: dict[str, str]
+    helpers: str
+
+    @property
+    def workdir(self) -> str:
+        return self.values["{WORKDIR}"]
+
+    @property
+    def prompt(self) -> str:
+        """The task's prompt with its placeholders filled."""
+        return str(fill(self.task.prompt, self.values))
+
+    @property
+    def form_data(self) -> str:
+        """Where the form server stores what the page submitted."""
+        return f"{self.helpers}/form-data.json"
+
+    def path(self, text: str) -> str:
+        """A task path in the guest: placeholders filled; ``~/`` is the home; a relative path
+        is under the work folder."""
+        filled = str(fill(text, self.values))
+        if filled == "~" or filled.startswith("~/"):
+            filled = self.values["{HOME}"] + filled[1:]
+        if not filled.startswith("/"):
+            filled = posixpath.join(self.workdir, filled)
+        return posixpath.normpath(filled)
+
+
 class GuestSteps:
-    """Runs drill steps against one guest.
+    """Set-up and clean-up against one guest.
 
     :param client: a connected agent client (hello done); the caller owns and closes it.
-    :param paths: the guest folder and port this drill run owns.
     :param recorder: where ``guest_wait`` events go (optional).
     :param cancelled: polled during waits; when true a step raises :class:`DrillCancelled`.
+    :param time_scale: multiplies every wait's timeout and quiet period (slow guests: a VM under
+        TCG emulation).
     """
 
     def __init__(
         self,
         client: AgentClient,
-        paths: DrillPaths,
         *,
         recorder: TrajectoryRecorder | None = None,
         cancelled: Callable[[], bool] = lambda: False,
@@ -105,10 +155,6 @@ class GuestSteps:
             raise ValueError(f"time_scale must be >= 1.0, got {time_scale!r}")
         self.client = client
         self.time_scale = time_scale
-        """Multiplies every scripted step's ``timeout_ms`` and ``quiet_ms``: a slow guest (a VM
-        under TCG emulation) draws a dialog's contents long after its window maps, so it needs
-        longer quiet periods as well as longer deadlines."""
-        self.paths = paths
         self.recorder = recorder
         self.cancelled = cancelled
         self.launched: list[int] = []
@@ -120,46 +166,80 @@ class GuestSteps:
         hello = client.hello_result or {}
         screen = hello.get("screen") or {}
         self.screen = (int(screen.get("width", 0)), int(screen.get("height", 0)))
+        self.home = guest_home(client)
+        self.helpers = f"{self.home}/{HELPER_FOLDER}"
+        self.log = f"{self.helpers}/apps.log"
+        self._helpers_written = False
 
     # -- set-up and clean-up -----------------------------------------------------------------
 
-    def prepare(self) -> None:
-        """Write the drill's files into ``paths.workdir`` and start the form server."""
-        started = time.monotonic()
+    def install_helpers(self) -> None:
+        """Write ``launch.py``, the form server and its page into the helper folder (once)."""
+        if self._helpers_written:
+            return
         folder = resources.files("orchestrator.drill.guest_files")
         for name in GUEST_FILES:
-            data = folder.joinpath(name).read_bytes()
             self._call(
-                "write_file", {"path": f"{self.paths.workdir}/{name}", "mkdirs": True}, blob=data
+                "write_file",
+                {"path": f"{self.helpers}/{name}", "mkdirs": True},
+                blob=folder.joinpath(name).read_bytes(),
             )
-        self._launch(
-            [
-                "python3",
-                f"{self.paths.workdir}/form_server.py",
-                str(self.paths.port),
-                self.paths.workdir,
-            ]
-        )
+        self._helpers_written = True
+
+    def prepare(self, task: Task) -> TaskGuest:
+        """Bring the guest to the task's starting state (module docstring)."""
+        started = time.monotonic()
+        self.install_helpers()
+        guest = TaskGuest(task, task.placeholders(self.home), self.helpers)
+        self._exec(["mkdir", "-p", "--", guest.workdir], timeout_ms=10_000)
+        # what the checks read must come from this run, not an earlier one in the same guest
+        stale = [guest.path(c.file) for c in task.checks if c.file is not None]
+        self._exec(["rm", "-f", "--", guest.form_data, *stale], timeout_ms=10_000)
+        for item in task.setup.files:
+            self._call(
+                "write_file",
+                {"path": guest.path(item.path), "mkdirs": True, "mode": item.mode},
+                blob=item.content.encode("utf-8"),
+            )
+        if task.port is not None:
+            self.start_form_server(task.port)
+        self._timed("prepare", f"{len(task.setup.files)} files in {guest.workdir}", started)
+        for app in task.setup.apps:
+            argv = list(APP_COMMANDS[app])
+            if app == "browser" and task.setup.url is not None:
+                argv.append(str(fill(task.setup.url, guest.values)))
+            started = time.monotonic()
+            self.launch(argv)
+            timeout = BROWSER_WINDOW_TIMEOUT_MS if app == "browser" else DEFAULT_WINDOW_TIMEOUT_MS
+            self.wait_window(
+                wm_class=PANEL.launcher(app).wm_class,
+                timeout_ms=self._scaled(timeout),
+                focused=True,
+                # with a URL: until the page is loaded (it titles the window; measured on a TCG
+                # VM: "Untitled - Chromium" for seconds after the window is drawn)
+                loaded=app == "browser" and task.setup.url is not None,
+            )
+            self._timed("open", app, started)
+        if task.setup.apps:
+            # a long quiet period: the model's first screenshot is not settled by any action
+            # (measured on a TCG VM: Chromium drew its page 2-3 s after a 2 s quiet period)
+            self.settle(quiet_ms=1000, timeout_ms=15_000)
+        return guest
+
+    def start_form_server(self, port: int) -> None:
+        """Start the form server on guest loopback ``port``; wait until it accepts."""
+        self.launch(["python3", f"{self.helpers}/form_server.py", str(port), self.helpers])
         result = self._exec(
-            [
-                "python3",
-                "-c",
-                _WAIT_FOR_PORT,
-                str(self.paths.port),
-                str(SERVER_READY_TIMEOUT_MS / 1000),
-            ],
+            ["python3", "-c", _WAIT_FOR_PORT, str(port), str(SERVER_READY_TIMEOUT_MS / 1000)],
             timeout_ms=SERVER_READY_TIMEOUT_MS + 5000,
         )
         if result.get("exit_code") != 0:
             raise GuestStepError(
                 "prepare",
-                f"the form server did not accept connections on 127.0.0.1:{self.paths.port} within "
+                f"the form server did not accept connections on 127.0.0.1:{port} within "
                 f"{SERVER_READY_TIMEOUT_MS} ms ({str(result.get('stdout', '')).strip()})",
-                hint=f"see the guest log {self.paths.log}",
+                hint=f"see the guest log {self.log}",
             )
-        self._timed(
-            "prepare", f"files in {self.paths.workdir}, form server on {self.paths.port}", started
-        )
 
     def stop_launched(self) -> None:
         """SIGTERM the process group of every program this object launched (best effort)."""
@@ -167,136 +247,13 @@ class GuestSteps:
         if groups:
             self._exec(["python3", "-c", _KILL_GROUPS, *map(str, groups)], timeout_ms=10_000)
 
-    # -- scripted steps ----------------------------------------------------------------------
+    # -- steps ------------------------------------------------------------------------------------
 
-    def run_all(self, steps: object) -> None:
-        """Run a turn's ``before`` list in order."""
-        if steps is None:
-            return
-        if not isinstance(steps, list):
-            raise GuestStepError("before", f"expected a list of steps, got {type(steps).__name__}")
-        for step in steps:
-            self.run(step)
-
-    def run(self, step: object) -> None:
-        """Run one step (see the module docstring); raise :class:`GuestStepError` on failure."""
-        if not isinstance(step, Mapping) or not isinstance(step.get("op"), str):
-            raise GuestStepError(
-                "before", f"a step must be an object with a string 'op', got {step!r:.120}"
-            )
-        self._check_cancelled()
-        op = step["op"]
-        started = time.monotonic()
-        if op == "launch":
-            argv = step.get("argv")
-            if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
-                raise GuestStepError(
-                    "launch", f"'argv' must be a non-empty list of strings, got {argv!r:.120}"
-                )
-            self._launch(argv)
-            detail = argv[0]
-        elif op == "wait_window":
-            title = step.get("title")
-            if not isinstance(title, str) or not title:
-                raise GuestStepError(
-                    "wait_window", f"'title' must be a non-empty string, got {title!r}"
-                )
-            focused = step.get("focused", False)
-            if not isinstance(focused, bool):
-                raise GuestStepError("wait_window", f"'focused' must be a boolean, got {focused!r}")
-            self.wait_window(
-                title,
-                timeout_ms=self._scaled(_int(step, "timeout_ms", DEFAULT_WINDOW_TIMEOUT_MS)),
-                focused=focused,
-            )
-            detail = title
-        elif op == "settle":
-            quiet = self._scaled(_int(step, "quiet_ms", 300))
-            timeout = self._scaled(_int(step, "timeout_ms", 5000))
-            result = self._call(
-                "settle", {"quiet_ms": quiet, "timeout_ms": timeout}, timeout_s=timeout / 1000 + 10
-            )
-            detail = "settled" if result.get("settled") else f"still changing after {timeout} ms"
-        elif op == "check_page_layout":
-            self.check_page_layout(timeout_ms=self._scaled(_int(step, "timeout_ms", 10_000)))
-            detail = "viewport at the screen origin"
-        else:
-            raise GuestStepError(
-                op, "unknown step; known: launch, wait_window, settle, check_page_layout"
-            )
-        self._timed(op, detail, started)
-
-    def _scaled(self, milliseconds: int) -> int:
-        return round(milliseconds * self.time_scale)
-
-    def wait_window(self, title: str, *, timeout_ms: int, focused: bool = False) -> dict[str, Any]:
-        """Poll until a top-level window's title contains ``title`` (and it has the focus, when
-        ``focused``); return that window."""
-        deadline = time.monotonic() + timeout_ms / 1000
-        seen: list[str] = []
-        while True:
-            self._check_cancelled()
-            windows = self._call("windows", {}).get("windows") or []
-            seen = [
-                f"{w.get('title')}{' (focused)' if w.get('focused') else ''}"
-                for w in windows
-                if isinstance(w, dict)
-            ]
-            for window in windows:
-                if (
-                    isinstance(window, dict)
-                    and title in str(window.get("title") or "")
-                    and (window.get("focused") or not focused)
-                ):
-                    return window
-            if time.monotonic() >= deadline:
-                raise GuestStepError(
-                    "wait_window",
-                    f"no {'focused ' if focused else ''}window titled like {title!r} within "
-                    f"{timeout_ms} ms; windows seen: {seen}",
-                    hint=f"the applications' output is in the guest file {self.paths.log}",
-                )
-            time.sleep(POLL_S)
-
-    def check_page_layout(self, *, timeout_ms: int = 10_000) -> None:
-        """Wait until the layout the form page reported matches the screen (module docstring)."""
-        width, height = self.screen
-        wanted = {
-            "screenX": 0,
-            "screenY": 0,
-            "innerWidth": width,
-            "innerHeight": height,
-            "devicePixelRatio": 1,
-        }
-        deadline = time.monotonic() + timeout_ms / 1000
-        while True:
-            self._check_cancelled()
-            try:
-                raw = self.client.call("read_file", {"path": self.paths.layout}, timeout=10).blob
-                layout = json.loads(raw.decode("utf-8"))
-            except (GuestError, ValueError) as exc:
-                layout = {"error": str(exc)}
-            wrong = {
-                key: layout.get(key) for key, value in wanted.items() if layout.get(key) != value
-            }
-            if not wrong:
-                return
-            if time.monotonic() >= deadline:
-                raise GuestStepError(
-                    "check_page_layout",
-                    f"the form page is not where the script's coordinates expect it after "
-                    f"{timeout_ms} ms: wanted {wanted}, got {wrong}",
-                    hint="chromium must run with --kiosk --force-device-scale-factor=1 on a window "
-                    "manager that lets it cover the screen",
-                )
-            time.sleep(POLL_S)
-
-    # -- internals -----------------------------------------------------------------------------
-
-    def _launch(self, argv: list[str]) -> int:
+    def launch(self, argv: list[str]) -> int:
+        """Start ``argv`` detached (own session, output to the apps' log); return its pid."""
+        self.install_helpers()
         result = self._exec(
-            ["python3", f"{self.paths.workdir}/launch.py", self.paths.log, "--", *argv],
-            timeout_ms=10_000,
+            ["python3", f"{self.helpers}/launch.py", self.log, "--", *argv], timeout_ms=10_000
         )
         text = str(result.get("stdout", "")).strip()
         if result.get("exit_code") != 0 or not text.isdigit():
@@ -308,6 +265,73 @@ class GuestSteps:
         pid = int(text)
         self.launched.append(pid)
         return pid
+
+    def settle(self, *, quiet_ms: int, timeout_ms: int) -> bool:
+        """The agent's ``settle`` (scaled); True when the screen was quiet in time."""
+        started = time.monotonic()
+        quiet, timeout = self._scaled(quiet_ms), self._scaled(timeout_ms)
+        result = self._call(
+            "settle", {"quiet_ms": quiet, "timeout_ms": timeout}, timeout_s=timeout / 1000 + 10
+        )
+        settled = bool(result.get("settled"))
+        self._timed(
+            "settle", "settled" if settled else f"still changing after {timeout} ms", started
+        )
+        return settled
+
+    def _scaled(self, milliseconds: int) -> int:
+        return round(milliseconds * self.time_scale)
+
+    def wait_window(
+        self,
+        title: str | None = None,
+        *,
+        wm_class: str | None = None,
+        timeout_ms: int,
+        focused: bool = False,
+        loaded: bool = False,
+    ) -> dict[str, Any]:
+        """Poll until a top-level window's title contains ``title`` and/or its class is
+        ``wm_class`` (and it has the focus, when ``focused``; and a page's title, not Chromium's
+        ``Untitled``/``New Tab``, when ``loaded``); return that window."""
+        if title is None and wm_class is None:
+            raise ValueError("wait_window needs a title or a wm_class")
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            self._check_cancelled()
+            windows = self._call("windows", {}).get("windows") or []
+            for window in windows:
+                if (
+                    isinstance(window, dict)
+                    and (title is None or title in str(window.get("title") or ""))
+                    and (wm_class is None or wm_class in (window.get("wm_class") or []))
+                    and (window.get("focused") or not focused)
+                    and not (loaded and _unloaded(str(window.get("title") or "")))
+                ):
+                    return window
+            if time.monotonic() >= deadline:
+                seen = [
+                    f"{w.get('title')}{' (focused)' if w.get('focused') else ''}"
+                    for w in windows
+                    if isinstance(w, dict)
+                ]
+                wanted = " and ".join(
+                    part
+                    for part in (
+                        f"titled like {title!r}" if title else "",
+                        f"of class {wm_class!r}" if wm_class else "",
+                    )
+                    if part
+                )
+                raise GuestStepError(
+                    "wait_window",
+                    f"no {'focused ' if focused else ''}window {wanted} within "
+                    f"{timeout_ms} ms; windows seen: {seen}",
+                    hint=f"the applications' output is in the guest file {self.log}",
+                )
+            time.sleep(POLL_S)
+
+    # -- internals -----------------------------------------------------------------------------
 
     def _exec(self, argv: list[str], *, timeout_ms: int) -> dict[str, Any]:
         return self._call(
@@ -333,10 +357,6 @@ class GuestSteps:
             raise DrillCancelled("the drill was cancelled while waiting on the guest")
 
 
-def _int(step: Mapping[str, object], name: str, default: int) -> int:
-    value = step.get(name, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise GuestStepError(
-            str(step.get("op")), f"{name!r} must be a non-negative integer, got {value!r}"
-        )
-    return value
+def _unloaded(title: str) -> bool:
+    """A browser window title before its page has loaded."""
+    return not title or title.startswith(("Untitled", "New Tab", "about:blank"))

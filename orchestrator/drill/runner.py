@@ -1,15 +1,26 @@
-"""One drill run: set up the guest, play the scripted model through the real SDK loop, verify.
+"""One drill run of a task: set up the guest, play the task's scripted model through the real
+SDK loop, verify.
+
+**Pixels only.** The task's ``[setup]`` runs before the first model turn (files, the form server,
+apps it asks to open). After that everything in the guest happens through the model's actions:
+the scripted model opens apps by clicking the panel's launchers, types URLs, saves through
+dialogs. Between turns the drill only *looks*: it checks that the screenshot the model just
+received was not stale (:mod:`orchestrator.drill.stale`) and that it shows what the turn
+``sees`` (:mod:`drivers.scripted_model.expect`); a turn whose expectation fails stops the run,
+naming it. A script with ``before`` guest steps is refused. The report holds only the
+screenshots the model received.
 
 :func:`run_drill` takes anything that gives an agent connection (:class:`Desktop`: a
-:class:`orchestrator.sandbox.Sandbox`, or a local Xvfb + agent in tests), so the same code runs
-in a Docker sandbox, a VM and on a test desktop. It always writes the trajectory folder and its
-``report.html``, verifies the guest's state through the agent even when the loop failed, and
-stops the programs it launched in the guest (unless ``keep_apps``). Tearing the guest down is the
-caller's job.
+:class:`orchestrator.sandbox.Sandbox`, or a local desktop in tests). It always writes the
+trajectory folder and its ``report.html``, verifies the guest's state through the agent even
+when the loop failed, and stops the programs the set-up launched (unless ``keep_apps``).
+Tearing the guest down is the caller's job: one fresh guest per run, as the apps the model
+opened stay open.
 """
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from openai import OpenAI
+from PIL import Image
 
 from drivers.approvals import ApprovalPolicy, ApproveAll
 from drivers.computer import GuestDriver
@@ -26,20 +38,20 @@ from drivers.viewport import Viewport
 from guest.client import AgentClient
 from guest.errors import CubicleError
 from guest.protocol import MAX_SETTLE_CAP_MS, SettleSpec
-from orchestrator.drill.errors import DrillCancelled
-from orchestrator.drill.guest_steps import GuestSteps, guest_home
+from orchestrator.drill.errors import DrillCancelled, DrillError, ExpectationFailed
+from orchestrator.drill.guest_steps import GuestSteps, TaskGuest
 from orchestrator.drill.session import LoopKind, LoopThread, RecordedSession, error_chain
 from orchestrator.drill.stale import StaleCheck
-from orchestrator.drill.task import TASK_PROMPT, DrillPaths, load_script
-from orchestrator.drill.verify import Check, verify_drill
+from orchestrator.drill.verify import Check, task_verifiers
 from orchestrator.provider import SandboxInfo
+from orchestrator.tasks import DEFAULT_TASK, Task, fill, load_task
 from orchestrator.trajectory.recorder import TrajectoryRecorder
 from orchestrator.trajectory.report import write_report
 from orchestrator.view.handover import recorded_gate
 from orchestrator.view.recording import Recording, recording_event
 
 __all__ = [
-    "DEFAULT_MODEL_VIEW",
+    "DRILL_SETTLE",
     "SLOW_GUEST_TIME_SCALE",
     "Desktop",
     "DrillResult",
@@ -47,9 +59,11 @@ __all__ = [
     "run_drill",
 ]
 
-DEFAULT_MODEL_VIEW = (1024, 640)
-"""What the scripted model sees of the 1280x800 screen (scale 0.8), so scaling is exercised."""
 DRILL_MODEL = "drill-scripted"
+DRILL_SETTLE = SettleSpec(expect_ms=300, quiet_ms=400, cap_ms=10_000)
+"""The drill's settle: the defaults, with a cap that covers an application's start (the agent
+waits while a launch is pending, bounded by the cap; measured on a loaded 2-core host: 2-3.5 s
+from a click on the browser's launcher to Chromium's first drawn frame)."""
 
 
 class Desktop(Protocol):
@@ -64,6 +78,7 @@ class DrillResult:
 
     loop: LoopKind
     out: Path
+    task: str = DEFAULT_TASK
     checks: list[Check] = field(default_factory=list)
     final_message: str | None = None
     error: str | None = None
@@ -80,6 +95,8 @@ class DrillResult:
     """Workarounds the drill applied to the guest (printed in the summary)."""
     stale_check: StaleCheck | None = None
     """The stale-screenshot counter of the run (``None`` when the loop never started)."""
+    sandbox_s: float = 0.0
+    """Seconds of the whole run including creating and removing its sandbox (0: not known)."""
 
     @property
     def ok(self) -> bool:
@@ -92,7 +109,7 @@ class DrillResult:
     def summary(self) -> str:
         """A short human summary: verdict, checks (expected vs got when failed), timings."""
         verdict = "PASSED" if self.ok else ("CANCELLED" if self.cancelled else "FAILED")
-        lines = [f"drill ({self.loop}): {verdict}"]
+        lines = [f"drill {self.task} ({self.loop}): {verdict}"]
         if self.error:
             lines.append(f"  error: {self.error}")
         lines.extend("  " + check.describe() for check in self.checks)
@@ -132,13 +149,18 @@ there, Chromium with one emulated vCPU pauses for over 1.6 s in the middle of dr
 
 
 def scaled_settle(time_scale: float) -> SettleSpec:
-    """The driver's settle spec for a guest ``time_scale`` times slower than a container."""
-    base = SettleSpec()
+    """The driver's settle spec for a guest ``time_scale`` times slower than a container: expect
+    and quiet periods x(``time_scale`` x :data:`SLOW_GUEST_SETTLE_FACTOR`), the cap x
+    ``time_scale`` (40 s under TCG: measured there, a click on the browser's launcher took 25 s
+    to Chromium's first drawn frame; a larger cap only makes the actions whose app keeps drawing
+    — a blinking caret in a field — wait longer)."""
+    base = DRILL_SETTLE
     factor = 1.0 if time_scale <= 1.0 else time_scale * SLOW_GUEST_SETTLE_FACTOR
+    cap = min(MAX_SETTLE_CAP_MS, round(base.cap_ms * max(1.0, time_scale)))
     return SettleSpec(
-        min(MAX_SETTLE_CAP_MS, round(base.expect_ms * factor)),
-        min(MAX_SETTLE_CAP_MS, round(base.quiet_ms * factor)),
-        min(MAX_SETTLE_CAP_MS, round(base.cap_ms * factor)),
+        min(cap, round(base.expect_ms * factor)),
+        min(cap, round(base.quiet_ms * factor)),
+        cap,
         # typing pauses there too (the CJK font above): typing waits the full quiet period
         base.typing_quiet_ms if factor == 1.0 else None,
     )
@@ -163,9 +185,8 @@ def run_drill(
     *,
     loop: LoopKind,
     out: Path,
+    task: Task | None = None,
     workdir: str | None = None,
-    port: int = 8765,
-    model_view: tuple[int, int] = DEFAULT_MODEL_VIEW,
     script_template: dict[str, Any] | None = None,
     safety_policy: ApprovalPolicy | None = None,
     cancel_requested: Callable[[], bool] = lambda: False,
@@ -173,24 +194,27 @@ def run_drill(
     time_scale: float = 1.0,
     record: tuple[float, int] | None = None,
 ) -> DrillResult:
-    """Run the drill once with the ``loop`` flavour of the SDK.
+    """Run ``task`` (default: the shipped ``desktop`` task) once with the ``loop`` flavour of
+    the SDK and its scripted model.
 
     :param out: trajectory folder (created).
-    :param workdir: absolute guest folder this run owns (the note and form data go there);
-        default ``~/drill-<loop>`` of the guest's desktop user.
-    :param port: guest loopback port of the form server.
-    :param script_template: the scripted model's script (default: the shipped one).
-    :param safety_policy: decides the scripted safety check (default: :class:`ApproveAll`;
-        every decision is recorded). Actions without a safety check run without approval.
+    :param workdir: overrides the task's ``setup.workdir`` (an absolute guest folder).
+    :param script_template: the scripted model's script (default: the task's own).
+    :param safety_policy: decides scripted safety checks (default: :class:`ApproveAll`; every
+        decision is recorded). Actions without a safety check run without approval.
     :param cancel_requested: polled; when true the loop and the guest waits stop cooperatively.
-    :param keep_apps: leave the launched editor, browser and server running.
-    :param time_scale: multiplies the script's waits (timeouts and quiet periods) for slow
-        guests; see :func:`guest_time_scale`.
+    :param keep_apps: leave the programs the set-up started running.
+    :param time_scale: multiplies set-up waits and the settle values for slow guests; see
+        :func:`guest_time_scale`.
     :param record: ``(fps, kbps)``: write ``out/recording.mp4``
         (:mod:`orchestrator.view.recording`).
     """
+    task = task or load_task(DEFAULT_TASK)
+    if workdir is not None:
+        task = task.model_copy(update={"setup": task.setup.model_copy(update={"workdir": workdir})})
+    script = script_template if script_template is not None else task.script()
     started = time.monotonic()
-    result = DrillResult(loop=loop, out=out)
+    result = DrillResult(loop=loop, out=out, task=task.name)
     with TrajectoryRecorder(out) as recorder:
         try:
             client = desktop.connect()
@@ -202,42 +226,39 @@ def run_drill(
             recorder.close()
             write_report(out)
             return result
+        steps: GuestSteps | None = None
+        guest: TaskGuest | None = None
+        session = RecordedSession(recorder, safety_policy=safety_policy or ApproveAll())
+        recording = None
         try:
-            workdir = workdir or f"{guest_home(client)}/drill-{loop}"
-        except BaseException:
-            client.close()
-            raise
-        paths = DrillPaths(workdir=workdir, port=port)
-        steps = GuestSteps(
-            client, paths, recorder=recorder, cancelled=cancel_requested, time_scale=time_scale
-        )
-        gate = recorded_gate(desktop, recorder, cancel_requested)
-        session = RecordedSession(
-            recorder,
-            safety_policy=safety_policy or ApproveAll(),
-            gate=gate.wait if gate is not None else None,
-        )
-        recording = Recording(desktop, out, fps=record[0], kbps=record[1]) if record else None
-        if recording is not None:
-            recording.start()
-        recorder.event(
-            "run",
-            task=TASK_PROMPT,
-            loop=loop,
-            model=DRILL_MODEL,
-            screen=list(steps.screen),
-            model_view=list(model_view),
-            meta={"workdir": workdir, "port": port},
-        )
-        try:
+            steps = GuestSteps(
+                client, recorder=recorder, cancelled=cancel_requested, time_scale=time_scale
+            )
+            gate = recorded_gate(desktop, recorder, cancel_requested)
+            session.gate = gate.wait if gate is not None else None
+            guest = steps.prepare(task)
+            model_view = task.scripted.model_view if task.scripted else [1024, 640]
+            recording = Recording(desktop, out, fps=record[0], kbps=record[1]) if record else None
+            if recording is not None:
+                recording.start()
+            recorder.event(
+                "run",
+                task=guest.prompt,
+                loop=loop,
+                model=DRILL_MODEL,
+                screen=list(steps.screen),
+                model_view=list(model_view),
+                meta={"task": task.name, "workdir": guest.workdir, "port": task.port},
+            )
             _play(
                 client,
                 steps,
                 session,
                 result,
                 loop=loop,
-                model_view=model_view,
-                script=load_script(paths, script_template),
+                model_view=(model_view[0], model_view[1]),
+                script={"model_view": list(model_view), **fill(script, guest.values)},
+                prompt=guest.prompt,
                 cancel_requested=cancel_requested,
             )
         except BaseException as exc:
@@ -250,8 +271,8 @@ def run_drill(
                 raise
         finally:
             try:
-                if not result.cancelled:
-                    result.checks = verify_drill(client, paths)
+                if not result.cancelled and guest is not None:
+                    result.checks = [c for v in task_verifiers(guest) for c in v(client)]
                     if result.stale_check is not None:
                         result.checks.append(stale_screenshots_check(result.stale_check))
                     for check in result.checks:
@@ -263,17 +284,17 @@ def run_drill(
                             got=check.got,
                             detail=check.detail,
                         )
-                if not keep_apps:
+                if not keep_apps and steps is not None:
                     steps.stop_launched()
             finally:
                 client.close()
                 if recording is not None:
                     recorder.event("recording", **recording_event(recording.stop(), out))
                 result.wall_s = time.monotonic() - started
-                result.guest_wait_s = steps.wait_s
+                result.guest_wait_s = steps.wait_s if steps is not None else 0.0
                 result.model_s = session.model_s
                 result.driver_s = session.driver_s
-                result.notes = list(steps.notes)
+                result.notes = list(steps.notes) if steps is not None else []
                 result.actions = session.executed_actions
                 recorder.event(
                     "end",
@@ -297,17 +318,23 @@ def _play(
     loop: LoopKind,
     model_view: tuple[int, int],
     script: dict[str, Any],
+    prompt: str,
     cancel_requested: Callable[[], bool],
 ) -> None:
-    steps.prepare()
+    parsed = parse_script(script)
+    for turn in parsed.turns:
+        if turn.before:
+            raise DrillError(
+                f"script turn {turn.index} has 'before' guest steps; the drill is pixels-only "
+                "after the first turn (put set-up in the task's [setup])"
+            )
     driver = GuestDriver(
         client,
         viewport=Viewport.exact(*model_view),
         on_action=session.on_action,
         settle=scaled_settle(steps.time_scale),
     )
-    driver.screenshot()  # step 0 of the report: the screen before the model acts
-    turns = script.get("turns") or []
+    turns = parsed.turns
     stale = StaleCheck(
         client,
         driver.screenshot_request,
@@ -316,19 +343,38 @@ def _play(
         recorder=session.recorder,
     )
     result.stale_check = stale
+    # what "changed" on the first screenshot compares with: the screen before the model acts
+    # (taken now, not recorded: the model never receives it)
+    previous = [_image(client.call("screenshot", driver.screenshot_request, timeout=30).blob)]
 
     def before_turn(index: int, turn: Turn) -> None:
-        """Check that the screenshot the model just received was not stale; run the turn's
-        scripted steps; when they did anything, record the screen the turn's actions act on."""
-        if index > 0 and session.last_model_shot is not None:
-            stale.check(session.last_model_shot, session.recorder.last_shot)
-        if turn.before:
-            steps.run_all(list(turn.before))
-            session.next_shot_note = "taken by the drill after its scripted waits"
-            driver.screenshot()
+        """Look only: was the screenshot the model just received stale, and does it show what
+        the turn expects to see?"""
+        if index == 0 or session.last_model_shot is None:
+            return
+        stale.check(session.last_model_shot, session.recorder.last_shot)
+        shot = _image(session.last_model_shot)
+        if turn.sees:
+            windows = client.call("windows", {}, timeout=10).result.get("windows") or []
+            for number, expectation in enumerate(turn.sees):
+                problem = expectation.failure(shot, previous[0], windows)
+                session.recorder.event(
+                    "expectation",
+                    turn=index,
+                    shot=session.recorder.last_shot,
+                    expected=expectation.describe(),
+                    ok=problem is None,
+                    got=problem,
+                )
+                if problem is not None:
+                    raise ExpectationFailed(
+                        f"turn {index}, sees[{number}]: expected {expectation.describe()}; "
+                        f"{problem}"
+                    )
+        previous[0] = shot
 
     with ScriptedModel(
-        parse_script(script),
+        parsed,
         on_turn=lambda index, turn, body: before_turn(index, turn),
         raise_on_exit=False,
     ) as model:
@@ -343,7 +389,7 @@ def _play(
                 loop,
                 driver,
                 openai_client,
-                {"model": DRILL_MODEL, "input": TASK_PROMPT},
+                {"model": DRILL_MODEL, "input": prompt},
                 session,
                 max_steps=len(turns) + 1,
             )
@@ -368,3 +414,8 @@ def _play(
             raise thread.outcome.error
         result.final_message = thread.outcome.final_message
         model.assert_finished()
+
+
+def _image(png: bytes) -> Image.Image:
+    with Image.open(io.BytesIO(png)) as image:
+        return image.convert("RGB")

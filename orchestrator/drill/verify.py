@@ -1,4 +1,4 @@
-"""Verification of the guest's real state after a drill, read through the agent.
+"""Verification of the guest's real state after a run, read through the agent.
 
 Each :class:`Check` says what was expected and what was found; the drill succeeds only when
 every check holds. Reads never trust the model's claims: they fetch the saved note's bytes and
@@ -7,15 +7,31 @@ the data the form server stored.
 
 from __future__ import annotations
 
+import importlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from guest.client import AgentClient
 from guest.errors import GuestError
-from orchestrator.drill.task import EXPECTED_FORM, EXPECTED_NOTE, DrillPaths
+from orchestrator.errors import ConfigError
+from orchestrator.tasks import Check as TaskCheck
+from orchestrator.tasks import fill
 
-__all__ = ["Check", "check_file", "verify_drill"]
+if TYPE_CHECKING:
+    from orchestrator.drill.guest_steps import TaskGuest
+
+__all__ = [
+    "Check",
+    "Verifier",
+    "check_contains",
+    "check_file",
+    "check_form",
+    "function_verifier",
+    "task_verifiers",
+    "verify_task",
+]
 
 
 @dataclass(frozen=True)
@@ -65,52 +81,96 @@ def check_file(client: AgentClient, name: str, path: str, expected: str) -> Chec
     return Check(name, False, expected, got, f"{path} differs; {_first_difference(expected, got)}")
 
 
-def verify_drill(client: AgentClient, paths: DrillPaths) -> list[Check]:
-    """Check the saved note and the submitted form of one drill run."""
-    checks = [check_file(client, "note saved through the editor", paths.note, EXPECTED_NOTE)]
-    name = "form submitted in the browser"
-    raw = _read(client, paths.form_data)
+def check_contains(client: AgentClient, name: str, path: str, part: str) -> Check:
+    """The file at guest ``path`` is UTF-8 text containing ``part``."""
+    data = _read(client, path)
+    if data is None:
+        return Check(name, False, part, None, f"{path} does not exist in the guest")
+    got = data.decode("utf-8", errors="replace")
+    if part in got:
+        return Check(name, True, part, got)
+    return Check(name, False, part, got, f"{path} does not contain the text")
+
+
+def check_form(client: AgentClient, name: str, path: str, expected: dict[str, str]) -> Check:
+    """The form server stored exactly ``expected`` (a JSON object) at guest ``path``."""
+    raw = _read(client, path)
     if raw is None:
-        checks.append(
-            Check(
-                name,
-                False,
-                EXPECTED_FORM,
-                None,
-                f"{paths.form_data} does not exist: the form server received nothing",
-            )
+        return Check(
+            name, False, expected, None, f"{path} does not exist: the form server received nothing"
         )
-    else:
-        try:
-            stored = json.loads(raw.decode("utf-8"))
-        except ValueError as exc:
-            checks.append(
-                Check(
-                    name,
-                    False,
-                    EXPECTED_FORM,
-                    raw.decode("utf-8", "replace"),
-                    f"{paths.form_data} is not JSON ({exc})",
-                )
-            )
-        else:
-            ok = stored == EXPECTED_FORM
-            wrong = (
-                []
-                if ok or not isinstance(stored, dict)
-                else sorted(
-                    key
-                    for key in {*EXPECTED_FORM, *stored}
-                    if stored.get(key) != EXPECTED_FORM.get(key)
-                )
-            )
-            checks.append(
-                Check(
-                    name,
-                    ok,
-                    EXPECTED_FORM,
-                    stored,
-                    "" if ok else f"fields that differ: {', '.join(wrong) or 'all'}",
-                )
-            )
-    return checks
+    try:
+        stored = json.loads(raw.decode("utf-8"))
+    except ValueError as exc:
+        return Check(
+            name, False, expected, raw.decode("utf-8", "replace"), f"{path} is not JSON ({exc})"
+        )
+    if stored == expected:
+        return Check(name, True, expected, stored)
+    wrong = (
+        sorted(key for key in {*expected, *stored} if stored.get(key) != expected.get(key))
+        if isinstance(stored, dict)
+        else []
+    )
+    return Check(name, False, expected, stored, f"fields that differ: {', '.join(wrong) or 'all'}")
+
+
+Verifier = Callable[[AgentClient], list[Check]]
+"""Checks the guest's state through an agent connection after the run."""
+
+
+def function_verifier(spec: str) -> Verifier:
+    """``module:function`` → a verifier calling ``function(client)`` (a bool, a
+    :class:`Check` or a list of them).
+
+    :raises ConfigError: the spec is malformed or cannot be imported.
+    """
+    module_name, sep, name = spec.partition(":")
+    if not sep or not module_name or not name:
+        raise ConfigError(f"a verifier is module:function, got {spec!r}")
+    try:
+        function = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"verifier {spec}: cannot load it ({exc})") from None
+
+    def verify(client: AgentClient) -> list[Check]:
+        value = function(client)
+        if isinstance(value, Check):
+            return [value]
+        if isinstance(value, list) and all(isinstance(v, Check) for v in value):
+            return value
+        if isinstance(value, bool):
+            return [Check(spec, value, True, value, "" if value else f"{spec} returned False")]
+        raise ConfigError(
+            f"verifier {spec} returned {type(value).__name__}; "
+            "expected a bool, a Check or a list of Checks"
+        )
+
+    return verify
+
+
+def _verifier(spec: TaskCheck, guest: TaskGuest) -> Verifier:
+    label = spec.label if spec.name else str(fill(spec.label, guest.values))
+    if spec.verifier is not None:
+        return function_verifier(spec.verifier)
+    if spec.form is not None:
+        form = dict(spec.form)
+        return lambda client: [check_form(client, label, guest.form_data, form)]
+    assert spec.file is not None
+    path = guest.path(spec.file)
+    if spec.equals is not None:
+        equals = spec.equals
+        return lambda client: [check_file(client, label, path, equals)]
+    part = spec.contains or ""
+    return lambda client: [check_contains(client, label, path, part)]
+
+
+def task_verifiers(guest: TaskGuest) -> list[Verifier]:
+    """One verifier per check of the prepared task (verifier functions are imported now, so a
+    wrong ``module:function`` fails before the run)."""
+    return [_verifier(spec, guest) for spec in guest.task.checks]
+
+
+def verify_task(client: AgentClient, guest: TaskGuest) -> list[Check]:
+    """Run every check of the prepared task (see :func:`task_verifiers`)."""
+    return [check for verify in task_verifiers(guest) for check in verify(client)]

@@ -325,6 +325,16 @@ def render_report(folder: Path) -> str:
             f'height="{_esc(size[1])}" alt="screenshot {_esc(index)}">'
             f"{_overlay(following, (int(size[0]), int(size[1])))}</div>"
         )
+        seen = [e for e in by_kind.get("expectation", []) if e.get("shot") == index]
+        if seen:
+            out.append('<ul class="sees">')
+            out.extend(
+                f'<li class="{"ok" if e.get("ok") else "fail"}">'
+                f"{'seen' if e.get('ok') else 'NOT seen'}: {_esc(e.get('expected'))}"
+                f"{'' if e.get('ok') else ' — ' + _esc(e.get('got'))}</li>"
+                for e in seen
+            )
+            out.append("</ul>")
         if following:
             out.append('<ol class="actions">')
             out.extend(f"<li>{_describe(a)}</li>" for a in following)

@@ -23,8 +23,7 @@ from guest.changes import changed_rects, is_visible
 from guest.client import AgentClient
 from guest.geometry import largest_cluster
 from orchestrator.desktop import PANEL
-from orchestrator.drill.guest_steps import GuestSteps, guest_home
-from orchestrator.drill.task import DrillPaths
+from orchestrator.drill.guest_steps import GuestSteps
 from orchestrator.errors import EngineUnavailable, ImageMissing
 from orchestrator.providers.docker.provider import DockerProvider
 from orchestrator.sandbox import Sandbox
@@ -113,10 +112,10 @@ def run(report: Report) -> None:
         raise report.Skip(f"{exc} ({exc.hint})") from None
     with Sandbox.create() as sandbox, sandbox.connect() as client:
         report.line(f"settle method: {client.call('info').result.get('settle_method')}")
-        paths = DrillPaths(workdir=f"{guest_home(client)}/bench", port=8765)
-        steps = GuestSteps(client, paths)
-        steps.prepare()
-        steps.run({"op": "launch", "argv": ["mousepad"]})
+        steps = GuestSteps(client)
+        port = 8765
+        steps.start_form_server(port)
+        steps.launch(["mousepad"])
         steps.wait_window("Mousepad", timeout_ms=30_000, focused=True)
         client.call("settle", {"quiet_ms": 500, "timeout_ms": 5000}, timeout=20)
         _scenario(
@@ -133,18 +132,15 @@ def run(report: Report) -> None:
             reset=lambda: _call(client, "keypress", {"keys": ["ESCAPE"]})(SETTLE),
         )
         steps.stop_launched()
-        steps.prepare()
-        steps.run(
-            {
-                "op": "launch",
-                "argv": [
-                    "chromium",
-                    f"--user-data-dir={paths.workdir}/profile",
-                    "--no-first-run",
-                    "--disable-gpu",
-                    f"http://127.0.0.1:{paths.port}/",
-                ],
-            }
+        steps.start_form_server(port)
+        steps.launch(
+            [
+                "chromium",
+                f"--user-data-dir={steps.home}/bench-profile",
+                "--no-first-run",
+                "--disable-gpu",
+                f"http://127.0.0.1:{port}/",
+            ]
         )
         steps.wait_window("Cubicle drill form ready", timeout_ms=60_000, focused=True)
         client.call("settle", {"quiet_ms": 500, "timeout_ms": 5000}, timeout=20)
@@ -152,7 +148,7 @@ def run(report: Report) -> None:
 
         def type_url() -> None:
             _call(client, "keypress", {"keys": ["CTRL", "L"]})(SETTLE)
-            _call(client, "type", {"text": f"127.0.0.1:{paths.port}/?n={next(counter)}"})(SETTLE)
+            _call(client, "type", {"text": f"127.0.0.1:{port}/?n={next(counter)}"})(SETTLE)
 
         _scenario(
             report,

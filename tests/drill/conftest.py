@@ -2,8 +2,8 @@
 
 - ``local_desktop``: Xvfb + openbox + the guest agent on this host (needs mousepad, chromium and
   openbox installed: scripts/host-packages/drill.txt); stopped after the test.
-- ``drill_sandbox``: one Docker sandbox (network ``none``) shared by the drill tests of a
-  module, destroyed when the module is done (so session-end leak checks see nothing of it).
+- ``fresh_sandbox``: a Docker sandbox of one test (a pixels-only drill leaves the apps the model
+  opened running, so each drill run gets its own), destroyed after it.
 - ``cubicle_containers``: the cubicle containers a given process created (by label), to prove a
   ``cubicle drill``/``cubicle run`` subprocess left nothing behind.
 """
@@ -37,8 +37,8 @@ def local_desktop(tmp_path: Path) -> Iterator[LocalDesktop]:
         yield desktop
 
 
-@pytest.fixture(scope="module")
-def drill_sandbox(docker_image: str) -> Iterator[Sandbox]:
+@pytest.fixture
+def fresh_sandbox(docker_image: str) -> Iterator[Sandbox]:
     sandbox = Sandbox.create("docker", network="none", screen=(1280, 800))
     try:
         yield sandbox

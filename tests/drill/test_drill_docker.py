@@ -1,28 +1,30 @@
-"""The drill in a Docker sandbox: ``cubicle drill`` end to end, a wrong-text script, a refused
-safety check, and Ctrl-C mid-run."""
+"""The pixels-only drill in Docker sandboxes: ``cubicle drill --all`` end to end (every shipped
+task, both loops, the conformance table), a wrong expectation, a wrong text, a refused safety
+check, and Ctrl-C mid-run."""
 
 from __future__ import annotations
 
+import copy
 import re
 import signal
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from drivers.approvals import NonInteractive
-from orchestrator.drill.runner import run_drill
-from orchestrator.drill.task import EXPECTED_NOTE, script_template
+from orchestrator.drill.runner import DrillResult, run_drill
+from orchestrator.drill.session import LoopKind
 from orchestrator.sandbox import Sandbox
+from orchestrator.tasks import load_task, shipped_tasks
 from orchestrator.trajectory import read_trajectory
 from tests.drill.conftest import PYTHON, REPO
 from tests.drill.test_trajectory_report import render_in_chromium
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
-
-GUEST_HOME = "/home/cubicle"
 
 
 def _drill_cli(*args: str) -> subprocess.Popen[str]:
@@ -35,71 +37,117 @@ def _drill_cli(*args: str) -> subprocess.Popen[str]:
     )
 
 
-def test_cubicle_drill_passes_with_both_loops_and_its_reports_render(
+def test_drill_all_passes_every_shipped_task_on_both_loops_pixels_only(
     docker_image: str, tmp_path: Path, cubicle_containers: Callable[[int], list[str]]
 ) -> None:
-    process = _drill_cli("--out", str(tmp_path / "runs"))
-    stdout, stderr = process.communicate(timeout=300)
+    process = _drill_cli("--all", "--out", str(tmp_path / "runs"))
+    stdout, stderr = process.communicate(timeout=1200)
     assert process.returncode == 0, f"{stdout}\n{stderr}"
-    assert "drill (toolset): PASSED" in stdout and "drill (runner): PASSED" in stdout
-    assert stdout.count("stale model-visible screenshots: 0 of 5 checked") == 2, stdout
     assert cubicle_containers(process.pid) == []
-    for loop in ("toolset", "runner"):
-        folder = tmp_path / "runs" / loop
-        events = read_trajectory(folder)
-        shots = [e for e in events if e["kind"] == "screenshot"]
-        assert len(shots) >= 8 and all(s["size"] == [1024, 640] for s in shots)
-        receipts = [e["receipt"] for e in events if e["kind"] == "action"]
-        assert len(receipts) == 11 and all(r["settled"] for r in receipts)
-        dom = render_in_chromium(folder / "report.html", tmp_path / f"profile-{loop}")
-        assert len(re.findall(r'<section class="step"', dom)) == len(shots)
-        assert all(f'src="{s["file"]}"' in dom for s in shots)
-        assert "mark-click" in dom
+    table = stdout[stdout.index("task ") :]
+    assert re.match(r"task +loop +verdict +steps +seconds +stale\n", table), table
+    for task in shipped_tasks():
+        for loop in ("toolset", "runner"):
+            row = re.search(
+                rf"^{re.escape(task.name)} +{loop} +(\S+) +(\d+) +\S+ +(\d+)/(\d+)$",
+                table,
+                re.MULTILINE,
+            )
+            assert row is not None, (task.name, loop, table)
+            assert row.group(1) == "PASSED" and int(row.group(2)) > 0
+            assert row.group(3) == "0" and int(row.group(4)) > 0, "no stale screenshot"
+            events = read_trajectory(tmp_path / "runs" / task.name / loop)
+            kinds = [e["kind"] for e in events]
+            first_turn = kinds.index("model_turn")
+            # set-up happens before the first model turn; afterwards only the model acts
+            assert "guest_wait" not in kinds[first_turn:], (task.name, loop)
+            shots = [e for e in events if e["kind"] == "screenshot"]
+            # the report holds only screenshots the model received: one per computer call
+            calls = [e for e in events if e["kind"] == "model_turn" and e.get("calls")]
+            assert len(shots) == len(calls) and all(s.get("note") is None for s in shots)
+            assert all(s["size"] == [1024, 640] for s in shots)
+            seen = [e for e in events if e["kind"] == "expectation"]
+            assert seen and all(e["ok"] for e in seen)
+    folder = tmp_path / "runs" / "desktop" / "toolset"
+    events = read_trajectory(folder)
+    launcher_clicks = [
+        e
+        for e in events
+        if e["kind"] == "action" and e["type"] == "click" and e["native"]["y"] == 780
+    ]
+    assert len(launcher_clicks) == 2, "the editor and the browser are opened from the panel"
+    assert all(c["receipt"]["settled"] and c["receipt"]["changed"] for c in launcher_clicks)
+    dom = render_in_chromium(folder / "report.html", tmp_path / "profile")
+    shots = [e for e in events if e["kind"] == "screenshot"]
+    assert len(re.findall(r'<section class="step"', dom)) == len(shots)
+    expectations = [e for e in events if e["kind"] == "expectation"]
+    assert dom.count('<li class="ok">seen: ') == len(expectations) > 0
+
+
+def _drill_edited(
+    sandbox: Sandbox, out: Path, loop: LoopKind, edit: Callable[[dict[str, Any]], None]
+) -> DrillResult:
+    """``editor-save`` with its script changed by ``edit``."""
+    task = load_task("editor-save")
+    script = copy.deepcopy(task.script())
+    edit(script)
+    return run_drill(sandbox, task=task, loop=loop, out=out, script_template=script)
+
+
+def test_a_wrong_expectation_fails_the_drill_and_names_it(
+    fresh_sandbox: Sandbox, tmp_path: Path
+) -> None:
+    def expect_another_dialog(script: dict[str, Any]) -> None:
+        # the Open dialog ("Open File") is what the screen shows there
+        script["turns"][3]["sees"] = [{"window": {"title": "Save As", "focused": True}}]
+
+    result = _drill_edited(fresh_sandbox, tmp_path / "out", "toolset", expect_another_dialog)
+    assert not result.ok
+    assert result.error is not None
+    assert "turn 3, sees[0]: expected a window titled like 'Save As', focused; windows seen:" in (
+        result.error
+    ), result.error
+    assert "'Open File' (focused)" in result.error
+    assert "ExpectationFailed" in result.error
+    events = read_trajectory(tmp_path / "out")
+    failed = [e for e in events if e["kind"] == "expectation" and not e["ok"]]
+    assert len(failed) == 1 and failed[0]["turn"] == 3
+    # the actions of the turn whose expectation failed never ran
+    assert not any(e["kind"] == "action" and e.get("keys") == ["CTRL", "L"] for e in events)
 
 
 def test_a_script_typing_the_wrong_text_fails_verification_with_expected_vs_got(
-    drill_sandbox: Sandbox, tmp_path: Path
+    fresh_sandbox: Sandbox, tmp_path: Path
 ) -> None:
-    template = script_template()
-    wrong = EXPECTED_NOTE.replace("Grêmio", "Gremio")
-    for turn in template["turns"]:
-        for action in (turn.get("computer_call") or {}).get("actions", []):
-            if action.get("text") == EXPECTED_NOTE:
-                action["text"] = wrong
-    result = run_drill(
-        drill_sandbox,
-        loop="toolset",
-        out=tmp_path / "out",
-        workdir=f"{GUEST_HOME}/drill-wrong-text",
-        port=8801,
-        script_template=template,
-    )
-    assert not result.ok
-    note, form, stale = result.checks
+    def misspell(script: dict[str, Any]) -> None:
+        for turn in script["turns"]:
+            for action in (turn.get("computer_call") or {}).get("actions", []):
+                if action.get("text") == "bread\n":
+                    action["text"] = "bred\n"
+
+    result = _drill_edited(fresh_sandbox, tmp_path / "out", "runner", misspell)
+    assert not result.ok and result.error is None, result.summary()
+    saved, stale = result.checks
     assert stale.ok, "typing other text does not make the screenshots stale"
-    assert not note.ok and note.got == wrong and note.expected == EXPECTED_NOTE
-    assert form.ok, "only the note was typed wrong"
+    assert not saved.ok and saved.got == "milk\neggs\nbred\n"
     summary = result.summary()
-    assert "FAILED  note saved through the editor" in summary
-    assert 'expected: "Grêmio' in summary and 'got:      "Gremio' in summary
-    assert "first difference at character 2" in summary
+    assert "FAILED  the line added and saved" in summary
+    assert "first difference at character 13" in summary
 
 
 def test_a_refused_safety_check_stops_the_run_before_any_of_its_actions(
-    drill_sandbox: Sandbox, tmp_path: Path
+    fresh_sandbox: Sandbox, tmp_path: Path
 ) -> None:
     result = run_drill(
-        drill_sandbox,
+        fresh_sandbox,
+        task=load_task("browser-form"),
         loop="toolset",
         out=tmp_path / "out",
-        workdir=f"{GUEST_HOME}/drill-refused",
-        port=8802,
         safety_policy=NonInteractive("the test refuses every safety check"),
     )
     assert not result.ok
     assert result.error is not None and "approval" in result.error
-    note, form, _stale = result.checks
-    assert note.ok, "the steps before the safety check ran"
+    form, _stale = result.checks
     assert not form.ok and form.got is None, "the Save click behind the check never ran"
     events = read_trajectory(tmp_path / "out")
     refusal = next(i for i, e in enumerate(events) if e["kind"] == "approval")
@@ -112,7 +160,7 @@ def test_sigint_mid_run_cancels_and_leaves_no_sandbox(
     docker_image: str, tmp_path: Path, cubicle_containers: Callable[[int], list[str]]
 ) -> None:
     out = tmp_path / "runs"
-    process = _drill_cli("--loop", "toolset", "--out", str(out))
+    process = _drill_cli("--task", "desktop", "--loop", "toolset", "--out", str(out))
     trajectory = out / "toolset" / "trajectory.jsonl"
     deadline = time.monotonic() + 120
     stdout = stderr = ""

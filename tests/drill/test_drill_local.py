@@ -1,85 +1,114 @@
-"""The drill on a local desktop (Xvfb + openbox + agent on this host): the same code as in a
-sandbox, with the real ComputerToolset loop, real mousepad and chromium, verified through the
-agent."""
+"""A task's set-up on a local desktop (Xvfb + openbox + agent on this host): the same code as in
+a sandbox writes the task's files with their modes, starts the form server, opens the apps the
+task lists and waits for their windows; its waits fail naming what they saw."""
 
 from __future__ import annotations
 
+import json
+import stat
+import urllib.request
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from orchestrator.drill.errors import GuestStepError
 from orchestrator.drill.guest_steps import GuestSteps
-from orchestrator.drill.runner import SLOW_GUEST_TIME_SCALE, guest_time_scale, run_drill
-from orchestrator.drill.task import DrillPaths
+from orchestrator.drill.runner import SLOW_GUEST_TIME_SCALE, guest_time_scale
+from orchestrator.drill.verify import verify_task
 from orchestrator.provider import SandboxInfo
-from orchestrator.trajectory import read_trajectory
+from orchestrator.tasks import parse_task
 from tests.drill.desktop import LocalDesktop
 
 pytestmark = [pytest.mark.x11, pytest.mark.slow]
 
-
-def test_drill_passes_on_a_local_desktop(local_desktop: LocalDesktop, tmp_path: Path) -> None:
-    result = run_drill(
-        local_desktop,
-        loop="toolset",
-        out=tmp_path / "out",
-        workdir=str(tmp_path / "work"),
-        port=18801,
-    )
-    assert result.ok, result.summary()
-    assert [c.ok for c in result.checks] == [True, True, True]
-    assert result.checks[2].name == "stale model-visible screenshots"
-    assert "stale model-visible screenshots: 0 of 5 checked" in result.summary()
-    assert (tmp_path / "work" / "note.txt").read_bytes().decode() == result.checks[0].expected
-    events = read_trajectory(tmp_path / "out")
-    actions = [e for e in events if e["kind"] == "action"]
-    clicks = [a for a in actions if a["type"] == "click"]
-    # model view 1024x640 of a 1280x800 screen: every click is scaled by 1.25 on its way
-    assert clicks and all(
-        (round(a["model"]["x"] * 1.25), round(a["model"]["y"] * 1.25))
-        == (a["native"]["x"], a["native"]["y"])
-        for a in clicks
-    )
-    # every state-changing action was paced on the app and says what it did to the screen
-    assert all(a["receipt"]["settled"] for a in actions), actions
-    stale = [e for e in events if e["kind"] == "stale_check"]
-    assert len(stale) == 5 and not any(e["stale"] for e in stale)
-    approvals = [e for e in events if e["kind"] == "approval"]
-    assert [a["subject"] for a in approvals] == ["safety_check"] and approvals[0]["allowed"]
-    assert (tmp_path / "out" / "report.html").is_file()
+TASK = {
+    "prompt": "Check the files in {WORKDIR}.",
+    "setup": {
+        "workdir": "~/work",
+        "open": ["editor"],
+        "form_server": {"port": 18804},
+        "files": [
+            {"path": "notes/a.txt", "content": "é\n", "mode": 0o600},
+            {"path": "~/b.sh", "content": "#!/bin/sh\n", "mode": "0755"},
+        ],
+    },
+    "checks": [
+        {"file": "notes/a.txt", "equals": "é\n"},
+        {"file": "{HOME}/b.sh", "contains": "#!"},
+        {"file": "notes/a.txt", "contains": "absent"},
+        {"form": {"name": "x"}},
+    ],
+}
 
 
-def test_guest_steps_fail_clearly_and_name_what_they_saw(
-    local_desktop: LocalDesktop, tmp_path: Path
+def test_set_up_writes_files_with_modes_starts_the_form_server_and_opens_apps(
+    local_desktop: LocalDesktop,
 ) -> None:
+    task = parse_task(TASK, source=None, default_name="local")
     with local_desktop.connect() as client:
-        steps = GuestSteps(client, DrillPaths(str(tmp_path / "work"), 18802))
+        steps = GuestSteps(client)
+        try:
+            guest = steps.prepare(task)
+            assert guest.workdir == f"{local_desktop.home}/work"
+            assert guest.prompt == f"Check the files in {local_desktop.home}/work."
+            a = local_desktop.home / "work" / "notes" / "a.txt"
+            b = local_desktop.home / "b.sh"
+            assert a.read_bytes() == "é\n".encode() and stat.S_IMODE(a.stat().st_mode) == 0o600
+            assert stat.S_IMODE(b.stat().st_mode) == 0o755
+            windows = client.call("windows", {}).result["windows"]
+            assert any("Mousepad" in w["wm_class"] and w["focused"] for w in windows), windows
+            body = json.dumps({"name": "x"}).encode()
+            request = urllib.request.Request(
+                "http://127.0.0.1:18804/submit", data=body, method="POST"
+            )
+            request.add_header("Content-Type", "application/json")
+            with urllib.request.urlopen(request, timeout=10) as reply:
+                assert reply.status == 200
+            checks = verify_task(client, guest)
+            assert [c.ok for c in checks] == [True, True, False, True], checks
+            assert checks[2].detail.endswith("does not contain the text")
+        finally:
+            steps.stop_launched()
+
+
+def test_set_up_removes_what_the_checks_read_so_an_earlier_run_cannot_pass(
+    local_desktop: LocalDesktop,
+) -> None:
+    earlier = local_desktop.home / "task" / "out.txt"
+    earlier.parent.mkdir(parents=True)
+    earlier.write_text("42\n", encoding="utf-8")
+    task = parse_task(
+        {"prompt": "x", "checks": [{"file": "out.txt", "equals": "42\n"}]},
+        source=None,
+        default_name="again",
+    )
+    with local_desktop.connect() as client:
+        guest = GuestSteps(client).prepare(task)
+        assert not earlier.exists()
+        (check,) = verify_task(client, guest)
+        assert not check.ok and check.got is None
+
+
+def test_set_up_waits_fail_clearly_and_name_what_they_saw(local_desktop: LocalDesktop) -> None:
+    with local_desktop.connect() as client:
+        steps = GuestSteps(client)
         with pytest.raises(GuestStepError) as waited:
-            steps.run({"op": "wait_window", "title": "No Such Window", "timeout_ms": 300})
+            steps.wait_window("No Such Window", timeout_ms=300)
         assert "no window titled like 'No Such Window' within 300 ms; windows seen: [" in str(
             waited.value
         )
-        with pytest.raises(GuestStepError) as unknown:
-            steps.run({"op": "sleep", "ms": 100})
-        assert "sleep: unknown step; known: launch, wait_window, settle" in str(unknown.value)
-        with pytest.raises(GuestStepError) as bad:
-            steps.run({"op": "settle", "quiet_ms": -1})
-        assert "'quiet_ms' must be a non-negative integer, got -1" in str(bad.value)
+        with pytest.raises(GuestStepError) as classed:
+            steps.wait_window(wm_class="NoClass", timeout_ms=100, focused=True)
+        assert "no focused window of class 'NoClass' within 100 ms" in str(classed.value)
         assert steps.launched == []
 
 
-def test_a_slow_guest_scales_every_scripted_wait(
-    local_desktop: LocalDesktop, tmp_path: Path
-) -> None:
+def test_a_slow_guest_scales_every_set_up_wait(local_desktop: LocalDesktop) -> None:
     with local_desktop.connect() as client:
-        steps = GuestSteps(client, DrillPaths(str(tmp_path / "work"), 18803), time_scale=4.0)
-        with pytest.raises(GuestStepError) as waited:
-            steps.run({"op": "wait_window", "title": "No Such Window", "timeout_ms": 250})
-        assert "within 1000 ms" in str(waited.value)
+        steps = GuestSteps(client, time_scale=4.0)
+        assert steps.settle(quiet_ms=50, timeout_ms=250)
         with pytest.raises(ValueError, match=r"time_scale must be >= 1\.0"):
-            GuestSteps(client, DrillPaths(str(tmp_path / "work"), 18803), time_scale=0.5)
+            GuestSteps(client, time_scale=0.5)
     assert guest_time_scale(replace(_INFO, detail={"accelerator": "tcg"})) == SLOW_GUEST_TIME_SCALE
     assert guest_time_scale(replace(_INFO, detail={"accelerator": "kvm"})) == 1.0
     assert guest_time_scale(_INFO) == 1.0

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from drivers.scripted_model import ScriptedModel, parse_script
+from orchestrator.tasks import fill, load_task
 from orchestrator.trajectory import read_trajectory
 from tests.drill.conftest import PYTHON, REPO
 
@@ -116,6 +117,38 @@ def test_run_with_a_policy_file_approves_by_rule(docker_image: str, tmp_path: Pa
     assert result.returncode == 0, result.stderr
     events = read_trajectory(tmp_path / "out")
     assert [e["type"] for e in events if e["kind"] == "action"] == ["click"]
+
+
+def test_run_with_a_task_file_sets_up_prints_effective_settings_and_runs_its_checks(
+    docker_image: str, tmp_path: Path
+) -> None:
+    task = load_task("terminal-output")
+    script = {**fill(task.script(), task.placeholders("/home/cubicle")), "model_view": [1024, 640]}
+    with ScriptedModel(parse_script(script), raise_on_exit=False) as model:
+        result = _run_cli(
+            model,
+            "--task",
+            "terminal-output",
+            "--view",
+            "1024x640",
+            "--max-steps",
+            "9",
+            "--out",
+            str(tmp_path / "out"),
+        )
+        assert model.finished and not model.failures
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+    assert f"effective task: terminal-output ({task.source})" in result.stderr
+    assert "effective max_steps: 9 (--max-steps)" in result.stderr
+    assert "effective network: none (task file)" in result.stderr
+    assert "effective stall: 8 (task file)" in result.stderr
+    assert "ok      the count saved by the terminal" in result.stdout
+    assert "ok      count matches words.txt" in result.stdout
+    events = read_trajectory(tmp_path / "out")
+    run = next(e for e in events if e["kind"] == "run")
+    assert (
+        run["task"].strip().startswith("Open the Terminal") and "/home/cubicle/task" in run["task"]
+    )
 
 
 def test_run_without_a_key_says_how_to_fix_it(tmp_path: Path) -> None:

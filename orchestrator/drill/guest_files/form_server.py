@@ -4,7 +4,6 @@ Usage: ``python3 form_server.py PORT FOLDER``. Serves ``FOLDER/form.html`` at ``
 what the page posts:
 
 - ``POST /submit`` (JSON object of the form's fields) → ``FOLDER/form-data.json``
-- ``POST /layout`` (where the page's viewport sits on the screen) → ``FOLDER/layout.json``
 
 Files are written atomically (temp file + rename) so a reader never sees half a file.
 """
@@ -36,7 +35,7 @@ class Handler(BaseHTTPRequestHandler):
         self._reply(200, (FOLDER / "form.html").read_bytes(), "text/html; charset=utf-8")
 
     def do_POST(self) -> None:
-        targets = {"/submit": "form-data.json", "/layout": "layout.json"}
+        targets = {"/submit": "form-data.json"}
         length = int(self.headers.get("Content-Length") or 0)
         if self.path not in targets or not 0 < length <= MAX_BODY:
             self._reply(400, b"bad request", "text/plain")

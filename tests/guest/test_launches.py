@@ -1,0 +1,134 @@
+"""Launch tracking (guest/launches.py): startup-notification messages, a launch pending until a
+window mapped after it is drawn, and the busy signal of a program that uses CPU."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from PIL import Image
+from Xlib import X, Xatom
+from Xlib import display as xdisplay
+from Xlib.protocol import event
+
+from guest.launches import CpuWatch, LaunchWatcher, is_drawn, parse_startup_message, process_tree
+from tests.support.xvfb import Xvfb
+
+pytestmark = [pytest.mark.x11]
+
+SPIN_IN_A_CHILD = (
+    "import subprocess, sys; subprocess.run([sys.executable, '-c', 'while True: pass'])"
+)
+
+
+def test_startup_messages_parse_quoted_and_escaped_values() -> None:
+    kind, fields = parse_startup_message(
+        'new: ID="tint2/x 1" NAME=Web\\ Browser BIN=chromium SCREEN=0'
+    )
+    assert kind == "new"
+    assert fields == {"ID": "tint2/x 1", "NAME": "Web Browser", "BIN": "chromium", "SCREEN": "0"}
+    assert parse_startup_message('remove: ID=a\\"b') == ("remove", {"ID": 'a"b'})
+    with pytest.raises(ValueError, match="TYPE:"):
+        parse_startup_message("no type here")
+
+
+def test_a_flat_window_is_not_drawn_and_any_content_is() -> None:
+    flat = Image.new("RGB", (50, 50), (246, 245, 244))
+    assert not is_drawn(flat)
+    flat.putpixel((3, 3), (0, 0, 0))
+    assert is_drawn(flat)
+
+
+@pytest.fixture
+def xserver() -> Iterator[Xvfb]:
+    with Xvfb(320, 240).start() as server:
+        yield server
+
+
+def _broadcast(display: xdisplay.Display, text: str) -> None:
+    """Send a startup-notification message the way libstartup-notification does."""
+    root = display.screen().root
+    sender = root.create_window(0, 0, 1, 1, 0, X.CopyFromParent, override_redirect=True)
+    data = text.encode() + b"\0"
+    begin = display.intern_atom("_NET_STARTUP_INFO_BEGIN")
+    more = display.intern_atom("_NET_STARTUP_INFO")
+    for index in range(0, len(data), 20):
+        chunk = data[index : index + 20].ljust(20, b"\0")
+        message = event.ClientMessage(
+            window=sender, client_type=begin if index == 0 else more, data=(8, chunk)
+        )
+        root.send_event(message, event_mask=X.PropertyChangeMask)
+    display.flush()
+
+
+def _wait_for(condition: object, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():  # type: ignore[operator]
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_launch_is_pending_until_a_window_mapped_after_it_is_drawn(xserver: Xvfb) -> None:
+    changes = threading.Event()
+    watcher = LaunchWatcher(xserver.display, changes.set)
+    app = xdisplay.Display(xserver.display)
+    try:
+        assert not watcher.pending()
+        began = time.monotonic()
+        _broadcast(app, 'new: ID="test/app-1" NAME=App BIN=app')
+        assert _wait_for(watcher.pending), "the new: message makes a launch pending"
+        root = app.screen().root
+        window = root.create_window(
+            0, 0, 200, 150, 0, X.CopyFromParent, background_pixel=app.screen().white_pixel
+        )
+        window.change_property(app.intern_atom("WM_STATE"), app.intern_atom("WM_STATE"), 32, [1, 0])
+        window.change_property(Xatom.WM_NAME, Xatom.STRING, 8, b"app")
+        window.map()
+        app.sync()
+        time.sleep(0.4)
+        assert watcher.pending(), "a mapped window of one flat colour is not drawn yet"
+        assert watcher.ended_since(began) is None
+        gc = window.create_gc(foreground=app.screen().black_pixel)
+        window.fill_rectangle(gc, 10, 10, 50, 20)
+        app.sync()
+        assert _wait_for(lambda: not watcher.pending()), "drawing into it ends the launch"
+        ended = watcher.ended_since(began)
+        assert ended is not None and ended > began and changes.is_set()
+    finally:
+        watcher.close()
+        app.close()
+
+
+def test_a_program_using_cpu_is_busy_and_a_sleeping_one_is_not() -> None:
+    spinning = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    sleeping = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(0.3)
+        busy, idle = CpuWatch([spinning.pid]), CpuWatch([sleeping.pid])
+        time.sleep(0.1)
+        assert busy.busy()
+        assert not idle.busy()
+        # a child's CPU counts for its parent's program (Chromium's renderers)
+        parent = subprocess.Popen([sys.executable, "-c", SPIN_IN_A_CHILD], start_new_session=True)
+        try:
+            assert _wait_for(lambda: len(process_tree(parent.pid)) > 1, timeout=30), (
+                "no child started"
+            )
+            family = CpuWatch([parent.pid])
+            time.sleep(0.1)
+            assert family.busy()
+        finally:
+            os.killpg(parent.pid, signal.SIGKILL)  # the parent and its spinning child
+            parent.wait()
+    finally:
+        for process in (spinning, sleeping):
+            process.kill()
+            process.wait()
