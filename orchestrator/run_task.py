@@ -71,6 +71,7 @@ from orchestrator.origin_answers import (
     run_answers,
     with_ask_timeout,
 )
+from orchestrator.provider import parse_size
 from orchestrator.providers import PROVIDERS
 from orchestrator.sandbox import Sandbox, teardown_on_signals
 from orchestrator.tasks import Task, load_task
@@ -408,13 +409,6 @@ def parse_settle(text: str) -> SettleOption:
     return values
 
 
-def _size(text: str, option: str) -> tuple[int, int]:
-    width, sep, height = text.lower().partition("x")
-    if not sep or not width.isdigit() or not height.isdigit() or int(width) < 1 or int(height) < 1:
-        raise ConfigError(f"{option} wants WIDTHxHEIGHT in pixels, got {text!r}")
-    return int(width), int(height)
-
-
 def _is_loopback(url: str) -> bool:
     host = urlsplit(url).hostname or ""
     try:
@@ -518,8 +512,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     task_file, settings = effective_settings(args)
     for line in settings.lines():
         progress(line)
-    screen = _size(settings.size, "--size")
-    viewport = Viewport.fit(*_size(args.view, "--view")) if args.view else None
+    screen = parse_size(settings.size, "--size")
+    viewport = Viewport.fit(*parse_size(args.view, "--view")) if args.view else None
     verifiers = [file_verifier(*parse_verify_file(v)) for v in args.verify_file]
     verifiers += [function_verifier(spec) for spec in args.verify]
     safety, actions = _policies(args)

@@ -23,6 +23,7 @@ from orchestrator.drill.runner import DrillResult, guest_time_scale, run_drill
 from orchestrator.drill.session import LoopKind
 from orchestrator.drill.signals import cancel_on_signals
 from orchestrator.errors import ConfigError
+from orchestrator.providers import PROVIDERS
 from orchestrator.run_task import register_run
 from orchestrator.sandbox import Sandbox, teardown_on_signals
 from orchestrator.tasks import DEFAULT_TASK, Task, load_task, shipped_tasks
@@ -38,9 +39,7 @@ def register(sub: Any) -> None:
         help="offline keyless end-to-end drill (scripted model, real SDK loop, real apps)",
         description=__doc__.split("\n\n")[1] if __doc__ else None,
     )
-    p.add_argument(
-        "--backend", default="docker", help="sandbox backend (docker, vm); default docker"
-    )
+    p.add_argument("--backend", default="docker", choices=sorted(PROVIDERS), help="sandbox backend")
     which = p.add_mutually_exclusive_group()
     which.add_argument(
         "--task",
