@@ -83,9 +83,11 @@ def turn_runner(agent: AgentSpec) -> TurnRun:
             )
         elif agent.kind == "task":
             from orchestrator.drill.runner import run_drill  # noqa: PLC0415
+            from orchestrator.tasks import Task  # noqa: PLC0415
 
-            task_run: Any = run_drill  # takes task= once the task files (issue 11) are merged
-            result = task_run(
+            if not isinstance(agent.task, Task):
+                raise TypeError(f"a task agent needs a Task, got {type(agent.task).__name__}")
+            result = run_drill(
                 sandbox,
                 task=agent.task,
                 loop="toolset",

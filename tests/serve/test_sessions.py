@@ -314,3 +314,34 @@ def test_delete_in_the_middle_of_a_turn(server: Server, engine: docker.DockerCli
                 assert_deleted(engine, server, client, session.id, sandbox_id)
     assert "agent.session.requires_action" in types(events)
     assert sandbox_id and leftovers(engine, {L.SANDBOX: sandbox_id}) == []
+
+
+def test_a_shipped_task_runs_as_the_agent_and_its_checks_decide_the_turn(
+    server: Server, engine: docker.DockerClient
+) -> None:
+    """``agent.model: cubicle-task:NAME`` runs that task file (tasks/) with its scripted model:
+    its set-up before the turn, its checks of the guest after it (here: the terminal's saved
+    count), the computer calls as items with the screenshots the model received."""
+    client = server.client()
+    session = client.beta.agents.sessions.create(
+        environment=DRILL_ENV, agent={"model": "cubicle-task:terminal-output"}
+    )
+    assert session.agent.model == "cubicle-task:terminal-output"
+    events: list[AgentSessionEvent] = []
+    with client.beta.agents.sessions.stream(session.id, input="Do the task.") as stream:
+        for event in stream:
+            events.append(event)
+            if event.type == "agent.session.requires_action":
+                request_id, _request = pending_request(event)
+                client.beta.agents.sessions.events.create(
+                    session.id, events=[answer(request_id, "approve")]
+                )
+    assert_turn_went_through(events)
+    calls = [
+        e.item.to_dict()
+        for e in events
+        if e.type == "agent.session.turn.item.done" and e.item.type == "computer_use_call"
+    ]
+    assert calls and all(item["status"] == "completed" for item in calls)
+    assert screenshot_of(calls[0]).size == MODEL_VIEW
+    assert_deleted(engine, server, client, session.id, sandbox_of(engine, server))
