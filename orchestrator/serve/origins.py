@@ -10,23 +10,25 @@ reads those questions and puts each to the session's client as the SDK's own kin
 
 answered with ``response: {"type": "browser_origin_access", "decision": approve|deny|cancel}``,
 which goes back to the proxy (``by``: the session). A question asked while no turn runs is
-denied (there is no turn to attach it to); one the client leaves until the proxy's deadline is
-withdrawn (the proxy refuses it: ``timeout``).
+cancelled — refused this time, asked again on the next attempt — since there is no turn to
+attach it to (a denial would be remembered for the sandbox's life and refuse that origin to
+every later turn); one the client leaves until the proxy's deadline is withdrawn (the proxy
+refuses it: ``timeout``).
 
-:func:`open_questions` is the seam: it opens the control channel when ask mode (issue 18) is
-installed and the sandbox's network asks, else returns ``None``; the session worker calls it
-once the environment is ready and relays until the session ends.
+:func:`open_questions` opens the control channel when the sandbox's network asks (``cubicle
+serve --ask-origins``, :mod:`orchestrator.serve.environment`), else returns ``None``; the
+session worker calls it once the environment is ready and relays until the session ends.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from guest.errors import CubicleError
+from orchestrator.origin_questions import OriginQuestions
 from orchestrator.serve import wire
 from orchestrator.serve.store import PendingApproval, Session
 
@@ -47,15 +49,10 @@ class Questions(Protocol):
 
 
 def open_questions(sandbox: Any) -> Questions | None:
-    """The sandbox's question channel, or ``None`` when its network does not ask (or ask mode
-    is not installed)."""
+    """The sandbox's question channel, or ``None`` when its network does not ask."""
     if getattr(sandbox.info, "network", "").split(":", 1)[0] != "ask":
         return None
-    try:
-        module = importlib.import_module("orchestrator.origin_questions")
-    except ImportError:
-        return None
-    questions: Questions = module.OriginQuestions.open(sandbox)
+    questions: Questions = OriginQuestions.open(sandbox)
     return questions
 
 
@@ -79,7 +76,7 @@ def relay(session: Session, questions: Questions, stop: Callable[[], bool]) -> N
 def _one(session: Session, questions: Questions, question: Any) -> None:
     with session.lock:
         turn = session.turn
-    decision: str | None = "deny"
+    decision: str | None = "cancel"  # no turn: refused now, not remembered
     if turn is not None:
         pending = PendingApproval(
             {

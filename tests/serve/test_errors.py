@@ -59,9 +59,26 @@ def test_wrong_or_missing_token_is_401(api_server: Server) -> None:
             {
                 "environment": {
                     **ENV,
-                    "network": {"access": "restricted", "blocked_domains": ["x.com"]},
+                    "network": {
+                        "access": "restricted",
+                        "allowed_domains": ["a.com"],
+                        "blocked_domains": ["x.com"],
+                    },
                 }
             },
+            "environment.network.blocked_domains",
+        ),
+        (
+            {
+                "environment": {
+                    **ENV,
+                    "network": {"access": "restricted", "blocked_domains": ["x.com:443"]},
+                }
+            },
+            "environment.network.blocked_domains",
+        ),
+        (
+            {"environment": {**ENV, "network": {"access": "enabled", "blocked_domains": ["x"]}}},
             "environment.network.blocked_domains",
         ),
         (
