@@ -20,14 +20,16 @@ MODEL_VIEW = (1024, 640)
 """What the drill's scripted model sees of the 1280x800 screen."""
 
 
-def answer(request_id: str, decision: str) -> AgentSessionInputParam:
-    """cubicle's safety-check answer, sent as a plain dict (not one of the SDK's kinds)."""
+def answer(request_id: str, decision: str, kind: str = "safety_check") -> AgentSessionInputParam:
+    """The answer to a ``computer_use_approval_request``: cubicle's safety-check kind by
+    default (sent as a plain dict: not one of the SDK's kinds), or ``kind`` (e.g. the SDK's
+    ``browser_origin_access``)."""
     return cast(
         AgentSessionInputParam,
         {
             "type": "agent.session.input.computer_use_approval_request_result",
             "request_id": request_id,
-            "response": {"type": "safety_check", "decision": decision},
+            "response": {"type": kind, "decision": decision},
         },
     )
 
