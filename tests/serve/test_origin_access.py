@@ -13,19 +13,23 @@ session leaves nothing of its sandbox.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import docker
 import pytest
-from openai import OpenAI
+from openai import AsyncOpenAI, OpenAI
 from openai.types.beta.agent_session_event import AgentSessionEvent
+from openai.types.beta.agent_session_input_param import AgentSessionInputParam
+from openai.types.beta.agents.session_create_params import Agent as AgentParam
+from openai.types.beta.environment_param import EnvironmentParamOpenAIHosted
 from PIL import Image
 
 from drivers.scripted_model import ScriptedModel, Turn, parse_script
@@ -81,6 +85,8 @@ class Run:
     window: tuple[int, int, int, int] | None = None
     answered: list[tuple[str, str]] = field(default_factory=list)
     """``(origin, decision)`` of every browser_origin_access request the client answered."""
+    seen: set[str] = field(default_factory=set)
+    """Request ids answered (a request stays in later snapshots until the server drops it)."""
     decided: threading.Event = field(default_factory=threading.Event)
     """Set once the client answered the question about ``http://asked.test``."""
 
@@ -119,41 +125,77 @@ def near_share(
     return hits / (region.width * region.height)
 
 
+ENVIRONMENT: EnvironmentParamOpenAIHosted = {
+    "type": "openai_hosted",
+    "desktop": {"enabled": True},
+    "network": {"access": "restricted", "allowed_domains": ["example.test"]},
+}
+AGENT: AgentParam = {"model": "gpt-test", "tools": [{"type": "computer_use"}]}
+
+
+def to_answer(
+    run: Run, event: AgentSessionEvent, decision: str
+) -> Iterator[tuple[AgentSessionInputParam, Callable[[], None]]]:
+    """For each origin request of a ``requires_action`` event not answered yet: the answer
+    (``decision`` for the asked host, ``cancel`` for Chromium's own origins) and what to
+    record once it is sent."""
+    if event.type != "agent.session.requires_action":
+        return
+    for action in event.session.required_actions:
+        data: dict[str, Any] = action.to_dict(warnings=False)
+        request, request_id = dict(data["request"]), str(data["request_id"])
+        if request_id in run.seen:
+            continue
+        run.seen.add(request_id)
+        assert request["type"] == "browser_origin_access", data
+        assert request["reason"], request
+        origin = str(request["origin"])
+        verdict = decision if origin in (f"http://{HOST}", f"https://{HOST}") else "cancel"
+
+        def sent(origin: str = origin, verdict: str = verdict) -> None:
+            run.answered.append((origin, verdict))
+            if origin == f"http://{HOST}":
+                run.decided.set()
+
+        yield answer(request_id, verdict, "browser_origin_access"), sent
+
+
 def run_session(run: Run, client: OpenAI, decision: str) -> tuple[str, list[AgentSessionEvent]]:
-    """Create the session, run the turn answering every origin question (``decision`` for the
-    asked host, ``cancel`` for Chromium's own origins); the session id and the events."""
-    session = client.beta.agents.sessions.create(
-        environment={
-            "type": "openai_hosted",
-            "desktop": {"enabled": True},
-            "network": {"access": "restricted", "allowed_domains": ["example.test"]},
-        },
-        agent={"model": "gpt-test", "tools": [{"type": "computer_use"}]},
-    )
+    """Create the session and run its turn, answering every origin question (:func:`to_answer`);
+    the session id and the events."""
+    session = client.beta.agents.sessions.create(environment=ENVIRONMENT, agent=AGENT)
     events: list[AgentSessionEvent] = []
-    seen: set[str] = set()
     with client.beta.agents.sessions.stream(session.id, input="Open the page.") as stream:
         for event in stream:
             events.append(event)
-            if event.type != "agent.session.requires_action":
-                continue
-            for action in event.session.required_actions:
-                data: dict[str, Any] = action.to_dict(warnings=False)
-                request, request_id = dict(data["request"]), str(data["request_id"])
-                if request_id in seen:
-                    continue
-                seen.add(request_id)
-                assert request["type"] == "browser_origin_access", data
-                assert request["reason"], request
-                asked = request["origin"] in (f"http://{HOST}", f"https://{HOST}")
-                verdict = decision if asked else "cancel"
-                client.beta.agents.sessions.events.create(
-                    session.id, events=[answer(request_id, verdict, "browser_origin_access")]
-                )
-                run.answered.append((request["origin"], verdict))
-                if request["origin"] == f"http://{HOST}":
-                    run.decided.set()
+            for reply, sent in to_answer(run, event, decision):
+                client.beta.agents.sessions.events.create(session.id, events=[reply])
+                sent()
     return session.id, events
+
+
+async def run_session_async(
+    run: Run, client: AsyncOpenAI, decision: str
+) -> tuple[str, list[AgentSessionEvent]]:
+    """:func:`run_session` with the async client."""
+    session = await client.beta.agents.sessions.create(environment=ENVIRONMENT, agent=AGENT)
+    events: list[AgentSessionEvent] = []
+    async with client.beta.agents.sessions.stream(session.id, input="Open the page.") as stream:
+        async for event in stream:
+            events.append(event)
+            for reply, sent in to_answer(run, event, decision):
+                await client.beta.agents.sessions.events.create(session.id, events=[reply])
+                sent()
+    return session.id, events
+
+
+async def closing_async(
+    client: AsyncOpenAI, run: Run, decision: str
+) -> tuple[str, list[AgentSessionEvent]]:
+    try:
+        return await run_session_async(run, client, decision)
+    finally:
+        await client.close()
 
 
 def egress_answers(sandbox_id: str) -> list[dict[str, Any]]:
@@ -193,13 +235,21 @@ def served(run: Run, model: ScriptedModel, tmp_path: Path) -> OpenAI:
     return run.server.client()
 
 
-def check_session(run: Run, decision: str, tmp_path: Path) -> Image.Image:
-    """Run one session answering ``decision``; check what every decision left in the log and
-    that deleting the session leaves nothing; the screenshot the model received after the
-    answer."""
+def check_session(
+    run: Run, decision: str, tmp_path: Path, *, use_async: bool = False
+) -> Image.Image:
+    """Run one session answering ``decision`` (with the async client's stream when
+    ``use_async``); check what every decision left in the log and that deleting the session
+    leaves nothing; the screenshot the model received after the answer."""
     with ScriptedModel(parse_script(browse_script()), on_turn=run.on_turn) as model:
         client = served(run, model, tmp_path)
-        session_id, events = run_session(run, client, decision)
+        if use_async:
+            assert run.server is not None
+            session_id, events = asyncio.run(
+                closing_async(run.server.async_client(), run, decision)
+            )
+        else:
+            session_id, events = run_session(run, client, decision)
         assert types(events)[-2:] == ["agent.session.turn.completed", "agent.session.idle"]
         model.assert_finished()
     items = [i.to_dict() for i in client.beta.agents.sessions.items.list(session_id, order="asc")]
@@ -230,6 +280,15 @@ def test_approving_the_origin_lets_the_browser_show_the_page(run: Run, tmp_path:
 
 def test_denying_the_origin_keeps_the_browser_off_it(run: Run, tmp_path: Path) -> None:
     shot = check_session(run, "deny", tmp_path)
+    assert run.origin.seen() == []
+    assert run.window is not None
+    assert near_share(shot, run.window, GREEN) < 0.01, run.answered
+
+
+def test_cancel_through_the_async_client_refuses_this_time(run: Run, tmp_path: Path) -> None:
+    """The async client's stream and answers; cancel refuses the request (not remembered: the
+    proxy would ask again)."""
+    shot = check_session(run, "cancel", tmp_path, use_async=True)
     assert run.origin.seen() == []
     assert run.window is not None
     assert near_share(shot, run.window, GREEN) < 0.01, run.answered
