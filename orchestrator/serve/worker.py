@@ -179,8 +179,10 @@ class SessionWorker:
             self.registry.discard(sandbox.id)
             return False
         try:
-            prepare(sandbox, plan)
+            # relaying first: a setup command's request to an origin outside the list is refused
+            # at once (no turn to ask in), not held until the proxy's timeout denies it for good
             self._start_origin_relay(sandbox)
+            prepare(sandbox, plan)
         except CubicleError as exc:
             return self._environment_failed("setup_failed", str(exc))
         with session.lock:

@@ -40,7 +40,7 @@ from tests.desktop.checks import wait_window, window_box
 from tests.orchestrator.conftest import engine
 from tests.orchestrator.support import leftovers
 from tests.serve.conftest import REPO, Server, start_server
-from tests.serve.support import answer, screenshot_of, types
+from tests.serve.support import answer, assert_deleted, sandbox_of, screenshot_of, types
 from tests.support.origin_server import GREEN, OriginServer, origin, resolve_in_proxy
 
 __all__ = ["engine", "origin"]
@@ -95,11 +95,7 @@ class Run:
         the proxy and Chromium's window is up; before the call after it, the person answered."""
         if index == 1:
             assert self.server is not None
-            mine: dict[str, str | list[str] | bool] = {
-                "label": [f"{L.OWNER_PID}={self.server.process.pid}", f"{L.ROLE}=guest"]
-            }
-            [guest] = self.engine.containers.list(filters=mine)
-            self.sandbox_id = guest.labels[L.SANDBOX]
+            self.sandbox_id = sandbox_of(self.engine, self.server)
             resolve_in_proxy(self.engine, self.sandbox_id, self.origin)
             with Sandbox.attach(self.sandbox_id).connect() as client:
                 self.window = window_box(wait_window(client, "Chromium", WAIT_S))
@@ -266,8 +262,8 @@ def check_session(
     }
     for asked, verdict in run.answered:
         assert (asked, verdict, by) in logged, (asked, verdict, logged)
-    client.beta.agents.sessions.delete(session_id)
-    assert leftovers(run.engine, {L.SANDBOX: run.sandbox_id}) == []
+    assert run.server is not None
+    assert_deleted(run.engine, run.server, client, session_id, run.sandbox_id)
     return screenshot_of(calls[2])
 
 
@@ -292,3 +288,34 @@ def test_cancel_through_the_async_client_refuses_this_time(run: Run, tmp_path: P
     assert run.origin.seen() == []
     assert run.window is not None
     assert near_share(shot, run.window, GREEN) < 0.01, run.answered
+
+
+SETUP_FETCH = (
+    "python3 -c \"import urllib.request; urllib.request.urlopen('http://asked.test/setup', "
+    'timeout=50)"'
+)
+
+
+def test_a_setup_command_asking_for_an_origin_is_refused_at_once(run: Run, tmp_path: Path) -> None:
+    """No turn runs during the setup commands: the question is cancelled by the session at once
+    (not held until the proxy's timeout denies it for good), so the command fails naming it."""
+    with ScriptedModel(parse_script(browse_script()), raise_on_exit=False) as model:
+        client = served(run, model, tmp_path)
+        session = client.beta.agents.sessions.create(
+            environment={**ENVIRONMENT, "setup_commands": [{"command": SETUP_FETCH}]},
+            agent=AGENT,
+        )
+        with client.beta.agents.sessions.events.stream(session.id) as stream:
+            for event in stream:
+                if event.type == "agent.session.failed":
+                    break
+        failed = client.beta.agents.sessions.retrieve(session.id)
+        assert failed.error is not None and "setup_commands[0]" in failed.error, failed.error
+        assert run.server is not None
+        sandbox_id = sandbox_of(run.engine, run.server)
+        answers = [(a["origin"], a["answer"], a["by"]) for a in egress_answers(sandbox_id)]
+        assert answers == [
+            ("http://asked.test", "cancel", f"cubicle serve session {session.id}")
+        ], answers
+        assert run.origin.seen() == []
+        assert_deleted(run.engine, run.server, client, session.id, sandbox_id)

@@ -21,7 +21,7 @@ import docker
 import docker.models.containers
 import pytest
 
-from orchestrator.providers.docker_network import egress_name
+from orchestrator import labels as L
 
 __all__ = ["GREEN", "NAMES", "OriginServer", "origin", "resolve_in_proxy"]
 
@@ -101,6 +101,9 @@ def resolve_in_proxy(engine: docker.DockerClient, sandbox_id: str, origin: Origi
     """Make the test names resolve, for the proxy only, to the origin server (and one name to
     loopback): lines appended to the proxy container's hosts file, which glibc reads on every
     lookup."""
-    proxy = engine.containers.get(egress_name(sandbox_id))
+    mine: dict[str, str | list[str] | bool] = {
+        "label": [f"{L.SANDBOX}={sandbox_id}", f"{L.ROLE}=egress"]
+    }
+    [proxy] = engine.containers.list(filters=mine)  # by label: no provider module path
     with open(proxy.attrs["HostsPath"], "a", encoding="ascii") as hosts:
         hosts.write(f"{origin.address} {NAMES}\n127.0.0.1 loop.example.test\n")
