@@ -28,11 +28,12 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from guest.errors import CubicleError
-from orchestrator.origin_questions import OriginQuestions
+from orchestrator.origin_questions import OriginDecision, OriginQuestions
 from orchestrator.serve import wire
 from orchestrator.serve.store import PendingApproval, Session
+from orchestrator.trajectory.recorder import TrajectoryRecorder
 
-__all__ = ["Questions", "open_questions", "relay"]
+__all__ = ["Questions", "TurnRecords", "open_questions", "relay"]
 
 log = logging.getLogger("cubicle.serve")
 POLL_S = 0.5
@@ -48,12 +49,43 @@ class Questions(Protocol):
     def close(self) -> None: ...
 
 
-def open_questions(sandbox: Any) -> Questions | None:
-    """The sandbox's question channel, or ``None`` when its network does not ask."""
+def open_questions(
+    sandbox: Any, on_decision: Callable[[OriginDecision], None] | None = None
+) -> Questions | None:
+    """The sandbox's question channel (``on_decision`` called with every decision, whoever made
+    it), or ``None`` when its network does not ask."""
     if getattr(sandbox.info, "network", "").split(":", 1)[0] != "ask":
         return None
-    questions: Questions = OriginQuestions.open(sandbox)
+    questions: Questions = OriginQuestions.open(sandbox, on_decision=on_decision)
     return questions
+
+
+class TurnRecords:
+    """Every decision about a session's origins — the client's, the proxy's timeouts, the
+    cancels while no turn runs — as an ``origin_access`` event of the trajectory of the turn
+    running then (its report's "Origin access" table); the egress log has them all anyway.
+
+    :meth:`attach` is ``run_task``'s ``origin_answers`` hook: the turn's recorder until
+    :meth:`close`, which waits for a write in progress (no write after the recorder closed).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._recorder: TrajectoryRecorder | None = None
+
+    def record(self, decision: OriginDecision) -> None:
+        with self._lock:
+            if self._recorder is not None:
+                self._recorder.event("origin_access", **decision.event())
+
+    def attach(self, recorder: TrajectoryRecorder) -> TurnRecords:
+        with self._lock:
+            self._recorder = recorder
+        return self
+
+    def close(self) -> None:
+        with self._lock:
+            self._recorder = None
 
 
 def relay(session: Session, questions: Questions, stop: Callable[[], bool]) -> None:

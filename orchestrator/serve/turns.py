@@ -105,6 +105,7 @@ def turn_runner(agent: AgentSpec) -> TurnRun:
                 out=out,
                 safety_policy=policy,
                 cancel_requested=cancel,
+                origin_answers=turn.origin_records,
             )
         return outcome_of(result, policy)
 

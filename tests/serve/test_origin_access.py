@@ -36,6 +36,7 @@ from drivers.scripted_model import ScriptedModel, Turn, parse_script
 from orchestrator import labels as L
 from orchestrator.desktop import PANEL
 from orchestrator.sandbox import Sandbox
+from orchestrator.trajectory import read_trajectory
 from tests.desktop.checks import wait_window, window_box
 from tests.orchestrator.conftest import engine
 from tests.orchestrator.support import leftovers
@@ -262,7 +263,19 @@ def check_session(
     }
     for asked, verdict in run.answered:
         assert (asked, verdict, by) in logged, (asked, verdict, logged)
+    # ... and in the turn's trajectory and its report ("Origin access")
     assert run.server is not None
+    end = events[-2]
+    assert end.type == "agent.session.turn.completed"
+    folder = run.server.data_dir / "sessions" / session_id / end.turn_id
+    recorded = {
+        (e["origin"], e["answer"], e["by"])
+        for e in read_trajectory(folder)
+        if e["kind"] == "origin_access"
+    }
+    assert {(asked, verdict, by) for asked, verdict in run.answered} <= recorded, recorded
+    report = (folder / "report.html").read_text(encoding="utf-8")
+    assert "Origin access" in report and f"http://{HOST}" in report
     assert_deleted(run.engine, run.server, client, session_id, run.sandbox_id)
     return screenshot_of(calls[2])
 
