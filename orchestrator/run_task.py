@@ -55,7 +55,7 @@ from orchestrator.drill.verify import Check, check_file
 from orchestrator.errors import ConfigError
 from orchestrator.network import NetworkPolicy
 from orchestrator.origin_answers import (
-    Answering,
+    OriginAnswerer,
     add_ask_timeout_argument,
     run_answers,
     with_ask_timeout,
@@ -163,7 +163,7 @@ def run_task(
     stall_limit: int = DEFAULT_STALL_LIMIT,
     takeover_on_stall: bool = False,
     record: tuple[float, int] | None = None,
-    origin_answers: Callable[[TrajectoryRecorder], Answering] | None = None,
+    origin_answers: Callable[[TrajectoryRecorder], OriginAnswerer] | None = None,
 ) -> TaskResult:
     """Run ``task`` with ``model`` through ``client`` on ``desktop``; record and verify.
 
