@@ -27,7 +27,7 @@ import sys
 import threading
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Self, TextIO
+from typing import Any, Protocol, Self, TextIO
 
 from drivers.approvals import ApprovalPolicy, FilePolicy, TerminalPrompt
 from drivers.policy_file import Policy
@@ -47,6 +47,7 @@ from orchestrator.sandbox import Sandbox
 from orchestrator.trajectory.recorder import TrajectoryRecorder
 
 __all__ = [
+    "Answering",
     "OriginAnswerer",
     "TerminalQuestions",
     "add_ask_timeout_argument",
@@ -84,6 +85,13 @@ class TerminalQuestions:
         if line == "":
             return "deny", "no answer (end of input); default is deny"
         return "deny", "denied at the prompt" if word else "empty answer; default is deny"
+
+
+class Answering(Protocol):
+    """What :func:`orchestrator.run_task.run_task` holds for the length of a run (its
+    ``origin_answers`` hook's result): closed when the run ends."""
+
+    def close(self) -> None: ...
 
 
 class OriginAnswerer:

@@ -71,6 +71,8 @@ class ServerState:
     registry: Registry
     backend: str = "docker"
     policy: Policy | None = None
+    ask_timeout: float | None = None
+    """Ask mode (``--ask-origins``): seconds a question about an origin waits; ``None``: off."""
     store: SessionStore = field(default_factory=SessionStore)
     workers: dict[str, SessionWorker] = field(default_factory=dict)
     seen_keys: dict[str, set[str]] = field(default_factory=dict)
@@ -215,7 +217,7 @@ async def create_session(request: Request) -> Response:
             "--policy FILE",
             "review",
         )
-    plan = parse_environment(body.get("environment"))
+    plan = parse_environment(body.get("environment"), ask_timeout=state.ask_timeout)
     agent = parse_agent(body)
     metadata = _metadata(body.get("metadata"))
     content = None

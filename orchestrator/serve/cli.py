@@ -18,6 +18,7 @@ from starlette.applications import Starlette
 from drivers.policy_file import load_policy
 from guest.errors import CubicleError
 from orchestrator.errors import ConfigError
+from orchestrator.network import DEFAULT_ASK_TIMEOUT_S, NetworkPolicy
 from orchestrator.providers import get_provider
 from orchestrator.serve.app import ServerState, build_app, destroy_by_id, shutdown
 from orchestrator.serve.auth import TOKEN_ENV, resolve_token
@@ -56,6 +57,20 @@ def register(sub: Any) -> None:
         help="policy file (drivers/policy_file) deciding safety checks of review 'auto_review'",
     )
     p.add_argument(
+        "--ask-origins",
+        action="store_true",
+        help="ask mode: sessions with network 'restricted' or 'enabled' reach origins outside "
+        "allowed_domains only once the session's client approves them (a "
+        "browser_origin_access required action)",
+    )
+    p.add_argument(
+        "--ask-timeout",
+        type=float,
+        metavar="S",
+        help=f"with --ask-origins: seconds a question waits for the client; no answer = deny "
+        f"(default {DEFAULT_ASK_TIMEOUT_S:g})",
+    )
+    p.add_argument(
         "--data-dir",
         type=Path,
         help="private folder for turn records and the sandbox registry "
@@ -73,6 +88,19 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _ask_timeout(args: argparse.Namespace) -> float | None:
+    """The server's ask mode: the question timeout, or ``None`` without ``--ask-origins``.
+
+    :raises ConfigError: ``--ask-timeout`` without ``--ask-origins``, or out of range."""
+    if not args.ask_origins:
+        if args.ask_timeout is not None:
+            raise ConfigError("--ask-timeout needs --ask-origins")
+        return None
+    timeout = DEFAULT_ASK_TIMEOUT_S if args.ask_timeout is None else float(args.ask_timeout)
+    NetworkPolicy.parse("ask:", ask_timeout=timeout)  # the one range check (ConfigError)
+    return timeout
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     if not _is_loopback(args.host) and not args.allow_remote:
         raise ConfigError(
@@ -86,6 +114,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     policy = load_policy(args.policy) if args.policy else None
+    ask_timeout = _ask_timeout(args)
     registry = Registry.open(args.data_dir or default_data_dir(args.port))
     try:
         listing = get_provider(args.backend).list() if registry.previous else []
@@ -97,7 +126,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     collected = registry.collect(destroy_by_id, listing)
     for sandbox_id in collected:
         print(f"cubicle serve: removed {sandbox_id}, left by a previous server", file=sys.stderr)
-    state = ServerState(token=token, registry=registry, backend=args.backend, policy=policy)
+    state = ServerState(
+        token=token,
+        registry=registry,
+        backend=args.backend,
+        policy=policy,
+        ask_timeout=ask_timeout,
+    )
     app = build_app(state)
 
     @contextlib.asynccontextmanager

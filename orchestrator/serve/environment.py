@@ -6,9 +6,14 @@ request field                         cubicle
 ``type: "openai_hosted"``             a sandbox on the server's backend (``--backend``)
 ``desktop: {enabled: true}``          the desktop (always there; ``false`` is refused: 400)
 ``network.access: "disabled"``        network policy ``none`` (the default when omitted)
-``network.access: "enabled"``         ``open``
-``network.access: "restricted"``      ``allow:`` + ``allowed_domains`` (HOST or HOST:PORT,
-                                      :mod:`orchestrator.network`); ``blocked_domains``: 400
+``network.access: "enabled"``         ``open``; with ``--ask-origins`` ``ask:`` (every origin
+                                      needs a person's approval)
+``network.access: "restricted"``      ``allowed_domains``: ``allow:`` (a NAME admits it and its
+                                      subdomains on 80/443, HOST:PORT exactly that);
+                                      ``blocked_domains``: ``block:`` (all but these and
+                                      their subdomains); both: 400. With ``--ask-origins``:
+                                      ``ask:`` + ``allowed_domains`` (may be empty), origins
+                                      outside it are held and asked; ``blocked_domains``: 400
 ``files: [{type: "inline"}]``         written to ``/home/cubicle/workspace/<path below
                                       /workspace>`` before the agent starts
 ``env``                               exported to the setup commands and to the desktop user's
@@ -38,7 +43,7 @@ from typing import Any
 
 from guest.protocol import MAX_FILE_BYTES
 from orchestrator.errors import ConfigError
-from orchestrator.network import NetworkPolicy
+from orchestrator.network import DEFAULT_ASK_TIMEOUT_S, NetworkPolicy
 from orchestrator.serve.errors import bad_request
 
 __all__ = ["WORKSPACE", "EnvironmentPlan", "FileToWrite", "SetupCommand", "parse_environment"]
@@ -138,8 +143,12 @@ def _map_path(raw: object, param: str) -> str:
     return WORKSPACE + normal[len(API_WORKSPACE) :]
 
 
-def parse_environment(value: object) -> EnvironmentPlan:
+def parse_environment(value: object, *, ask_timeout: float | None = None) -> EnvironmentPlan:
     """Check a request's ``environment`` and map it (see the module doc).
+
+    :param ask_timeout: the server's ask mode (``cubicle serve --ask-origins``): ``restricted``
+        and ``enabled`` sessions ask about origins outside ``allowed_domains``, a question
+        unanswered after this many seconds is a denial; ``None``: no asking.
 
     :raises ApiError: 400 naming the first field cubicle cannot honour or that is malformed.
     """
@@ -168,7 +177,7 @@ def parse_environment(value: object) -> EnvironmentPlan:
                 "disabling it is not supported",
                 f"{p}.desktop.enabled",
             )
-    plan = _network(value.get("network"))
+    plan = _network(value.get("network"), ask_timeout)
     size = value.get("container_size")
     if size is not None:
         if size not in SIZES:
@@ -183,7 +192,19 @@ def parse_environment(value: object) -> EnvironmentPlan:
     return plan
 
 
-def _network(network: object) -> EnvironmentPlan:
+def _domains(network: dict[str, Any], key: str) -> list[str]:
+    """``environment.network.<key>`` as a list of strings (``null``: empty)."""
+    value = network.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(d, str) for d in value):
+        raise bad_request(
+            f"environment.network.{key} must be a list of strings", f"environment.network.{key}"
+        )
+    return list(value)
+
+
+def _network(network: object, ask_timeout: float | None) -> EnvironmentPlan:
     p = "environment.network"
     if network is None:
         return EnvironmentPlan(NetworkPolicy.none(), "disabled")
@@ -193,42 +214,57 @@ def _network(network: object) -> EnvironmentPlan:
         if key not in ("access", "allowed_domains", "blocked_domains"):
             raise bad_request(f"environment.network.{key} is not a known field", f"{p}.{key}")
     access = network.get("access")
-    allowed = network.get("allowed_domains") or []
-    blocked = network.get("blocked_domains") or []
-    if blocked:
+    if access not in ("disabled", "enabled", "restricted"):
         raise bad_request(
-            "environment.network.blocked_domains: cubicle enforces allowlists only; list the "
-            "domains the sandbox may reach in allowed_domains",
+            f"environment.network.access {access!r} is not enabled, disabled or restricted",
+            f"{p}.access",
+        )
+    allowed = _domains(network, "allowed_domains")
+    blocked = _domains(network, "blocked_domains")
+    ask = ask_timeout is not None
+    if access != "restricted":
+        for key, entries in (("allowed_domains", allowed), ("blocked_domains", blocked)):
+            if entries:
+                raise bad_request(
+                    f"environment.network.{key} needs access 'restricted' (got {access!r})",
+                    f"{p}.{key}",
+                )
+        if access == "disabled":
+            return EnvironmentPlan(NetworkPolicy.none(), access)
+        if ask_timeout is None:
+            return EnvironmentPlan(NetworkPolicy.parse("open"), access)
+        # --ask-origins: every new origin needs a person's approval, "enabled" included
+        return EnvironmentPlan(NetworkPolicy.restricted(ask=True, ask_timeout=ask_timeout), access)
+    if allowed and blocked:
+        raise bad_request(
+            "environment.network.blocked_domains cannot be combined with allowed_domains; "
+            "give one of them",
             f"{p}.blocked_domains",
         )
-    if not isinstance(allowed, list) or not all(isinstance(d, str) for d in allowed):
-        raise bad_request("environment.network.allowed_domains must be a list of strings", p)
-    if access in ("disabled", "enabled"):
-        if allowed:
-            raise bad_request(
-                f"environment.network.allowed_domains needs access 'restricted' (got {access!r})",
-                f"{p}.allowed_domains",
-            )
-        mode = "none" if access == "disabled" else "open"
-        return EnvironmentPlan(NetworkPolicy.parse(mode), access)
-    if access == "restricted":
-        if not allowed:
-            raise bad_request(
-                "environment.network.allowed_domains must name at least one domain when "
-                "access is 'restricted'",
-                f"{p}.allowed_domains",
-            )
-        try:
-            policy = NetworkPolicy.parse("allow:" + ",".join(allowed))
-        except ConfigError as exc:
-            raise bad_request(
-                f"environment.network.allowed_domains: {exc}", f"{p}.allowed_domains"
-            ) from None
-        return EnvironmentPlan(policy, access, list(allowed))
-    raise bad_request(
-        f"environment.network.access {access!r} is not enabled, disabled or restricted",
-        f"{p}.access",
-    )
+    if blocked and ask:
+        raise bad_request(
+            "environment.network.blocked_domains: this server asks a person about every origin "
+            "outside allowed_domains (cubicle serve --ask-origins), which a block list cannot "
+            "express; list the domains to admit without asking in allowed_domains",
+            f"{p}.blocked_domains",
+        )
+    if not (allowed or blocked or ask):
+        raise bad_request(
+            "environment.network.allowed_domains or blocked_domains must name at least one "
+            "domain when access is 'restricted'",
+            f"{p}.allowed_domains",
+        )
+    key = "blocked_domains" if blocked else "allowed_domains"
+    try:
+        policy = NetworkPolicy.restricted(
+            allowed_domains=allowed,
+            blocked_domains=blocked,
+            ask=ask,
+            ask_timeout=DEFAULT_ASK_TIMEOUT_S if ask_timeout is None else ask_timeout,
+        )
+    except ConfigError as exc:
+        raise bad_request(f"environment.network.{key}: {exc}", f"{p}.{key}") from None
+    return EnvironmentPlan(policy, access, allowed)
 
 
 def _entries(value: object, name: str) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -10,27 +10,30 @@ reads those questions and puts each to the session's client as the SDK's own kin
 
 answered with ``response: {"type": "browser_origin_access", "decision": approve|deny|cancel}``,
 which goes back to the proxy (``by``: the session). A question asked while no turn runs is
-denied (there is no turn to attach it to); one the client leaves until the proxy's deadline is
-withdrawn (the proxy refuses it: ``timeout``).
+cancelled — refused this time, asked again on the next attempt — since there is no turn to
+attach it to (a denial would be remembered for the sandbox's life and refuse that origin to
+every later turn); one the client leaves until the proxy's deadline is withdrawn (the proxy
+refuses it: ``timeout``).
 
-:func:`open_questions` is the seam: it opens the control channel when ask mode (issue 18) is
-installed and the sandbox's network asks, else returns ``None``; the session worker calls it
-once the environment is ready and relays until the session ends.
+:func:`open_questions` opens the control channel when the sandbox's network asks (``cubicle
+serve --ask-origins``, :mod:`orchestrator.serve.environment`), else returns ``None``; the
+session worker calls it once the environment is ready and relays until the session ends.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from guest.errors import CubicleError
+from orchestrator.origin_questions import OriginDecision, OriginQuestions
 from orchestrator.serve import wire
 from orchestrator.serve.store import PendingApproval, Session
+from orchestrator.trajectory.recorder import TrajectoryRecorder
 
-__all__ = ["Questions", "open_questions", "relay"]
+__all__ = ["Questions", "TurnRecords", "open_questions", "relay"]
 
 log = logging.getLogger("cubicle.serve")
 POLL_S = 0.5
@@ -46,17 +49,43 @@ class Questions(Protocol):
     def close(self) -> None: ...
 
 
-def open_questions(sandbox: Any) -> Questions | None:
-    """The sandbox's question channel, or ``None`` when its network does not ask (or ask mode
-    is not installed)."""
+def open_questions(
+    sandbox: Any, on_decision: Callable[[OriginDecision], None] | None = None
+) -> Questions | None:
+    """The sandbox's question channel (``on_decision`` called with every decision, whoever made
+    it), or ``None`` when its network does not ask."""
     if getattr(sandbox.info, "network", "").split(":", 1)[0] != "ask":
         return None
-    try:
-        module = importlib.import_module("orchestrator.origin_questions")
-    except ImportError:
-        return None
-    questions: Questions = module.OriginQuestions.open(sandbox)
+    questions: Questions = OriginQuestions.open(sandbox, on_decision=on_decision)
     return questions
+
+
+class TurnRecords:
+    """Every decision about a session's origins — the client's, the proxy's timeouts, the
+    cancels while no turn runs — as an ``origin_access`` event of the trajectory of the turn
+    running then (its report's "Origin access" table); the egress log has them all anyway.
+
+    :meth:`attach` is ``run_task``'s ``origin_answers`` hook: the turn's recorder until
+    :meth:`close`, which waits for a write in progress (no write after the recorder closed).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._recorder: TrajectoryRecorder | None = None
+
+    def record(self, decision: OriginDecision) -> None:
+        with self._lock:
+            if self._recorder is not None:
+                self._recorder.event("origin_access", **decision.event())
+
+    def attach(self, recorder: TrajectoryRecorder) -> TurnRecords:
+        with self._lock:
+            self._recorder = recorder
+        return self
+
+    def close(self) -> None:
+        with self._lock:
+            self._recorder = None
 
 
 def relay(session: Session, questions: Questions, stop: Callable[[], bool]) -> None:
@@ -79,7 +108,7 @@ def relay(session: Session, questions: Questions, stop: Callable[[], bool]) -> N
 def _one(session: Session, questions: Questions, question: Any) -> None:
     with session.lock:
         turn = session.turn
-    decision: str | None = "deny"
+    decision: str | None = "cancel"  # no turn: refused now, not remembered
     if turn is not None:
         pending = PendingApproval(
             {

@@ -15,6 +15,7 @@ import collections
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -24,7 +25,9 @@ from orchestrator.serve.environment import EnvironmentPlan
 from orchestrator.serve.errors import bad_request, not_found
 
 if TYPE_CHECKING:
+    from orchestrator.origin_answers import Answering
     from orchestrator.sandbox import Sandbox
+    from orchestrator.trajectory.recorder import TrajectoryRecorder
 
 __all__ = ["PendingApproval", "Session", "SessionStore", "page"]
 
@@ -58,6 +61,9 @@ class TurnState:
     content: list[dict[str, Any]]
     created_at: int
     cancel: threading.Event = field(default_factory=threading.Event)
+    origin_records: Callable[[TrajectoryRecorder], Answering] | None = None
+    """Ask mode: records the origin decisions made during the turn in its trajectory (the
+    ``origin_answers`` hook of ``run_task``; :class:`orchestrator.serve.origins.TurnRecords`)."""
 
 
 class Session:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from drivers.approvals import ApprovalPolicy
 from orchestrator.sandbox import Sandbox
@@ -107,6 +107,8 @@ def turn_runner(agent: AgentSpec) -> TurnRun:
                 out=out,
                 safety_policy=policy,
                 cancel_requested=cancel,
+                # run_task only closes what the hook returns (origin_answers.Answering)
+                origin_answers=cast(Any, turn.origin_records),
             )
         return outcome_of(result, policy)
 

@@ -124,6 +124,7 @@ class SessionWorker:
         self._policy = policy
         self.jobs: queue.Queue[TurnState | None] = queue.Queue()
         self._questions: Any = None
+        self._records = origins.TurnRecords()
         self.ready = threading.Event()
         self.thread = threading.Thread(
             target=self._main, name=f"cubicle-serve-{session.id}", daemon=True
@@ -179,8 +180,10 @@ class SessionWorker:
             self.registry.discard(sandbox.id)
             return False
         try:
-            prepare(sandbox, plan)
+            # relaying first: a setup command's request to an origin outside the list is refused
+            # at once (no turn to ask in), not held until the proxy's timeout denies it for good
             self._start_origin_relay(sandbox)
+            prepare(sandbox, plan)
         except CubicleError as exc:
             return self._environment_failed("setup_failed", str(exc))
         with session.lock:
@@ -197,7 +200,7 @@ class SessionWorker:
 
     def _start_origin_relay(self, sandbox: Sandbox) -> None:
         """Relay the origin questions of an ask-mode sandbox (:mod:`orchestrator.serve.origins`)."""
-        questions = origins.open_questions(sandbox)
+        questions = origins.open_questions(sandbox, on_decision=self._records.record)
         if questions is None:
             return
         self._questions = questions
@@ -248,6 +251,8 @@ class SessionWorker:
             else ApiApproval(session, turn)
         )
         assert session.sandbox is not None
+        if self._questions is not None:
+            turn.origin_records = self._records.attach
         try:
             outcome = self._run(session.sandbox, turn, out, policy)
         except Exception as exc:  # the loop's own failures come back as outcomes

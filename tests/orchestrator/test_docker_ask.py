@@ -17,11 +17,8 @@ import select
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import docker
@@ -35,43 +32,20 @@ from orchestrator import labels as L
 from orchestrator.network import NetworkPolicy
 from orchestrator.origin_answers import run_answers
 from orchestrator.origin_questions import Answer, OriginQuestions
-from orchestrator.providers.docker.network import egress_name
 from orchestrator.run_task import run_task
 from orchestrator.sandbox import Sandbox
 from orchestrator.trajectory import read_trajectory
 from tests.desktop.checks import click_launcher, colour_share, screenshot, wait_window, window_box
 from tests.orchestrator.conftest import CliRun, Tracker
+from tests.support.origin_server import GREEN, OriginServer, origin, resolve_in_proxy
+
+__all__ = ["origin"]
 
 pytestmark = [pytest.mark.docker]
 
 WAIT_S = 30.0
 ASK_TIMEOUT_S = 8.0
 """Short, so that the timeout test waits no longer than it; answers are sent in milliseconds."""
-
-ORIGIN_SERVER = r"""
-import http.server, json, sys, threading
-PAGE = ("<html><head><title>origin {host}</title></head>"
-        "<body style='margin:0;background:#12c48b'><h1>origin {host}</h1></body></html>")
-class Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def do_GET(self):
-        host = self.headers.get("Host", "")
-        print(json.dumps({"port": self.server.server_address[1], "path": self.path,
-                          "host": host}), flush=True)
-        body = PAGE.format(host=host).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *args):
-        pass
-for port in (80, 443):
-    server = http.server.ThreadingHTTPServer(("0.0.0.0", port), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-print("ready", flush=True)
-threading.Event().wait()
-"""
 
 GUEST_PROBE = r"""
 import json, os, socket, sys, urllib.parse
@@ -102,57 +76,6 @@ print(json.dumps(results))
 """
 
 
-@dataclass
-class OriginServer:
-    container: docker.models.containers.Container
-    address: str
-
-    def seen(self) -> list[tuple[str, int, str]]:
-        """``(Host header, port, path)`` of every request the server got, in order."""
-        lines = bytes(self.container.logs()).decode().splitlines()
-        records = [json.loads(line) for line in lines if line.startswith("{")]
-        return [(r["host"], r["port"], r["path"]) for r in records]
-
-
-@pytest.fixture
-def origin(engine: docker.DockerClient, docker_image: str) -> Iterator[OriginServer]:
-    container = engine.containers.run(
-        docker_image,
-        ["/usr/bin/python3", "-I", "-c", ORIGIN_SERVER],
-        entrypoint=[],
-        user="0:0",
-        detach=True,
-        network="bridge",
-        labels={"cubicle.test": f"origin-server-{os.getpid()}"},
-        mem_limit="128m",
-    )
-    try:
-        deadline = time.monotonic() + WAIT_S
-        while b"ready" not in bytes(container.logs()):  # polls the server's own signal
-            assert time.monotonic() < deadline, bytes(container.logs())
-            threading.Event().wait(0.05)
-        container.reload()
-        address = container.attrs["NetworkSettings"]["Networks"]["bridge"]["IPAddress"]
-        yield OriginServer(container, address)
-    finally:
-        container.remove(force=True)
-
-
-NAMES = (
-    "example.test www.example.test deep.sub.example.test badexample.test other.test "
-    "blocked.test sub.blocked.test asked.test denied.test late.test"
-)
-
-
-def resolve_in_proxy(engine: docker.DockerClient, sandbox: Sandbox, origin: OriginServer) -> None:
-    """Make the test names resolve, for the proxy only, to the origin server (and one name to
-    loopback): lines appended to the proxy container's hosts file, which glibc reads on every
-    lookup."""
-    proxy = engine.containers.get(egress_name(sandbox.id))
-    with open(proxy.attrs["HostsPath"], "a", encoding="ascii") as hosts:
-        hosts.write(f"{origin.address} {NAMES}\n127.0.0.1 loop.example.test\n")
-
-
 def probe(sandbox: Sandbox, *requests: str) -> dict[str, list[object]]:
     done = sandbox.exec(["python3", "-c", GUEST_PROBE, *requests], timeout=90)
     assert done.exit_code == 0, done.stderr
@@ -169,7 +92,7 @@ def test_allowed_domains_admit_subdomains_on_80_and_443_only(
     sandboxes: Tracker, engine: docker.DockerClient, origin: OriginServer
 ) -> None:
     sandbox = sandboxes.create(network="allow:example.test")
-    resolve_in_proxy(engine, sandbox, origin)
+    resolve_in_proxy(engine, sandbox.id, origin)
     seen = probe(
         sandbox,
         "GET http://example.test/apex",
@@ -217,7 +140,7 @@ def test_blocked_domains_refuse_them_and_their_subdomains_only(
     sandboxes: Tracker, engine: docker.DockerClient, origin: OriginServer
 ) -> None:
     sandbox = sandboxes.create(network="block:blocked.test")
-    resolve_in_proxy(engine, sandbox, origin)
+    resolve_in_proxy(engine, sandbox.id, origin)
     seen = probe(
         sandbox,
         "GET http://other.test/free",
@@ -242,7 +165,7 @@ def test_ask_mode_approve_deny_and_timeout_from_the_guest(
     sandbox = sandboxes.create(
         network=NetworkPolicy.parse("ask:example.test", ask_timeout=ASK_TIMEOUT_S)
     )
-    resolve_in_proxy(engine, sandbox, origin)
+    resolve_in_proxy(engine, sandbox.id, origin)
     with ThreadPoolExecutor(2) as pool, OriginQuestions.open(sandbox) as questions:
         assert (questions.policy, questions.timeout) == ("ask:example.test", ASK_TIMEOUT_S)
         # listed: no question
@@ -303,7 +226,7 @@ def test_the_guest_cannot_reach_or_forge_the_control_channel(
     sandboxes: Tracker, engine: docker.DockerClient, origin: OriginServer
 ) -> None:
     sandbox = sandboxes.create(network=NetworkPolicy.parse("ask:", ask_timeout=ASK_TIMEOUT_S))
-    resolve_in_proxy(engine, sandbox, origin)
+    resolve_in_proxy(engine, sandbox.id, origin)
     forge = r"""
 import json, os, socket, urllib.parse
 proxy = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
@@ -352,7 +275,7 @@ def test_run_answers_by_policy_file_and_the_report_shows_every_decision(
     the third has no rule and no terminal to ask: deny."""
     network = NetworkPolicy.parse("ask:example.test", ask_timeout=ASK_TIMEOUT_S)
     sandbox = sandboxes.create(network=network)
-    resolve_in_proxy(engine, sandbox, origin)
+    resolve_in_proxy(engine, sandbox.id, origin)
     policy_path = tmp_path / "policy.toml"
     policy_path.write_text(POLICY_FILE)
     approvals = FilePolicy(load_policy(policy_path))
@@ -422,7 +345,7 @@ def test_cli_up_ask_and_cubicle_ask_answer_a_held_request(
     up = cli("up", "--network", "ask:", "--ask-timeout", "60")
     assert up.returncode == 0, up.stderr
     sandbox = Sandbox.attach(sandboxes.add(up.stdout.strip()))
-    resolve_in_proxy(engine, sandbox, origin)
+    resolve_in_proxy(engine, sandbox.id, origin)
     with ThreadPoolExecutor(1) as pool:
         held = pool.submit(probe, sandbox, "GET http://asked.test/cli")
         with OriginQuestions.open(sandbox) as watcher:  # only to know when it is asked
@@ -444,9 +367,6 @@ def test_cli_up_ask_and_cubicle_ask_answer_a_held_request(
     assert '"event": "answer"' in logs.stdout and '"by": "cli tester"' in logs.stdout
 
 
-GREEN = (0x12, 0xC4, 0x8B)
-
-
 def test_the_guest_browser_waits_for_the_answer_and_shows_what_it_allowed(
     sandboxes: Tracker, engine: docker.DockerClient, origin: OriginServer
 ) -> None:
@@ -454,7 +374,7 @@ def test_the_guest_browser_waits_for_the_answer_and_shows_what_it_allowed(
     origin a person approves — the page (green) is on the next screenshot — then one a person
     denies: the origin server never sees it and no green is drawn."""
     sandbox = sandboxes.create(network=NetworkPolicy.parse("ask:", ask_timeout=60))
-    resolve_in_proxy(engine, sandbox, origin)
+    resolve_in_proxy(engine, sandbox.id, origin)
     answered: list[tuple[str, str]] = []
 
     def answer_for(host: str, answer: Answer, questions: OriginQuestions) -> None:
@@ -516,7 +436,7 @@ def test_cubicle_run_without_a_terminal_denies_and_reports_it(
         }
         [guest] = engine.containers.list(filters=mine)
         sandbox = Sandbox.attach(sandboxes.add(guest.labels[L.SANDBOX]))
-        resolve_in_proxy(engine, sandbox, origin)
+        resolve_in_proxy(engine, sandbox.id, origin)
         seen.update(probe(sandbox, "GET http://other.test/run"))
 
     script = parse_script(
@@ -558,7 +478,7 @@ def test_cubicle_ask_on_a_terminal_approves_with_y(
 ) -> None:
     """``cubicle ask ID`` on a (pseudo-)terminal prints each question and ``y`` approves it."""
     sandbox = sandboxes.create(network=NetworkPolicy.parse("ask:", ask_timeout=60))
-    resolve_in_proxy(engine, sandbox, origin)
+    resolve_in_proxy(engine, sandbox.id, origin)
     main, side = pty.openpty()
     process = subprocess.Popen(
         [sys.executable, "-m", "orchestrator.cli", "ask", sandbox.id, "--by", "pty tester"],

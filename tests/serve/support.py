@@ -6,10 +6,17 @@ import base64
 import io
 from typing import Any, cast
 
+import docker
+import openai
+import pytest
 from openai.types.beta.agent_session_event import AgentSessionEvent
 from openai.types.beta.agent_session_input_param import AgentSessionInputParam
 from openai.types.beta.environment_param import EnvironmentParamOpenAIHosted
 from PIL import Image
+
+from orchestrator import labels as L
+from tests.orchestrator.support import leftovers
+from tests.serve.conftest import Server
 
 DRILL_ENV: EnvironmentParamOpenAIHosted = {
     "type": "openai_hosted",
@@ -20,14 +27,16 @@ MODEL_VIEW = (1024, 640)
 """What the drill's scripted model sees of the 1280x800 screen."""
 
 
-def answer(request_id: str, decision: str) -> AgentSessionInputParam:
-    """cubicle's safety-check answer, sent as a plain dict (not one of the SDK's kinds)."""
+def answer(request_id: str, decision: str, kind: str = "safety_check") -> AgentSessionInputParam:
+    """The answer to a ``computer_use_approval_request``: cubicle's safety-check kind by
+    default (sent as a plain dict: not one of the SDK's kinds), or ``kind`` (e.g. the SDK's
+    ``browser_origin_access``)."""
     return cast(
         AgentSessionInputParam,
         {
             "type": "agent.session.input.computer_use_approval_request_result",
             "request_id": request_id,
-            "response": {"type": "safety_check", "decision": decision},
+            "response": {"type": kind, "decision": decision},
         },
     )
 
@@ -77,3 +86,37 @@ def assert_turn_went_through(events: list[AgentSessionEvent]) -> None:
         assert failed and all(STALE_CHECK in line for line in failed), error
     else:
         assert end.type == "agent.session.turn.completed", kinds[-4:]
+
+
+def sandbox_of(engine: docker.DockerClient, server: Server) -> str:
+    """The id of the one sandbox the server owns now."""
+    containers = engine.containers.list(
+        all=True, filters={"label": f"{L.OWNER_PID}={server.process.pid}"}
+    )
+    ids = {c.labels[L.SANDBOX] for c in containers}
+    assert len(ids) == 1, ids
+    return ids.pop()
+
+
+def assert_deleted(
+    engine: docker.DockerClient,
+    server: Server,
+    client: openai.OpenAI,
+    session_id: str,
+    sandbox_id: str,
+) -> None:
+    """DELETE ``session_id``: the API says so, nothing labelled with ``sandbox_id`` is left in the
+    engine and the session's folder is gone."""
+    folder = server.data_dir / "sessions" / session_id
+    assert folder.is_dir()
+    deleted = client.beta.agents.sessions.delete(session_id)
+    assert (deleted.id, deleted.deleted, deleted.object) == (
+        session_id,
+        True,
+        "agent.session.deleted",
+    )
+    assert leftovers(engine, {L.SANDBOX: sandbox_id}) == []
+    assert not folder.exists()
+    assert not (server.data_dir / "sandboxes" / sandbox_id).exists()
+    with pytest.raises(openai.NotFoundError):
+        client.beta.agents.sessions.retrieve(session_id)

@@ -59,9 +59,26 @@ def test_wrong_or_missing_token_is_401(api_server: Server) -> None:
             {
                 "environment": {
                     **ENV,
-                    "network": {"access": "restricted", "blocked_domains": ["x.com"]},
+                    "network": {
+                        "access": "restricted",
+                        "allowed_domains": ["a.com"],
+                        "blocked_domains": ["x.com"],
+                    },
                 }
             },
+            "environment.network.blocked_domains",
+        ),
+        (
+            {
+                "environment": {
+                    **ENV,
+                    "network": {"access": "restricted", "blocked_domains": ["x.com:443"]},
+                }
+            },
+            "environment.network.blocked_domains",
+        ),
+        (
+            {"environment": {**ENV, "network": {"access": "enabled", "blocked_domains": ["x"]}}},
             "environment.network.blocked_domains",
         ),
         (
@@ -232,19 +249,30 @@ def test_bad_list_parameters_are_400(api_server: Server) -> None:
     assert raw.status_code == 400 and "JSON" in raw.json()["error"]["message"]
 
 
-def test_non_loopback_host_needs_the_flag(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        (["--host", "0.0.0.0"], ["--allow-remote", "0.0.0.0"]),
+        (["--ask-timeout", "5"], ["--ask-timeout needs --ask-origins"]),
+        (["--ask-origins", "--ask-timeout", "0"], ["ask timeout", "0.0"]),
+        (["--ask-origins", "--ask-timeout", "86401"], ["ask timeout", "86401"]),
+    ],
+)
+def test_bad_server_options_are_refused_before_anything_starts(
+    tmp_path: Path, options: list[str], words: list[str]
+) -> None:
+    data = tmp_path / "d"
     result = subprocess.run(
         [
             sys.executable,
             "-m",
             "orchestrator.cli",
             "serve",
-            "--host",
-            "0.0.0.0",
+            *options,
             "--port",
             "0",
             "--data-dir",
-            str(tmp_path / "d"),
+            str(data),
         ],
         cwd=REPO,
         capture_output=True,
@@ -253,7 +281,8 @@ def test_non_loopback_host_needs_the_flag(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode != 0
-    assert "--allow-remote" in result.stderr and "0.0.0.0" in result.stderr
+    assert all(word in result.stderr for word in words), result.stderr
+    assert not data.exists()
 
 
 def test_generated_token_is_printed_once_and_works(tmp_path: Path) -> None:

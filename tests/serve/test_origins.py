@@ -1,14 +1,18 @@
 """Origin-access questions (issue 18's ask mode) reach the session's client as the SDK's own
 ``browser_origin_access`` required action, and its decision goes back to the proxy.
 
-The question channel here is a stand-in with the documented interface of
-``orchestrator.origin_questions.OriginQuestions`` (next / answer / close): ask mode lands with
-issue 18; the Docker test of the whole path belongs with that merge.
+The question channel here is a stand-in with the interface of
+``orchestrator.origin_questions.OriginQuestions`` (next / answer / close; a test checks the real
+class has it); the whole path on Docker, through the openai client, is
+tests/serve/test_origin_access.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import importlib
+import inspect
 import queue
 import threading
 import time
@@ -17,6 +21,7 @@ from typing import Any
 
 from openai.types.beta.agent_session import AgentSession
 
+from guest.errors import CubicleError
 from orchestrator.serve import origins, wire
 from orchestrator.serve.agents import parse_agent
 from orchestrator.serve.environment import parse_environment
@@ -115,13 +120,14 @@ def test_a_question_becomes_a_required_action_and_the_answer_goes_back() -> None
     assert session.pending == {}
 
 
-def test_no_turn_denies_and_a_passed_deadline_withdraws() -> None:
+def test_no_turn_cancels_and_a_passed_deadline_withdraws() -> None:
     idle = session_with_turn(turn=False)
     channel = Channel()
     stop = threading.Event()
     thread = relay_until(idle, channel, stop)
     channel.asked.put(Question("q1", "https://a.example", time.time() + 60))
-    assert channel.answers.get(timeout=10)[:2] == ("q1", "deny")
+    # cancel, not deny: a denial would be remembered and refuse the origin to later turns
+    assert channel.answers.get(timeout=10)[:2] == ("q1", "cancel")
     stop.set()
     thread.join()
 
@@ -149,3 +155,17 @@ def test_no_turn_denies_and_a_passed_deadline_withdraws() -> None:
     ]
     assert busy.pending == {}
     assert channel.answers.empty()
+
+
+def test_the_stand_in_has_the_real_channels_interface() -> None:
+    """What :func:`origins.relay` calls exists on the real class with the same parameters."""
+    real = importlib.import_module("orchestrator.origin_questions")
+    for name in ("next", "answer", "close"):
+        ours = inspect.signature(getattr(Channel, name)).parameters
+        theirs = inspect.signature(getattr(real.OriginQuestions, name)).parameters
+        assert list(ours) == list(theirs)[: len(ours)], name
+        extra = list(theirs)[len(ours) :]
+        assert all(theirs[p].default is not inspect.Parameter.empty for p in extra), name
+    fields = {f.name for f in dataclasses.fields(real.OriginQuestion)}
+    assert {"id", "origin", "deadline"} <= fields
+    assert issubclass(real.QuestionChannelClosed, CubicleError)

@@ -22,8 +22,10 @@ from tests.serve.support import (
     DRILL_ENV,
     MODEL_VIEW,
     answer,
+    assert_deleted,
     assert_turn_went_through,
     pending_request,
+    sandbox_of,
     screenshot_of,
     types,
 )
@@ -31,38 +33,6 @@ from tests.serve.support import (
 __all__ = ["engine", "server"]
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
-
-
-def sandbox_of(engine: docker.DockerClient, server: Server) -> str:
-    """The id of the one sandbox the server owns now."""
-    containers = engine.containers.list(
-        all=True, filters={"label": f"{L.OWNER_PID}={server.process.pid}"}
-    )
-    ids = {c.labels[L.SANDBOX] for c in containers}
-    assert len(ids) == 1, ids
-    return ids.pop()
-
-
-def assert_deleted(
-    engine: docker.DockerClient,
-    server: Server,
-    client: openai.OpenAI,
-    session_id: str,
-    sandbox_id: str,
-) -> None:
-    folder = server.data_dir / "sessions" / session_id
-    assert folder.is_dir()
-    deleted = client.beta.agents.sessions.delete(session_id)
-    assert (deleted.id, deleted.deleted, deleted.object) == (
-        session_id,
-        True,
-        "agent.session.deleted",
-    )
-    assert leftovers(engine, {L.SANDBOX: sandbox_id}) == []
-    assert not folder.exists()
-    assert not (server.data_dir / "sandboxes" / sandbox_id).exists()
-    with pytest.raises(openai.NotFoundError):
-        client.beta.agents.sessions.retrieve(session_id)
 
 
 def test_drill_turn_approved_items_paginate_delete(

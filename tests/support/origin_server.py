@@ -1,0 +1,109 @@
+"""An "origin server" that only a sandbox's egress proxy can reach, for domain-rule and
+ask-mode tests on Docker.
+
+A container of its own on Docker's default bridge (ports 80 and 443, the ports domain rules
+admit) that answers every GET with a green page naming the Host it was asked for and logs each
+request as a JSON line; the guest sits on an internal network, so it reaches the server only
+through the proxy. Test names resolve, for the proxy only, through lines appended to the proxy
+container's hosts file (:func:`resolve_in_proxy`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import docker
+import docker.models.containers
+import pytest
+
+from orchestrator import labels as L
+
+__all__ = ["GREEN", "NAMES", "OriginServer", "origin", "resolve_in_proxy"]
+
+WAIT_S = 30.0
+GREEN = (0x12, 0xC4, 0x8B)
+"""The background colour of every page the origin server sends."""
+
+ORIGIN_SERVER = r"""
+import http.server, json, sys, threading
+PAGE = ("<html><head><title>origin {host}</title></head>"
+        "<body style='margin:0;background:#12c48b'><h1>origin {host}</h1></body></html>")
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        host = self.headers.get("Host", "")
+        print(json.dumps({"port": self.server.server_address[1], "path": self.path,
+                          "host": host}), flush=True)
+        body = PAGE.format(host=host).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+for port in (80, 443):
+    server = http.server.ThreadingHTTPServer(("0.0.0.0", port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+print("ready", flush=True)
+threading.Event().wait()
+"""
+
+
+@dataclass
+class OriginServer:
+    container: docker.models.containers.Container
+    address: str
+
+    def seen(self) -> list[tuple[str, int, str]]:
+        """``(Host header, port, path)`` of every request the server got, in order."""
+        lines = bytes(self.container.logs()).decode().splitlines()
+        records = [json.loads(line) for line in lines if line.startswith("{")]
+        return [(r["host"], r["port"], r["path"]) for r in records]
+
+
+@pytest.fixture
+def origin(engine: docker.DockerClient, docker_image: str) -> Iterator[OriginServer]:
+    container = engine.containers.run(
+        docker_image,
+        ["/usr/bin/python3", "-I", "-c", ORIGIN_SERVER],
+        entrypoint=[],
+        user="0:0",
+        detach=True,
+        network="bridge",
+        labels={"cubicle.test": f"origin-server-{os.getpid()}"},
+        mem_limit="128m",
+    )
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while b"ready" not in bytes(container.logs()):  # polls the server's own signal
+            assert time.monotonic() < deadline, bytes(container.logs())
+            threading.Event().wait(0.05)
+        container.reload()
+        address = container.attrs["NetworkSettings"]["Networks"]["bridge"]["IPAddress"]
+        yield OriginServer(container, address)
+    finally:
+        container.remove(force=True)
+
+
+NAMES = (
+    "example.test www.example.test deep.sub.example.test badexample.test other.test "
+    "blocked.test sub.blocked.test asked.test denied.test late.test"
+)
+
+
+def resolve_in_proxy(engine: docker.DockerClient, sandbox_id: str, origin: OriginServer) -> None:
+    """Make the test names resolve, for the proxy only, to the origin server (and one name to
+    loopback): lines appended to the proxy container's hosts file, which glibc reads on every
+    lookup."""
+    mine: dict[str, str | list[str] | bool] = {
+        "label": [f"{L.SANDBOX}={sandbox_id}", f"{L.ROLE}=egress"]
+    }
+    [proxy] = engine.containers.list(filters=mine)  # by label: no provider module path
+    with open(proxy.attrs["HostsPath"], "a", encoding="ascii") as hosts:
+        hosts.write(f"{origin.address} {NAMES}\n127.0.0.1 loop.example.test\n")
