@@ -66,7 +66,7 @@ from orchestrator.drill.verify import (
 from orchestrator.errors import ConfigError
 from orchestrator.network import NetworkPolicy
 from orchestrator.origin_answers import (
-    OriginAnswerer,
+    Answering,
     add_ask_timeout_argument,
     run_answers,
     with_ask_timeout,
@@ -147,7 +147,7 @@ def run_task(
     stall_limit: int = DEFAULT_STALL_LIMIT,
     takeover_on_stall: bool = False,
     record: tuple[float, int] | None = None,
-    origin_answers: Callable[[TrajectoryRecorder], OriginAnswerer] | None = None,
+    origin_answers: Callable[[TrajectoryRecorder], Answering] | None = None,
     task_file: Task | None = None,
 ) -> TaskResult:
     """Run ``task`` with ``model`` through ``client`` on ``desktop``; record and verify.

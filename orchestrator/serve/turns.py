@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from drivers.approvals import ApprovalPolicy
 from orchestrator.sandbox import Sandbox
@@ -108,7 +108,7 @@ def turn_runner(agent: AgentSpec) -> TurnRun:
                 safety_policy=policy,
                 cancel_requested=cancel,
                 # run_task only closes what the hook returns (origin_answers.Answering)
-                origin_answers=cast(Any, turn.origin_records),
+                origin_answers=turn.origin_records,
             )
         return outcome_of(result, policy)
 
