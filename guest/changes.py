@@ -147,6 +147,11 @@ class ChangeTracker(Protocol):
         focused application still uses CPU) keeps a wait that would end going, up to the cap."""
         ...
 
+    def launched_pids(self, since: float) -> list[int]:
+        """The programs of the launches that ended at or after ``since`` (:mod:`guest.launches`;
+        empty without launch tracking)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -279,6 +284,9 @@ class DamageTracker:
             self._changed, self._history, since, spec, counts, launches=self._launches, busy=busy
         )
 
+    def launched_pids(self, since: float) -> list[int]:
+        return [] if self._launches is None else self._launches.ended_pids(since)
+
     def close(self) -> None:
         if self._launches is not None:
             self._launches.close()
@@ -308,12 +316,14 @@ def _quiet_period(
     ``launches`` has one pending, keep waiting (up to the cap); a launch's end counts as a change
     for the quiet period (:mod:`guest.launches`); when the wait would end (not capped) while
     ``busy()`` says the focused application is still using CPU, look again a little later (at
-    most until :data:`BUSY_LIMIT_QUIETS` quiet periods after the action)."""
+    most until :data:`BUSY_LIMIT_QUIETS` quiet periods after the action, or after the end of a
+    launch it caused)."""
     method = DamageTracker.method
     start = time.monotonic()
     cap_at = start + spec.cap_ms / 1000
     expect_at = start + spec.expect_ms / 1000
-    busy_until = start + BUSY_LIMIT_QUIETS * max(spec.expect_ms, spec.quiet_ms) / 1000
+    busy_span = BUSY_LIMIT_QUIETS * max(spec.expect_ms, spec.quiet_ms) / 1000
+    busy_until = start + busy_span
     with condition:
         while True:
             box: Rect | None = None
@@ -333,6 +343,7 @@ def _quiet_period(
                 ended = launches.ended_since(since)
                 if ended is not None:
                     last = ended if last is None else max(last, ended)
+                    busy_until = max(start, ended) + busy_span  # the program just drew: counts anew
                 launching = launches.pending(now)
             if launching:
                 deadline = cap_at
@@ -425,6 +436,9 @@ class PollingTracker:
         return SettleOutcome(
             is_visible(rects), settled, round((now - start) * 1000), box, events, self.method
         )
+
+    def launched_pids(self, since: float) -> list[int]:
+        return []  # no launch tracking without DAMAGE's connection
 
     def close(self) -> None:
         with self._lock:

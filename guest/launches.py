@@ -55,8 +55,10 @@ __all__ = [
 
 log = logging.getLogger("guest.launches")
 
-LAUNCH_TIMEOUT_S: Final = 20.0
-"""A launch still pending after this long is forgotten (libstartup-notification's own timeout)."""
+LAUNCH_TIMEOUT_S: Final = 60.0
+"""A launch still pending after this long is forgotten: the longest cap an action may wait
+(:data:`guest.protocol.MAX_SETTLE_CAP_MS`; under TCG Chromium drew its first frame 25-34 s after
+the click, past libstartup-notification's own 20 s). Actions only ever wait up to their cap."""
 DRAWN_POLL_S: Final = 0.05
 """How often a mapped, not yet drawn window of a launch is looked at (seconds)."""
 FLAT_TOLERANCE: Final = 6
@@ -190,10 +192,16 @@ class CpuWatch:
     """
 
     def __init__(self, pids: list[int]) -> None:
-        self._roots = pids
+        self._roots = list(pids)
         self._used = self._read()
         self._sampled = time.monotonic()
         self._busy = False
+
+    def watch(self, pid: int) -> None:
+        """Watch ``pid`` (and its descendants) too, from the next sample on (a launched program
+        once its window is drawn)."""
+        if pid not in self._roots and pid != os.getpid():
+            self._roots.append(pid)
 
     def _read(self) -> dict[int, int]:
         return {pid: _cpu_ns(pid) for root in self._roots for pid in process_tree(root)}
@@ -236,6 +244,8 @@ def is_drawn(image: Image.Image) -> bool:
 class _Launch:
     began: float
     ended: float | None = None
+    pid: int | None = None
+    """The ``_NET_WM_PID`` of the window that ended the launch (``None``: unknown)."""
 
 
 class LaunchWatcher:
@@ -289,6 +299,17 @@ class LaunchWatcher:
                 if launch.ended is not None and launch.ended >= since
             ]
         return max(ends) if ends else None
+
+    def ended_pids(self, since: float) -> list[int]:
+        """The programs (``_NET_WM_PID`` of their first drawn window) of the launches that ended
+        at or after ``since``: a program that has just drawn its first frame is often still
+        building what it shows (Chromium's new-tab page), so the busy probe watches it too."""
+        with self._lock:
+            return [
+                launch.pid
+                for launch in self._launches.values()
+                if launch.ended is not None and launch.ended >= since and launch.pid is not None
+            ]
 
     # -- the reader thread ----------------------------------------------------------------------
 
@@ -396,10 +417,11 @@ class LaunchWatcher:
                 image = None  # gone, or not readable: the launch ends (damage takes over)
             if image is None or is_drawn(image):
                 self._mapped.clear()
+                pid = window_pid(self._display, int(window.id))
                 with self._lock:
                     for launch in self._launches.values():
                         if launch.ended is None:
-                            launch.ended = now
+                            launch.ended, launch.pid = now, pid
                 return True
         return False
 

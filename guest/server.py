@@ -224,11 +224,17 @@ class Agent:
         if self._wm_pid is None or not os.path.exists(f"/proc/{self._wm_pid}"):
             self._wm_pid = window_manager_pid(self._display_name)
         roots = [p for p in (pid, self._wm_pid) if p is not None and p != os.getpid()]
-        cpu = CpuWatch(roots) if roots else None
+        cpu = CpuWatch(roots)
         since = self.changes.begin_input()
+
+        def busy() -> bool:
+            for launched in self.changes.launched_pids(since):
+                cpu.watch(launched)  # a program this action started, once it has drawn
+            return cpu.busy()
+
         try:
             result = dict(perform() or {})
-            outcome = self.changes.wait(since, spec, busy=cpu.busy if cpu is not None else None)
+            outcome = self.changes.wait(since, spec, busy=busy)
         finally:
             self.changes.end_input()
         receipt = {**outcome.result(), "focus_before": focus_before, "focus_after": self._focus()}

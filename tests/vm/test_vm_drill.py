@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.vm, pytest.mark.slow]
 
 DRILL_TIMEOUT_S = 1200
 """Measured under TCG on a loaded host: 8 min up to the form's typing (every action waits for its
-app, up to 40 s for a launch); CI's budget holds it."""
+app, up to 60 s for a launch); CI's budget holds it."""
 
 
 def _owned_by(provider: VmProvider, pid: int) -> list[str]:
