@@ -42,6 +42,8 @@ from Xlib import display as xdisplay
 from Xlib import error as xerror
 from Xlib.xobject.drawable import Window
 
+from guest.windows import window_pid
+
 __all__ = [
     "LAUNCH_TIMEOUT_S",
     "CpuWatch",
@@ -50,7 +52,6 @@ __all__ = [
     "parse_startup_message",
     "process_tree",
     "window_manager_pid",
-    "window_pid",
 ]
 
 log = logging.getLogger("guest.launches")
@@ -218,20 +219,6 @@ class CpuWatch:
         self._busy = grown / 1e9 > BUSY_MIN_CPU_S * elapsed / BUSY_SAMPLE_S
         self._used, self._sampled = used, now
         return self._busy
-
-
-def window_pid(display: xdisplay.Display, window_id: int) -> int | None:
-    """The ``_NET_WM_PID`` of a window (``None``: not set, or the window is gone)."""
-    try:
-        window = display.create_resource_object("window", window_id)
-        value = window.get_full_property(
-            display.intern_atom("_NET_WM_PID"), display.intern_atom("CARDINAL")
-        )
-    except xerror.XError:
-        return None
-    if value is None or not len(value.value):
-        return None
-    return int(value.value[0])
 
 
 def is_drawn(image: Image.Image) -> bool:

@@ -22,9 +22,9 @@ from guest.changes import ChangeTracker, open_tracker
 from guest.errors import GuestError, ProtocolError
 from guest.geometry import Rect
 from guest.keys import is_typing_key
-from guest.launches import CpuWatch, window_manager_pid, window_pid
+from guest.launches import CpuWatch, window_manager_pid
 from guest.screen import Screen
-from guest.windows import active_window, list_windows
+from guest.windows import active_window, list_windows, window_pid
 from guest.xinput import XInput
 
 __all__ = ["Agent"]

@@ -11,7 +11,7 @@ from typing import Any
 from Xlib import X, Xatom, error
 from Xlib.display import Display
 
-__all__ = ["active_window", "list_windows"]
+__all__ = ["active_window", "list_windows", "window_pid"]
 
 
 def _property(display: Display, window: Any, name: str, kind: int) -> Any:
@@ -20,6 +20,19 @@ def _property(display: Display, window: Any, name: str, kind: int) -> Any:
         return None
     reply = window.get_full_property(atom, kind)
     return None if reply is None else reply.value
+
+
+def _pid(display: Display, window: Any) -> int | None:
+    value = _property(display, window, "_NET_WM_PID", Xatom.CARDINAL)
+    return int(value[0]) if value is not None and len(value) else None
+
+
+def window_pid(display: Display, window_id: int) -> int | None:
+    """The ``_NET_WM_PID`` of a window (``None``: not set, or the window is gone)."""
+    try:
+        return _pid(display, display.create_resource_object("window", window_id))
+    except error.XError:
+        return None
 
 
 def _title(display: Display, window: Any) -> str:
@@ -64,7 +77,7 @@ def list_windows(display: Display) -> list[dict[str, Any]]:
             geometry = window.get_geometry()
             origin = window.translate_coords(root, 0, 0)
             wm_class = window.get_wm_class()
-            pid = _property(display, window, "_NET_WM_PID", Xatom.CARDINAL)
+            pid = _pid(display, window)
             entry: dict[str, Any] = {
                 "id": int(window.id),
                 "title": _title(display, window),
@@ -77,8 +90,8 @@ def list_windows(display: Display) -> list[dict[str, Any]]:
                 "focused": int(window.id) in (focus_id, active_id)
                 or _is_ancestor_of(window, focus),
             }
-            if pid is not None and len(pid):
-                entry["pid"] = int(pid[0])
+            if pid is not None:
+                entry["pid"] = pid
             windows.append(entry)
         except (error.BadWindow, error.BadDrawable, error.BadMatch):
             continue
