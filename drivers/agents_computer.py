@@ -385,7 +385,7 @@ class SafetyCheckApproval:
 
     :param policy: an :class:`~drivers.approvals.ApprovalPolicy` (every decision lands in its
         decision log) or any ``approve_safety_checks(call) -> bool`` callable, such as
-        :meth:`orchestrator.drill.session.RecordedSession.approve_safety_checks`.
+        :meth:`orchestrator.modelrun.loop.RecordedSession.approve_safety_checks`.
 
     The Agents SDK calls it once per pending check of a computer call; the policy sees the call
     with that one check. Only exactly ``True`` acknowledges it; anything else refuses, and the

@@ -16,7 +16,7 @@ The folder gets what ``cubicle run`` writes (:mod:`orchestrator.trajectory.recor
 ``trajectory.jsonl`` with the model turns (from the OpenAI client's HTTP hooks), every safety
 check and action decision, every action with its model and screen coordinates and its receipt,
 every screenshot under ``shots/``, then ``report.html``. The glue is
-:class:`orchestrator.drill.session.RecordedSession`, shared with ``cubicle run``; the ``loop``
+:class:`orchestrator.modelrun.loop.RecordedSession`, shared with ``cubicle run``; the ``loop``
 of the ``run`` event is ``agents``.
 
 Stalls (:mod:`drivers.stall`) are recorded as ``warning`` events; after one, :meth:`before_action`
@@ -40,8 +40,7 @@ from drivers.async_computer import AsyncGuestDriver
 from drivers.computer import GuestDriver
 from drivers.records import ActionRecord
 from drivers.stall import DEFAULT_STALL_LIMIT
-from orchestrator.drill.session import RecordedSession, error_chain
-from orchestrator.run_task import _is_loopback
+from orchestrator.modelrun.loop import RecordedSession, error_chain, is_loopback
 from orchestrator.trajectory.recorder import TrajectoryRecorder
 from orchestrator.trajectory.report import write_report
 
@@ -57,7 +56,7 @@ class AgentsRunRecording:
     :param safety_policy: decides the safety checks (:attr:`on_safety_check`).
     :param action_policy: decides each action (:meth:`before_action`); ``None`` lets every
         action run.
-    :param stall_limit: see :class:`~orchestrator.drill.session.RecordedSession` (0: never).
+    :param stall_limit: see :class:`~orchestrator.modelrun.loop.RecordedSession` (0: never).
     """
 
     def __init__(
@@ -110,8 +109,8 @@ class AgentsRunRecording:
         client = openai.AsyncOpenAI(
             base_url=base_url,
             api_key=api_key,
-            max_retries=0 if _is_loopback(base_url) else 2,
-            http_client=self.session.async_http_client(trust_env=not _is_loopback(base_url)),
+            max_retries=0 if is_loopback(base_url) else 2,
+            http_client=self.session.async_http_client(trust_env=not is_loopback(base_url)),
         )
         self._clients.append(client)
         return client

@@ -365,25 +365,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+PLUGINS = {
+    "drill": "orchestrator.drill.cli",
+    "run": "orchestrator.run_task",
+    "view": "orchestrator.view.cli",
+    "pool": "orchestrator.pool.cli",
+    "serve": "orchestrator.serve.cli",
+}
+"""Subcommand → the module whose ``register(sub)`` adds it (in ``cubicle --help``'s order)."""
+
+
 def _register_plugins(sub: Any) -> None:
-    """The drill's ``drill``/``run``, the live view's ``view``, the warm pools' ``pool`` and the
-    sessions API's ``serve`` subcommands, when those packages are present.
+    """The drill's ``drill``, ``run``, the live view's ``view``, the warm pools' ``pool`` and the
+    sessions API's ``serve`` subcommands (:data:`PLUGINS`), when those modules are present.
 
     A plugin that fails to import is reported on stderr; the other commands keep working.
     """
-    for package in (
-        "orchestrator.drill",
-        "orchestrator.view",
-        "orchestrator.pool",
-        "orchestrator.serve",
-    ):
+    for name, module_name in PLUGINS.items():
         try:
-            module = importlib.import_module(f"{package}.cli")
+            module = importlib.import_module(module_name)
             module.register(sub)
         except ImportError as exc:
-            if exc.name in (f"{package}.cli", package):
+            if exc.name in (module_name, module_name.removesuffix(".cli")):
                 continue
-            _err(f"cubicle: the {package.rpartition('.')[2]} commands are unavailable: {exc}")
+            _err(f"cubicle: the {name} commands are unavailable: {exc}")
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ terminal, or are denied when there is none). Ctrl-C cancels cooperatively (the S
 at once (the sandbox is still removed).
 
 Verification (``--verify-file GUEST_PATH=TEXT``, repeatable; ``--verify module:function`` called
-with the agent client, returning a bool, a :class:`~orchestrator.drill.verify.Check` or a list of
+with the agent client, returning a bool, a :class:`~orchestrator.modelrun.verify.Check` or a list of
 them) runs after the model's final message; any failed check makes the exit status 1.
 
 Task files (``--task NAME|FILE``, :mod:`orchestrator.tasks`): the task's set-up runs before the
@@ -24,12 +24,15 @@ text together with ``--task`` is an error.
 
 Offline: ``OPENAI_BASE_URL`` pointing at a :class:`drivers.scripted_model.ScriptedModel` runs
 the whole command without a key or network (tests do this).
+
+What this shares with the drill (the loop thread and its recording, guest set-up, checks,
+cancellation, console) is :mod:`orchestrator.modelrun`; neither imports the other. ``cubicle
+run`` is registered by :mod:`orchestrator.cli` through :func:`register`.
 """
 
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import sys
 import threading
@@ -38,7 +41,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from openai import OpenAI
 
@@ -50,20 +52,26 @@ from drivers.settle import SettleOption, SettleSpec, check_settle
 from drivers.stall import DEFAULT_STALL_LIMIT, StallDetector
 from drivers.viewport import Viewport
 from guest.errors import CubicleError
-from orchestrator.drill.console import default_out, destroy_quietly, progress
-from orchestrator.drill.errors import DrillCancelled
-from orchestrator.drill.guest_steps import GuestSteps
-from orchestrator.drill.runner import Desktop
-from orchestrator.drill.session import LoopKind, LoopThread, RecordedSession, error_chain
-from orchestrator.drill.signals import cancel_on_signals
-from orchestrator.drill.verify import (
+from orchestrator.errors import ConfigError
+from orchestrator.modelrun import Desktop
+from orchestrator.modelrun.console import default_out, destroy_quietly, progress
+from orchestrator.modelrun.errors import DrillCancelled
+from orchestrator.modelrun.guest_steps import GuestSteps
+from orchestrator.modelrun.loop import (
+    LoopKind,
+    LoopThread,
+    RecordedSession,
+    error_chain,
+    is_loopback,
+)
+from orchestrator.modelrun.signals import cancel_on_signals
+from orchestrator.modelrun.verify import (
     Check,
     Verifier,
     check_file,
     function_verifier,
     task_verifiers,
 )
-from orchestrator.errors import ConfigError
 from orchestrator.network import NetworkPolicy
 from orchestrator.origin_answers import (
     Answering,
@@ -85,7 +93,7 @@ from orchestrator.view.recording import (
     recording_event,
 )
 
-__all__ = ["TaskResult", "Verifier", "cmd_run", "parse_verify_file", "register_run", "run_task"]
+__all__ = ["TaskResult", "Verifier", "cmd_run", "parse_verify_file", "register", "run_task"]
 
 DEFAULT_MODEL = "gpt-5.4"
 """A model with native computer use through the GA ``{"type": "computer"}`` tool."""
@@ -194,7 +202,7 @@ def run_task(
         client = OpenAI(
             base_url=base_url,
             api_key=api_key,
-            http_client=session.http_client(trust_env=not _is_loopback(base_url)),
+            http_client=session.http_client(trust_env=not is_loopback(base_url)),
         )
         recording = Recording(desktop, out, fps=record[0], kbps=record[1]) if record else None
         agent = desktop.connect()
@@ -280,7 +288,8 @@ class RunStalled(CubicleError):
 # --------------------------------------------------------------------------- command line
 
 
-def register_run(sub: Any) -> None:
+def register(sub: Any) -> None:
+    """Add ``run`` to the ``cubicle`` subcommand parser (by :mod:`orchestrator.cli`)."""
     p = sub.add_parser(
         "run",
         help="run one task with a real model in a fresh sandbox",
@@ -407,14 +416,6 @@ def parse_settle(text: str) -> SettleOption:
     except SettleOptionError as exc:
         raise ConfigError(f"--settle: {exc}") from None
     return values
-
-
-def _is_loopback(url: str) -> bool:
-    host = urlsplit(url).hostname or ""
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 def _policies(args: argparse.Namespace) -> tuple[ApprovalPolicy, ApprovalPolicy | None]:

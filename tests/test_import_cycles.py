@@ -12,6 +12,8 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+from orchestrator.tasks import shipped_tasks
+
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("orchestrator", "drivers", "guest")
 KNOWN_CYCLES: list[set[str]] = [
@@ -134,3 +136,72 @@ def test_no_import_cycle_between_project_modules() -> None:
     assert "orchestrator.providers.vm.provider" in graph  # the walk sees the subpackages
     found = [c for c in cycles(graph) if c not in KNOWN_CYCLES]
     assert found == [], "import cycles: " + "; ".join(" <-> ".join(sorted(c)) for c in found)
+
+
+RUN = "orchestrator.run_task"
+DRILL = "orchestrator.drill"
+SHARED = "orchestrator.modelrun"
+
+
+def _in(package: str, module: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for target in graph.get(todo.pop(), set()) - seen:
+            seen.add(target)
+            todo.append(target)
+    return seen
+
+
+def run_and_drill_problems(graph: dict[str, set[str]]) -> list[str]:
+    """How ``cubicle run`` (:data:`RUN`) and the drill (:data:`DRILL` and its modules) reach each
+    other, directly or transitively, or the shared :data:`SHARED` package reaches either."""
+    problems = [f"{RUN} reaches {m}" for m in sorted(reachable(graph, RUN)) if _in(DRILL, m)]
+    problems += [
+        f"{m} reaches {RUN}" for m in sorted(graph) if _in(DRILL, m) and RUN in reachable(graph, m)
+    ]
+    for module in sorted(m for m in graph if _in(SHARED, m)):
+        problems += [
+            f"{module} reaches {m}"
+            for m in sorted(reachable(graph, module))
+            if m == RUN or _in(DRILL, m)
+        ]
+    return problems
+
+
+def test_the_separation_check_finds_run_and_drill_importing_each_other() -> None:
+    # the layout before the shared package: run_task imported the drill's session module and
+    # the drill's cli imported run_task (for its register_run)
+    graph = {
+        RUN: {"orchestrator.drill.session"},
+        "orchestrator.drill.session": {"orchestrator.trajectory.recorder"},
+        "orchestrator.drill.cli": {RUN, "orchestrator.drill.session"},
+        "orchestrator.trajectory.recorder": set(),
+        SHARED + ".loop": {"orchestrator.view.x"},
+        "orchestrator.view.x": {"orchestrator.drill.runner"},  # transitively, lazily or not
+        "orchestrator.drill.runner": set(),
+    }
+    assert run_and_drill_problems(graph) == [
+        f"{RUN} reaches orchestrator.drill.session",
+        f"orchestrator.drill.cli reaches {RUN}",
+        f"{SHARED}.loop reaches orchestrator.drill.runner",
+    ]
+
+
+def test_cubicle_run_and_the_drill_share_a_package_and_import_neither_other() -> None:
+    graph = import_graph()
+    assert run_and_drill_problems(graph) == []
+    assert RUN in graph and "orchestrator.drill.runner" in graph and SHARED + ".loop" in graph
+
+
+def test_no_shipped_task_verifier_lives_in_the_drill_or_cubicle_run() -> None:
+    """A task's ``verifier = "module:function"`` is imported at run time by both commands."""
+    verifiers = [c.verifier for t in shipped_tasks() for c in t.checks if c.verifier]
+    assert verifiers, "a shipped task has a Python verifier"
+    modules = {v.partition(":")[0] for v in verifiers}
+    assert {m for m in modules if m == RUN or _in(DRILL, m)} == set()

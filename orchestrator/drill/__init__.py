@@ -1,13 +1,10 @@
-"""The offline keyless drill (``cubicle drill``) and the shared pieces of ``cubicle run``.
+"""The offline keyless drill (``cubicle drill``): a task's scripted model through the real SDK
+loop, pixels only. What it shares with ``cubicle run`` (the loop thread and its recording, guest
+set-up, checks, cancellation) is in :mod:`orchestrator.modelrun`; nothing here imports
+:mod:`orchestrator.run_task`, nor it anything here.
 
 * :mod:`orchestrator.drill.runner` — :func:`run_drill`: one task (:mod:`orchestrator.tasks`)
   with its scripted model, pixels only, on anything that gives agent connections;
-* :mod:`orchestrator.drill.guest_steps` — a task's set-up before the first turn, and clean-up;
-* :mod:`orchestrator.drill.session` — the real openai loop in a worker thread with every turn,
-  action, approval and diagnostic recorded (:mod:`orchestrator.trajectory`);
 * :mod:`orchestrator.drill.stale` — stale model-visible screenshots;
-* :mod:`orchestrator.drill.verify` — a task's checks through the agent;
-  :mod:`orchestrator.drill.verifiers` — the shipped tasks' Python verifiers;
-* :mod:`orchestrator.drill.cli` — the ``drill`` (``--task``, ``--all`` and its table) and ``run``
-  subcommands.
+* :mod:`orchestrator.drill.cli` — the ``drill`` subcommand (``--task``, ``--all`` and its table).
 """

@@ -1,4 +1,4 @@
-"""The ``cubicle drill`` and ``cubicle run`` subcommands (registered by ``orchestrator.cli``).
+"""The ``cubicle drill`` subcommand (registered by ``orchestrator.cli``).
 
 ``cubicle drill`` — the offline, keyless end-to-end check of a task (default: the shipped
 ``desktop`` task; ``--task NAME|FILE``; ``--all``: every shipped task): for each task and loop a
@@ -18,13 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.drill.console import default_out, destroy_quietly, progress
 from orchestrator.drill.runner import DrillResult, guest_time_scale, run_drill
-from orchestrator.drill.session import LoopKind
-from orchestrator.drill.signals import cancel_on_signals
 from orchestrator.errors import ConfigError
+from orchestrator.modelrun.console import default_out, destroy_quietly, progress
+from orchestrator.modelrun.loop import LoopKind
+from orchestrator.modelrun.signals import cancel_on_signals
 from orchestrator.providers import PROVIDERS
-from orchestrator.run_task import register_run
 from orchestrator.sandbox import Sandbox, teardown_on_signals
 from orchestrator.tasks import DEFAULT_TASK, Task, load_task, shipped_tasks
 from orchestrator.view.recording import add_record_argument, parse_record
@@ -33,7 +32,7 @@ __all__ = ["cmd_drill", "register", "results_table"]
 
 
 def register(sub: Any) -> None:
-    """Add ``drill`` and ``run`` to the ``cubicle`` subcommand parser."""
+    """Add ``drill`` to the ``cubicle`` subcommand parser."""
     p = sub.add_parser(
         "drill",
         help="offline keyless end-to-end drill (scripted model, real SDK loop, real apps)",
@@ -70,8 +69,6 @@ def register(sub: Any) -> None:
     )
     add_record_argument(p, where="each report")
     p.set_defaults(func=cmd_drill)
-
-    register_run(sub)
 
 
 def cmd_drill(args: argparse.Namespace) -> int:

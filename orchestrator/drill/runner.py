@@ -10,10 +10,11 @@ received was not stale (:mod:`orchestrator.drill.stale`) and that it shows what 
 naming it. A script with ``before`` guest steps is refused. The report holds only the
 screenshots the model received.
 
-:func:`run_drill` takes anything that gives an agent connection (:class:`Desktop`: a
-:class:`orchestrator.sandbox.Sandbox`, or a local desktop in tests). It always writes the
-trajectory folder and its ``report.html``, verifies the guest's state through the agent even
-when the loop failed, and stops the programs the set-up launched (unless ``keep_apps``).
+:func:`run_drill` takes anything that gives an agent connection
+(:class:`~orchestrator.modelrun.Desktop`: a :class:`orchestrator.sandbox.Sandbox`, or a local
+desktop in tests). It always writes the trajectory folder and its ``report.html``, verifies the
+guest's state through the agent even when the loop failed, and stops the programs the set-up
+launched (unless ``keep_apps``).
 Tearing the guest down is the caller's job: one fresh guest per run, as the apps the model
 opened stay open.
 """
@@ -25,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from openai import OpenAI
 from PIL import Image
@@ -38,11 +39,12 @@ from drivers.viewport import Viewport
 from guest.client import AgentClient
 from guest.errors import CubicleError
 from guest.protocol import MAX_SETTLE_CAP_MS, SettleSpec
-from orchestrator.drill.errors import DrillCancelled, DrillError, ExpectationFailed
-from orchestrator.drill.guest_steps import GuestSteps, TaskGuest
-from orchestrator.drill.session import LoopKind, LoopThread, RecordedSession, error_chain
 from orchestrator.drill.stale import StaleCheck
-from orchestrator.drill.verify import Check, task_verifiers
+from orchestrator.modelrun import Desktop
+from orchestrator.modelrun.errors import DrillCancelled, DrillError, ExpectationFailed
+from orchestrator.modelrun.guest_steps import GuestSteps, TaskGuest
+from orchestrator.modelrun.loop import LoopKind, LoopThread, RecordedSession, error_chain
+from orchestrator.modelrun.verify import Check, task_verifiers
 from orchestrator.provider import SandboxInfo
 from orchestrator.tasks import DEFAULT_TASK, Task, fill, load_task
 from orchestrator.trajectory.recorder import TrajectoryRecorder
@@ -53,7 +55,6 @@ from orchestrator.view.recording import Recording, recording_event
 __all__ = [
     "DRILL_SETTLE",
     "SLOW_GUEST_TIME_SCALE",
-    "Desktop",
     "DrillResult",
     "guest_time_scale",
     "run_drill",
@@ -64,12 +65,6 @@ DRILL_SETTLE = SettleSpec(expect_ms=300, quiet_ms=400, cap_ms=10_000)
 """The drill's settle: the defaults, with a cap that covers an application's start (the agent
 waits while a launch is pending, bounded by the cap; measured on a loaded 2-core host: 2-3.5 s
 from a click on the browser's launcher to Chromium's first drawn frame)."""
-
-
-class Desktop(Protocol):
-    """Something that gives agent connections (``hello`` done; the caller closes them)."""
-
-    def connect(self, timeout: float = 10.0) -> AgentClient: ...
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Run one turn's loop for a session's agent (:mod:`orchestrator.serve.agents`).
 
 Every kind goes through the recorded SDK loop cubicle already has
-(:mod:`orchestrator.drill.session`), writing a trajectory folder:
+(:mod:`orchestrator.modelrun.loop`), writing a trajectory folder:
 
 - ``drill``: :func:`orchestrator.drill.runner.run_drill` (the ``toolset`` loop, the scripted
   model and the drill's script and checks);

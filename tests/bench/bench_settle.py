@@ -23,8 +23,8 @@ from guest.changes import changed_rects, is_visible
 from guest.client import AgentClient
 from guest.geometry import largest_cluster
 from orchestrator.desktop import PANEL
-from orchestrator.drill.guest_steps import GuestSteps
 from orchestrator.errors import EngineUnavailable, ImageMissing
+from orchestrator.modelrun.guest_steps import GuestSteps
 from orchestrator.providers.docker.provider import DockerProvider
 from orchestrator.sandbox import Sandbox
 from tests.bench.report import Report, Sample

@@ -1,6 +1,6 @@
 """A local test desktop for the drill: private Xvfb + openbox (the guest image's config) + agent.
 
-It satisfies :class:`orchestrator.drill.runner.Desktop`, so the drill's own code runs against it
+It satisfies :class:`orchestrator.modelrun.Desktop`, so the drill's own code runs against it
 exactly as against a sandbox. Everything runs as this user with HOME in a temporary folder; the
 owner stops it with :meth:`LocalDesktop.stop` (``with``), which ends the agent, openbox and Xvfb
 by the pids it started.

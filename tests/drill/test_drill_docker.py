@@ -17,7 +17,7 @@ import pytest
 
 from drivers.approvals import NonInteractive
 from orchestrator.drill.runner import DrillResult, run_drill
-from orchestrator.drill.session import LoopKind
+from orchestrator.modelrun.loop import LoopKind
 from orchestrator.sandbox import Sandbox
 from orchestrator.tasks import load_task, shipped_tasks
 from orchestrator.trajectory import read_trajectory

@@ -11,10 +11,10 @@ from dataclasses import replace
 
 import pytest
 
-from orchestrator.drill.errors import GuestStepError
-from orchestrator.drill.guest_steps import GuestSteps
 from orchestrator.drill.runner import SLOW_GUEST_TIME_SCALE, guest_time_scale
-from orchestrator.drill.verify import verify_task
+from orchestrator.modelrun.errors import GuestStepError
+from orchestrator.modelrun.guest_steps import GuestSteps
+from orchestrator.modelrun.verify import verify_task
 from orchestrator.provider import SandboxInfo
 from orchestrator.tasks import parse_task
 from tests.drill.desktop import LocalDesktop

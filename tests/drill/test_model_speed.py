@@ -30,8 +30,8 @@ from drivers.records import ActionRecord
 from drivers.scripted_model import ScriptedModel, parse_script
 from guest.errors import GuestError
 from guest.protocol import VISIBLE_CHANGE_AREA
-from orchestrator.drill.session import RecordedSession
 from orchestrator.errors import ConfigError
+from orchestrator.modelrun.loop import RecordedSession
 from orchestrator.run_task import parse_settle, run_task
 from orchestrator.trajectory import read_trajectory
 from orchestrator.trajectory.recorder import TrajectoryRecorder

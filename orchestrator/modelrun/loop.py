@@ -21,12 +21,14 @@ SDK's ``cancelled`` flag and closes the toolset (``draining`` while a call is ac
 from __future__ import annotations
 
 import collections
+import ipaddress
 import json
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import httpx2
 import openai
@@ -42,7 +44,14 @@ from drivers.records import ActionRecord
 from drivers.stall import DEFAULT_STALL_LIMIT, StallDetector
 from orchestrator.trajectory.recorder import TrajectoryRecorder
 
-__all__ = ["LoopKind", "LoopOutcome", "LoopThread", "RecordedSession", "error_chain"]
+__all__ = [
+    "LoopKind",
+    "LoopOutcome",
+    "LoopThread",
+    "RecordedSession",
+    "error_chain",
+    "is_loopback",
+]
 
 LoopKind = Literal["toolset", "runner"]
 
@@ -57,6 +66,16 @@ def error_chain(exc: BaseException) -> str:
             parts.append(text)
         current = current.__cause__ or current.__context__
     return " <- ".join(parts)
+
+
+def is_loopback(url: str) -> bool:
+    """Whether ``url``'s host is this machine (a local model stand-in): its client must ignore
+    proxy variables (:meth:`RecordedSession.http_client`'s ``trust_env``)."""
+    host = urlsplit(url).hostname or ""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _point_dict(points: tuple[tuple[int, int], ...]) -> dict[str, Any] | None:

@@ -20,7 +20,7 @@ from orchestrator.tasks import Check as TaskCheck
 from orchestrator.tasks import fill
 
 if TYPE_CHECKING:
-    from orchestrator.drill.guest_steps import TaskGuest
+    from orchestrator.modelrun.guest_steps import TaskGuest
 
 __all__ = [
     "Check",

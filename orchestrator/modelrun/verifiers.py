@@ -1,7 +1,7 @@
 """Python verifiers of the shipped tasks (``[[checks]] verifier = "module:function"``).
 
 A verifier gets the agent client after the model's final message and returns a bool, a
-:class:`~orchestrator.drill.verify.Check` or a list of them. It reads the guest's real state; it
+:class:`~orchestrator.modelrun.verify.Check` or a list of them. It reads the guest's real state; it
 never trusts what the model said.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from guest.client import AgentClient
 from guest.errors import GuestError
-from orchestrator.drill.guest_steps import guest_home
-from orchestrator.drill.verify import Check
+from orchestrator.modelrun.guest_steps import guest_home
+from orchestrator.modelrun.verify import Check
 
 __all__ = ["count_matches_words"]
 

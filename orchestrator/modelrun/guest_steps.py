@@ -30,7 +30,7 @@ from typing import Any
 
 from guest.client import AgentClient
 from orchestrator.desktop import PANEL
-from orchestrator.drill.errors import DrillCancelled, GuestStepError
+from orchestrator.modelrun.errors import DrillCancelled, GuestStepError
 from orchestrator.tasks import Task, fill
 from orchestrator.trajectory.recorder import TrajectoryRecorder
 
@@ -177,7 +177,7 @@ class GuestSteps:
         """Write ``launch.py``, the form server and its page into the helper folder (once)."""
         if self._helpers_written:
             return
-        folder = resources.files("orchestrator.drill.guest_files")
+        folder = resources.files("orchestrator.modelrun.guest_files")
         for name in GUEST_FILES:
             self._call(
                 "write_file",
