@@ -390,26 +390,16 @@ class LoopThread:
     def _main(self) -> None:
         session = self._session
         try:
-            if self.runner is not None:
-                self.outcome.response = self.runner.run(
-                    self._client,
-                    self._params,
-                    max_steps=self._max_steps,
-                    approve_safety_checks=session.approve_safety_checks,
-                    before_action=session.before_action,
-                    cancelled=self.cancelled,
-                    on_diagnostic=session.on_diagnostic,
-                )
-            else:
-                self.outcome.response = self.toolset.run(
-                    self._client,
-                    self._params,
-                    max_steps=self._max_steps,
-                    approve_safety_checks=session.approve_safety_checks,
-                    before_action=session.before_action,
-                    cancelled=self.cancelled,
-                    on_diagnostic=session.on_diagnostic,
-                )
+            run = self.runner.run if self.runner is not None else self.toolset.run
+            self.outcome.response = run(
+                self._client,
+                self._params,
+                max_steps=self._max_steps,
+                approve_safety_checks=session.approve_safety_checks,
+                before_action=session.before_action,
+                cancelled=self.cancelled,
+                on_diagnostic=session.on_diagnostic,
+            )
         except BaseException as exc:  # reported by the caller, which owns the outcome
             self.outcome.error = exc
 
