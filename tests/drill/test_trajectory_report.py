@@ -7,9 +7,11 @@ import json
 import re
 import shutil
 import subprocess
+from html.parser import HTMLParser
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
+import jinja2
 import pytest
 from PIL import Image
 
@@ -18,6 +20,12 @@ from orchestrator.trajectory import (
     TrajectoryRecorder,
     read_trajectory,
     write_report,
+)
+from orchestrator.trajectory.report import (
+    TEMPLATE,
+    render_events,
+    report_context,
+    report_environment,
 )
 
 
@@ -104,6 +112,102 @@ def test_report_html_is_self_contained_and_escapes_text(tmp_path: Path) -> None:
     for mark in ("mark-click", "mark-drag", "mark-scroll"):
         assert mark in html
     assert "expected" in html and "FAILED" in html
+
+
+HOSTILE = """<script>alert(1)</script>" onload="alert(2)" '&amp;"""
+"""Text a model, a page or a guest window can put into a trajectory."""
+
+
+class _Page(HTMLParser):
+    """The parsed report: every start tag with its attributes, and the text."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+        self.feed(html)
+        self.close()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def _hostile_events() -> list[dict[str, Any]]:
+    shot = f"shots/0000.png{HOSTILE}"
+    return [
+        {"kind": "run", "t": 0, "task": HOSTILE, "loop": "toolset", "model": HOSTILE},
+        {"kind": "screenshot", "t": 0.1, "index": 0, "file": shot, "size": [320, 200]},
+        {"kind": "screenshot", "t": 0.2, "index": 1, "file": "s.png", "note": HOSTILE},
+        *(
+            {"kind": "action", "t": 0.3, "after_shot": 0, "type": kind, **fields}
+            for kind, fields in (
+                ("type", {"text": HOSTILE}),
+                ("keypress", {"keys": ["CTRL", HOSTILE]}),
+                ("click", {"model": {"x": 1, "y": 2}, "error": HOSTILE}),
+                (
+                    "click",
+                    {
+                        "model": {"x": 3, "y": 4},
+                        "receipt": {"changed": True, "focus_after": {"id": 1, "title": HOSTILE}},
+                    },
+                ),
+            )
+        ),
+        {"kind": "expectation", "shot": 0, "ok": False, "expected": HOSTILE, "got": HOSTILE},
+        {"kind": "approval", "subject": "action", "by": HOSTILE, "reason": HOSTILE},
+        {"kind": "origin_access", "origin": HOSTILE, "answer": HOSTILE, "by": HOSTILE},
+        {"kind": "handover", "state": HOSTILE, "by": HOSTILE, "reason": HOSTILE},
+        {"kind": "warning", "what": "stall", "message": HOSTILE},
+        {"kind": "recording", "file": HOSTILE, "frames": 1, "duration_s": 1, "bytes": 1},
+        {"kind": "model_turn", "index": 0, "response_id": HOSTILE, "message": HOSTILE},
+        {"kind": "guest_wait", "op": HOSTILE, "duration_ms": 1},
+        {"kind": "check", "name": HOSTILE, "ok": False, "expected": HOSTILE, "got": HOSTILE},
+        {"kind": "error", "where": "run", "type": "E", "message": HOSTILE},
+        {"kind": "end", "ok": False, "final_message": HOSTILE},
+    ]
+
+
+def test_hostile_text_in_a_trajectory_stays_text_in_the_report() -> None:
+    html = render_events(_hostile_events())
+    page = _Page(html)
+    assert [tag for tag, _ in page.tags if tag == "script"] == []
+    assert all(not name.startswith("on") for _, attrs in page.tags for name in attrs), (
+        "an attribute was injected"
+    )
+    assert "<script>" not in html and 'onload="alert' not in html
+    # exactly the bytes autoescape writes: < > & " ' each as an entity
+    assert (
+        "&lt;script&gt;alert(1)&lt;/script&gt;&#34; onload=&#34;alert(2)&#34; &#39;&amp;amp;"
+        in html
+    )
+    text = "".join(page.text)
+    # shown as the text it was, where it was: task, typed text (JSON), keys, error, focus title,
+    # expectation, approval, origin, hand-over, warning, turn, wait, check, error, final message
+    assert text.count(HOSTILE) >= 15
+    assert json.dumps(HOSTILE) in text  # the typed text, as the model sent it
+    srcs = [attrs.get("src") for tag, attrs in page.tags if tag == "img"]
+    assert srcs == [f"shots/0000.png{HOSTILE}", "s.png"]  # one attribute value, unbroken
+    assert ("a", {"id": "recording", "href": HOSTILE}) in page.tags
+    assert ("tr", {"class": f"handover-{HOSTILE}"}) in page.tags
+
+
+def test_the_report_shows_a_stall_warning() -> None:
+    message = "stalled: 3 state-changing actions in a row changed nothing visible"
+    html = render_events([{"kind": "warning", "t": 1.5, "what": "stall", "message": message}])
+    assert '<ul id="warnings">' in html
+    assert f"t=1.5 s, stall: {message}" in "".join(_Page(html).text)
+
+
+def test_a_variable_the_template_names_and_the_context_lacks_fails_the_render() -> None:
+    template = report_environment().get_template(TEMPLATE)
+    context = report_context(_hostile_events())
+    assert "alert" in template.render(context)
+    for name in context:
+        with pytest.raises(jinja2.UndefinedError, match=name):
+            template.render({k: v for k, v in context.items() if k != name})
 
 
 def _chromium() -> str:
