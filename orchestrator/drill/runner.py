@@ -176,6 +176,23 @@ def stale_screenshots_check(stale: StaleCheck) -> Check:
     )
 
 
+FAILURE_SCREEN = "failure.png"
+
+
+def _keep_failure_screen(client: AgentClient, recorder: TrajectoryRecorder, out: Path) -> None:
+    """Save the screen as it was when the drill failed, as ``out/failure.png`` (native size).
+
+    Outside ``shots/``: the report holds only what the model received. Best effort: a guest that
+    cannot answer any more leaves no file, and the drill's own error stays the one reported.
+    """
+    try:
+        png = client.call("screenshot", {}, timeout=30.0).blob
+    except CubicleError:
+        return
+    (out / FAILURE_SCREEN).write_bytes(png)
+    recorder.event("failure_screen", file=FAILURE_SCREEN)
+
+
 def run_drill(
     desktop: Desktop,
     *,
@@ -265,6 +282,8 @@ def run_drill(
             recorder.event("error", where="drill", type=type(exc).__name__, message=str(exc))
             if not isinstance(exc, Exception):
                 raise
+            if not result.cancelled:
+                _keep_failure_screen(client, recorder, out)
         finally:
             try:
                 if not result.cancelled and guest is not None:

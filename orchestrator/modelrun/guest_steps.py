@@ -320,6 +320,9 @@ class GuestSteps:
                     for part in (
                         f"titled like {title!r}" if title else "",
                         f"of class {wm_class!r}" if wm_class else "",
+                        "showing a loaded page (a title other than Untitled/New Tab)"
+                        if loaded
+                        else "",
                     )
                     if part
                 )

@@ -29,6 +29,8 @@ Kinds and their fields:
   guest outside the model loop: window waits, settles, set-up)
 - ``check``: ``name``, ``ok``, ``expected``, ``got`` (verification of the guest's state)
 - ``error``: ``where``, ``type``, ``message``
+- ``failure_screen``: ``file`` (the screen at native size when a drill failed, e.g.
+  ``failure.png``; not a screenshot the model received)
 - ``warning``: ``what`` (``stall``), ``message``, ``actions``
 - ``handover``: ``state`` (``requested`` | ``taken`` | ``released`` | ``cancelled``), ``by``,
   ``held_s``, ``reason`` (a person had control between ``taken`` and ``released``:

@@ -258,6 +258,7 @@ def report_context(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "end": (by_kind["end"] or [{}])[-1],
         "checks": by_kind["check"],
         "errors": by_kind["error"],
+        "failure_screens": by_kind["failure_screen"],
         "warnings": by_kind["warning"],
         "approvals": by_kind["approval"],
         "origins": by_kind["origin_access"],

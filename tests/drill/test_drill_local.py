@@ -8,10 +8,17 @@ import json
 import stat
 import urllib.request
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+from PIL import Image
 
-from orchestrator.drill.runner import SLOW_GUEST_TIME_SCALE, guest_time_scale
+from orchestrator.drill.runner import (
+    FAILURE_SCREEN,
+    SLOW_GUEST_TIME_SCALE,
+    guest_time_scale,
+    run_drill,
+)
 from orchestrator.modelrun.errors import GuestStepError
 from orchestrator.modelrun.guest_steps import GuestSteps
 from orchestrator.modelrun.verify import verify_task
@@ -125,3 +132,27 @@ _INFO = SandboxInfo(
     network="none",
     screen=(1280, 800),
 )
+
+
+def test_a_failed_drill_keeps_the_screen_of_the_failure_beside_the_report(
+    local_desktop: LocalDesktop, tmp_path: Path
+) -> None:
+    # the set-up fails: the task's file lands where the desktop user cannot write
+    task = parse_task(
+        {
+            "prompt": "x",
+            "setup": {"files": [{"path": "/proc/cubicle-cannot-write", "content": "x"}]},
+        },
+        source=None,
+        default_name="fails",
+    )
+    out = tmp_path / "run"
+    script = {"turns": [{"message": "never reached"}]}
+    result = run_drill(local_desktop, task=task, loop="toolset", out=out, script_template=script)
+    assert not result.ok and result.error is not None
+    screen = out / FAILURE_SCREEN
+    with Image.open(screen) as image:
+        assert image.size == local_desktop.screen
+    assert not any((out / "shots").glob("*.png")), "the model received no screenshot"
+    report = (out / "report.html").read_text(encoding="utf-8")
+    assert f'<img src="{FAILURE_SCREEN}"' in report
