@@ -21,10 +21,12 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
@@ -35,9 +37,10 @@ from orchestrator.provider import Progress
 
 __all__ = [
     "DEBIAN_MIRROR",
-    "GUEST_DEPENDENCIES",
     "GUEST_PYTHON",
+    "LOG_TAIL_LINES",
     "REPO_ROOT",
+    "SECURITY_LIST",
     "SECURITY_SOURCES",
     "SUITE",
     "build_wheelhouse",
@@ -62,8 +65,6 @@ SECURITY_LIST: Final = "cubicle-security.list"
 """Its file name, in ``/etc/apt/sources.list.d`` and in a build's staging folder."""
 GUEST_PYTHON: Final = "3.11"
 """The guest's Python (Debian bookworm's ``python3``): the wheelhouse is built for it."""
-GUEST_DEPENDENCIES: Final = ("python-xlib", "mss", "pillow")
-"""The agent's dependencies (``guest/pyproject.toml``), pinned by :func:`guest_requirements`."""
 MANYLINUX_TAGS: Final = ("manylinux_2_28", "manylinux_2_17", "manylinux2014")
 """Wheel platforms a bookworm guest (glibc 2.36) installs, newest first, without the machine."""
 LOG_TAIL_LINES: Final = 40
@@ -99,15 +100,24 @@ def guest_sources(root: Path = REPO_ROOT) -> list[Path]:
     return sorted([guest_dir / "pyproject.toml", *guest_dir.glob("*.py")])
 
 
-def guest_requirements() -> list[str]:
-    """The agent's dependencies pinned to the versions installed (and tested) on the host; a
-    dependency not installed here is left unpinned."""
+def guest_requirements(root: Path = REPO_ROOT) -> list[str]:
+    """The agent's dependencies (``guest/pyproject.toml``) pinned to the versions installed (and
+    tested) on the host; one not installed here keeps its requirement as written.
+
+    :raises ImageMissing: the project file cannot be read.
+    """
+    path = root / "guest" / "pyproject.toml"
+    try:
+        written = tomllib.loads(path.read_text())["project"]["dependencies"]
+    except (OSError, KeyError, tomllib.TOMLDecodeError) as exc:
+        raise ImageMissing(f"cannot read the guest agent's dependencies in {path}: {exc}") from None
     pinned = []
-    for name in GUEST_DEPENDENCIES:
+    for requirement in written:
+        name = re.split(r"[\s<>=!~;\[(]", requirement, maxsplit=1)[0]
         try:
             pinned.append(f"{name}=={importlib.metadata.version(name)}")
         except importlib.metadata.PackageNotFoundError:
-            pinned.append(name)
+            pinned.append(requirement)
     return pinned
 
 
@@ -134,7 +144,7 @@ def input_hash(own: Mapping[str, Path], extra: Sequence[str] = (), root: Path = 
     digest = hashlib.sha256()
     for name, path in sorted(entries.items()):
         digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
-    for text in [*guest_requirements(), *extra]:
+    for text in [*guest_requirements(root), *extra]:
         digest.update(text.encode() + b"\0")
     return digest.hexdigest()[:16]
 
@@ -188,7 +198,7 @@ def build_wheelhouse(
     """
     machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
     wheels.mkdir(parents=True)
-    requirements = guest_requirements()
+    requirements = guest_requirements(root)
     progress(
         f"wheelhouse: downloading {', '.join(requirements)} for CPython {GUEST_PYTHON} "
         f"manylinux {machine}"

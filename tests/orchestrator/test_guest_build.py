@@ -4,6 +4,7 @@ agent and its host-pinned dependencies as wheels the guest's Python installs."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import shutil
 import zipfile
 from collections.abc import Callable
@@ -73,9 +74,22 @@ def test_the_docker_ref_depends_on_its_base_and_both_on_the_pinned_dependencies(
 ) -> None:
     docker_before, vm_before = _refs(checkout)
     assert docker_image.content_hash("sha256:other", checkout) != docker_before
-    monkeypatch.setattr(guest_build, "GUEST_DEPENDENCIES", ("python-xlib", "mss", "pytest"))
+    pinned = guest_build.guest_requirements()
+    assert [p.split("==")[0] for p in pinned] == ["python-xlib", "mss", "pillow"]
+    assert all("==" in p for p in pinned), pinned  # the host's tested versions
+    # other versions installed on the host
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.0.1")
     assert docker_image.content_hash("sha256:base", checkout) != docker_before
     assert vm_image.image_ref(checkout) != vm_before
+
+
+def test_the_wheelhouse_follows_the_agents_project_file(checkout: Path) -> None:
+    project = checkout / "guest" / "pyproject.toml"
+    text = project.read_text()
+    project.write_text(text.replace('"pillow>=10.0"]', '"pillow>=10.0", "no-such-dist>=1.0"]'))
+    pinned = guest_build.guest_requirements(checkout)
+    assert pinned[:3] == guest_build.guest_requirements()
+    assert pinned[3:] == ["no-such-dist>=1.0"]  # not installed here: as written
 
 
 def test_a_missing_input_is_named(checkout: Path) -> None:
