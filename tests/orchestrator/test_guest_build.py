@@ -5,6 +5,7 @@ agent and its host-pinned dependencies as wheels the guest's Python installs."""
 from __future__ import annotations
 
 import importlib.metadata
+import re
 import shutil
 import zipfile
 from collections.abc import Callable
@@ -14,6 +15,7 @@ import pytest
 
 from orchestrator.providers import guest_build
 from orchestrator.providers.docker import image as docker_image
+from orchestrator.providers.vm import build as vm_build
 from orchestrator.providers.vm import image as vm_image
 
 REPO = Path(__file__).resolve().parents[2]
@@ -133,3 +135,21 @@ def test_the_wheelhouse_holds_the_agent_and_its_pinned_dependencies_for_the_gues
         modules = {Path(n).name for n in packed.namelist() if n.startswith("guest/")}
     assert {p.name for p in guest_build.guest_sources() if p.suffix == ".py"} == modules
     assert sorted(p.name for p in (REPO / "guest").iterdir()) == before
+
+
+@pytest.mark.slow
+def test_the_vm_staging_holds_every_file_provision_reads(tmp_path: Path) -> None:
+    """Every ``$src/...`` path images/vm/provision reads (and the desktop's install script, run
+    on ``$src/desktop``) is in the folder the VM build gives it; its wheels are the manifest's."""
+    staging = tmp_path / "stage"
+    wheels = vm_build.provision_source(staging, lambda line: None)
+    assert wheels == sorted(p.name for p in (staging / "wheels").iterdir())
+    assert any(name.startswith("cubicle_guest-") for name in wheels)
+    provision = (REPO / "images" / "vm" / "provision").read_text()
+    install = (REPO / "images" / "desktop" / "install").read_text()
+    read = list(re.findall(r'"\$src/([^"*]+)"', provision))
+    read += [f"desktop/{m}" for m in re.findall(r'"\$src/([^"*]+)"', install)]
+    assert {"cubicle-init", "cubicle-reap", "wheels", "desktop/install", "desktop/tint2rc"} <= set(
+        read
+    )
+    assert [name for name in read if not (staging / name).exists()] == []

@@ -59,6 +59,7 @@ __all__ = [
     "build",
     "initramfs",
     "kernel",
+    "provision_source",
     "run_step",
 ]
 
@@ -323,6 +324,19 @@ def _rootfs(home: Path, work: Path, packages: list[str], progress: Progress) -> 
     return rootfs
 
 
+def provision_source(staging: Path, progress: Progress, root: Path = REPO_ROOT) -> list[str]:
+    """Fill ``staging`` (created), the ``SRC`` folder of ``images/vm/provision``: the init and
+    the reaper, what every guest gets (:func:`.guest_build.stage`: package list, desktop,
+    security source) and ``wheels/`` (:func:`.guest_build.build_wheelhouse` for this machine).
+    Returns the wheels' file names (the manifest records them)."""
+    guest_build.build_wheelhouse(
+        staging / "wheels", machine=platform.machine(), progress=progress, root=root
+    )
+    own = {name: root / "images" / "vm" / name for name in ("cubicle-init", "cubicle-reap")}
+    guest_build.stage({**guest_build.guest_files(root), **own}, staging)
+    return sorted(path.name for path in (staging / "wheels").iterdir())
+
+
 def _disk(rootfs: Path, work: Path, target: Path) -> None:
     """``mkfs.ext4 -d`` (no loop mount) into a raw file, then convert it to qcow2."""
     used = sum(p.lstat().st_size for p in rootfs.rglob("*"))
@@ -398,18 +412,7 @@ def build(*, progress: Progress, force: bool = False, home: Path | None = None) 
         timings["rootfs_s"] = time.monotonic() - mark
         mark = time.monotonic()
         staging = work / "stage"
-        guest_build.build_wheelhouse(
-            staging / "wheels", machine=platform.machine(), progress=progress, root=root
-        )
-        guest_build.stage(
-            {
-                **guest_build.guest_files(root),
-                **{
-                    name: root / "images" / "vm" / name for name in ("cubicle-init", "cubicle-reap")
-                },
-            },
-            staging,
-        )
+        wheels = provision_source(staging, progress, root)
         progress("provision: user, init, desktop configuration, agent venv, trim")
         run_step("provision", [root / "images" / "vm" / "provision", rootfs, staging])
         timings["provision_s"] = time.monotonic() - mark
@@ -430,6 +433,7 @@ def build(*, progress: Progress, force: bool = False, home: Path | None = None) 
             "suite": SUITE,
             "kernel_package": kernel_package,
             "packages": packages,
+            "wheels": wheels,
             "arch": platform.machine(),
             "built_at": time.time(),
             "build_s": round(time.monotonic() - started, 1),
