@@ -26,7 +26,7 @@ import functools
 import logging
 import os
 import socket
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
@@ -342,14 +342,23 @@ class Provider(abc.ABC):
         return next((info for info in self.list() if info.id == sandbox_id), None)
 
     def gc(self) -> builtins.list[str]:
-        """Destroy the sandboxes :func:`orchestrator.ownership.verdict` dooms, one by one, with
-        :meth:`destroy`, as :meth:`doomed` names them; return the ids removed."""
+        """Destroy the sandboxes :func:`orchestrator.ownership.verdict` dooms, one by one, as
+        :meth:`doomed` names them; return the ids removed. Each part of :meth:`gc_scopes` in
+        turn judges its own sandboxes and removes them with its own :meth:`destroy`."""
         removed: builtins.list[str] = []
-        for sandbox_id, reason in self.doomed():
-            log.info("gc: removing %s (%s)", sandbox_id, reason)
-            self.destroy(sandbox_id)
-            removed.append(sandbox_id)
+        for scope in self.gc_scopes():
+            for sandbox_id, reason in scope.doomed():
+                log.info("gc: removing %s (%s)", sandbox_id, reason)
+                scope.destroy(sandbox_id)
+                removed.append(sandbox_id)
         return removed
+
+    def gc_scopes(self) -> Iterable[Provider]:
+        """The parts :meth:`gc` collects one after the other: this provider (the default). A
+        provider spanning several places (Docker's engines) gives one provider bound to each,
+        so that a sandbox is judged and removed where it was found; a place it cannot reach may
+        be left out (with a warning) or raise."""
+        return (self,)
 
     def doomed(self) -> Iterator[tuple[str, str]]:
         """``(sandbox id, why)`` for each sandbox ``gc`` must remove, judged one at a time when

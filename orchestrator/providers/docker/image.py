@@ -6,13 +6,14 @@ Steps, each reported through ``progress`` one line at a time:
    else ``cubicle-base:bookworm`` when present; else bootstrap it from Debian's mirror
    (``debootstrap --variant=minbase bookworm`` into a temporary folder → tar → ``docker import``).
    Bootstrapping needs root and ``debootstrap`` on the host (scripts/host-packages/docker.txt).
-2. **Tag.** The image tag is a hash of everything that goes into it (Dockerfile, supervisor,
-   the desktop's configuration in ``images/desktop``, egress proxy, guest package list, the
-   guest agent's source, the pinned versions of its dependencies, the base image id):
-   ``cubicle-guest:<hash>``. When that tag exists the build is a no-op ("up to date").
-3. **Context.** A temporary folder with the files above plus a wheelhouse: the guest agent's
-   dependencies (``pip download --only-binary=:all:`` for CPython 3.11 manylinux) and the agent
-   itself (``pip wheel``), because containers here cannot reach PyPI.
+2. **Tag.** The image tag is a hash of everything that goes into it: what every guest is built
+   from (:func:`orchestrator.providers.guest_build.input_hash`: package list, desktop, agent
+   sources and pinned dependencies, the wheelhouse recipe), this backend's own files
+   (Dockerfile, supervisor, egress proxy) and the base image id: ``cubicle-guest:<hash>``. When
+   that tag exists the build is a no-op ("up to date").
+3. **Context.** A temporary folder with the files above plus the wheelhouse of the guest agent
+   for the engine's machine (:func:`~orchestrator.providers.guest_build.build_wheelhouse`),
+   because containers here cannot reach PyPI.
 4. **Build** through the engine's build API, streaming the log; ``cubicle-guest:latest`` points at
    the result.
 
@@ -22,12 +23,8 @@ The source files are read from the repository checkout this module lives in (``i
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -38,10 +35,20 @@ import docker
 import docker.errors
 import requests.exceptions
 
-from orchestrator import desktop
 from orchestrator.errors import ImageBuildError, ImageMissing
 from orchestrator.provider import Progress
 from orchestrator.providers.docker.errors import IMAGE_HINT, map_docker_errors
+from orchestrator.providers.guest_build import (
+    DEBIAN_MIRROR,
+    LOG_TAIL_LINES,
+    REPO_ROOT,
+    build_wheelhouse,
+    debootstrap_argv,
+    guest_files,
+    input_hash,
+    run_streaming,
+    stage,
+)
 
 __all__ = [
     "BASE_BOOTSTRAPPED",
@@ -53,64 +60,29 @@ __all__ = [
     "push_image",
 ]
 
-REPO_ROOT: Final = Path(__file__).resolve().parents[3]
 IMAGE_REPOSITORY: Final = "cubicle-guest"
 BASE_REGISTRY: Final = "debian:bookworm-slim"
 BASE_BOOTSTRAPPED: Final = "cubicle-base:bookworm"
 PULL_TIMEOUT_S: Final = 20.0
-DEBIAN_MIRROR: Final = os.environ.get("CUBICLE_DEBIAN_MIRROR", "http://deb.debian.org/debian")
-GUEST_DEPENDENCIES: Final = ("python-xlib", "mss", "pillow")
-WHEEL_PLATFORMS: Final = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
-LOG_TAIL_LINES: Final = 40
 
 
-def image_inputs() -> dict[str, Path]:
-    """Build-context name → source file of everything copied into the image context."""
-    docker_dir = REPO_ROOT / "images" / "docker"
-    files = {
-        "Dockerfile": docker_dir / "Dockerfile",
-        "supervisor.py": docker_dir / "supervisor.py",
-        "guest-packages.txt": REPO_ROOT / "images" / "guest-packages.txt",
-        "egress.py": REPO_ROOT / "orchestrator" / "egress.py",
+def own_inputs(root: Path = REPO_ROOT) -> dict[str, Path]:
+    """This backend's files of the build context (name → source), beside the shared ones."""
+    return {
+        "Dockerfile": root / "images" / "docker" / "Dockerfile",
+        "supervisor.py": root / "images" / "docker" / "supervisor.py",
+        "egress.py": root / "orchestrator" / "egress.py",
     }
-    files.update(
-        (f"desktop/{name}", path) for name, path in desktop.desktop_files(REPO_ROOT).items()
-    )
-    missing = [str(path) for path in files.values() if not path.is_file()]
-    if missing:
-        raise ImageMissing(
-            f"the image sources are not available: {', '.join(missing)}",
-            hint="build from a cubicle checkout (images/ and guest/ next to orchestrator/)",
-        )
-    return files
 
 
-def guest_sources() -> list[Path]:
-    """The guest agent's package files (what ``pip wheel ./guest`` packs)."""
-    guest_dir = REPO_ROOT / "guest"
-    return sorted([guest_dir / "pyproject.toml", *guest_dir.glob("*.py")])
+def image_inputs(root: Path = REPO_ROOT) -> dict[str, Path]:
+    """Build-context name → source file of everything copied into the image context."""
+    return {**guest_files(root), **own_inputs(root)}
 
 
-def guest_requirements() -> list[str]:
-    """The guest agent's dependencies, pinned to the versions installed (and tested) on the host."""
-    pinned = []
-    for name in GUEST_DEPENDENCIES:
-        try:
-            pinned.append(f"{name}=={importlib.metadata.version(name)}")
-        except importlib.metadata.PackageNotFoundError:
-            pinned.append(name)
-    return pinned
-
-
-def content_hash(base_id: str) -> str:
-    """Hash of every input of the image (files, pinned requirements, base image id)."""
-    digest = hashlib.sha256()
-    entries = [(name, path) for name, path in image_inputs().items()]
-    entries += [(f"guest/{path.name}", path) for path in guest_sources()]
-    for name, path in sorted(entries):
-        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
-    digest.update("\n".join(guest_requirements()).encode() + b"\0" + base_id.encode())
-    return digest.hexdigest()[:16]
+def content_hash(base_id: str, root: Path = REPO_ROOT) -> str:
+    """Hash of every input of the image (:func:`.guest_build.input_hash`) on ``base_id``."""
+    return input_hash(own_inputs(root), [f"base={base_id}"], root)
 
 
 def _image_id(client: docker.DockerClient, ref: str) -> str | None:
@@ -151,22 +123,6 @@ def current_image_ref(client: docker.DockerClient) -> str:
     return ref
 
 
-def _run_streaming(argv: list[str], progress: Progress, what: str) -> None:
-    """Run ``argv``, passing each output line to ``progress``; raise with the tail on failure."""
-    tail: list[str] = []
-    with subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    ) as process:
-        assert process.stdout is not None
-        for raw in process.stdout:
-            line = raw.rstrip()
-            tail = [*tail[-LOG_TAIL_LINES + 1 :], line]
-            progress(f"  {line}")
-        status = process.wait()
-    if status != 0:
-        raise ImageBuildError(f"{what} failed with exit status {status}", log_tail="\n".join(tail))
-
-
 def _pull_registry_base(client: docker.DockerClient, progress: Progress) -> bool:
     """Pull the registry base on ``client``'s engine (the one building), with a short timeout."""
     progress(f"base: trying to pull {BASE_REGISTRY} (timeout {PULL_TIMEOUT_S:.0f} s)")
@@ -202,18 +158,14 @@ def bootstrap_base(client: docker.DockerClient, progress: Progress) -> str:
     with tempfile.TemporaryDirectory(prefix="cubicle-base-") as work:
         rootfs = Path(work) / "rootfs"
         progress(f"base: debootstrap --variant=minbase bookworm from {DEBIAN_MIRROR}")
-        _run_streaming(
-            ["debootstrap", "--variant=minbase", "bookworm", str(rootfs), DEBIAN_MIRROR],
-            progress,
-            "debootstrap",
-        )
+        run_streaming(debootstrap_argv(rootfs), progress, "debootstrap")
         for leftover in ("var/cache/apt/archives", "var/lib/apt/lists"):
             for path in (rootfs / leftover).glob("*"):
                 if path.is_file():
                     path.unlink()
         archive = Path(work) / "rootfs.tar"
         progress("base: packing the root file system")
-        _run_streaming(
+        run_streaming(
             ["tar", "--numeric-owner", "--xattrs", "-C", str(rootfs), "-cf", str(archive), "."],
             progress,
             "packing the base root file system",
@@ -237,59 +189,12 @@ def ensure_base(client: docker.DockerClient, progress: Progress) -> str:
     return bootstrap_base(client, progress)
 
 
-def _fill_context(context: Path, progress: Progress) -> None:
-    for name, source in image_inputs().items():
-        (context / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source, context / name)
-    wheels = context / "wheels"
-    wheels.mkdir()
-    requirements = guest_requirements()
-    progress(f"wheelhouse: downloading {', '.join(requirements)} for CPython 3.11 manylinux")
-    platforms = [arg for platform in WHEEL_PLATFORMS for arg in ("--platform", platform)]
-    _run_streaming(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--only-binary=:all:",
-            "--python-version",
-            "3.11",
-            "--implementation",
-            "cp",
-            *platforms,
-            "--dest",
-            str(wheels),
-            *requirements,
-        ],
-        progress,
-        "downloading the guest's wheels",
-    )
-    # build from a copy so the build leaves nothing (build/, *.egg-info) in the guest/ checkout
-    source = context / "guest-src"
-    source.mkdir()
-    for path in guest_sources():
-        shutil.copy2(path, source / path.name)
-    progress("wheelhouse: building the cubicle-guest wheel")
-    _run_streaming(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-deps",
-            "--wheel-dir",
-            str(wheels),
-            str(source),
-        ],
-        progress,
-        "building the cubicle-guest wheel",
-    )
-    shutil.rmtree(source)
+def _fill_context(client: docker.DockerClient, context: Path, progress: Progress) -> None:
+    """The build context: :func:`image_inputs` and the wheelhouse for the engine's machine."""
+    stage(image_inputs(), context)
+    with map_docker_errors("asking the engine for its machine"):
+        machine = str(client.info().get("Architecture") or "x86_64")
+    build_wheelhouse(context / "wheels", machine=machine, progress=progress)
 
 
 def _stream_build(events: Iterator[dict[str, Any]], progress: Progress) -> None:
@@ -321,7 +226,7 @@ def build_image(client: docker.DockerClient, *, progress: Progress, force: bool 
     progress(f"image: building {ref} on {base}")
     with tempfile.TemporaryDirectory(prefix="cubicle-image-") as work:
         context = Path(work)
-        _fill_context(context, progress)
+        _fill_context(client, context, progress)
         with map_docker_errors(f"building {ref}"):
             events = client.api.build(
                 path=str(context),

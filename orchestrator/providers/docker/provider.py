@@ -560,35 +560,33 @@ class DockerProvider(Provider):
                 objects.append((f"Docker volume {volume.name}", labels))
         return marks.effective_stamps(objects, ID_PREFIX)
 
-    def gc(self) -> builtins.list[str]:
-        """Judge each sandbox on its own (:func:`orchestrator.ownership.verdict`): the owner first,
-        then a fresh read of the ready mark; destroy the doomed ones. Never a sweep of whatever
-        an earlier listing did not show. Every engine of :meth:`engines`, each on its own; then
-        book entries whose sandbox left nothing on its engine and whose creator is gone."""
-        removed: builtins.list[str] = []
-        for bound in self._each_engine("gc"):
-            stamps = bound._stamps()
-            for sandbox_id, stamp in sorted(stamps.items()):
-                reason = ownership.verdict(
-                    stamp, functools.partial(bound._ready, sandbox_id), time.time()
-                )
-                if reason is not None:
-                    # a warm-pool claim may have landed since the listing: its marker, read fresh
-                    fresh = marks.effective_stamps(
-                        [(_describe(c), c.labels) for c in bound._containers(sandbox_id)],
-                        ID_PREFIX,
-                    ).get(sandbox_id, stamp)
-                    if fresh != stamp:
-                        reason = ownership.verdict(
-                            fresh, functools.partial(bound._ready, sandbox_id), time.time()
-                        )
-                if reason is not None:
-                    log.info("gc: removing %s on %s (%s)", sandbox_id, bound.engine, reason)
-                    bound.destroy(sandbox_id)
-                    removed.append(sandbox_id)
-            if self._client is None:
-                bound._forget_vanished(set(stamps))
-        return removed
+    def gc_scopes(self) -> Iterator[DockerProvider]:
+        """One provider per engine of :meth:`engines` (:meth:`_each_engine`: an unreachable
+        engine other than the first is skipped with a warning), so that :meth:`Provider.gc`
+        removes each doomed sandbox on the engine it was found on."""
+        return self._each_engine("gc")
+
+    def doomed(self) -> Iterator[tuple[str, str]]:
+        """On :attr:`engine` (:meth:`gc_scopes` gives one provider per engine): judge each sandbox
+        on its own (:func:`orchestrator.ownership.verdict`), the owner first, then a fresh read of
+        the ready mark; a doomed one is judged again on its warm-pool claim marker read fresh (a
+        claim may have landed since the listing). Never a sweep of whatever an earlier listing did
+        not show. Once every doomed sandbox is removed, drops the book entries of this engine
+        whose sandbox left nothing on it and whose creator is gone."""
+        stamps = self._stamps()
+        for sandbox_id, stamp in sorted(stamps.items()):
+            ready = functools.partial(self._ready, sandbox_id)
+            reason = ownership.verdict(stamp, ready, time.time())
+            if reason is not None:
+                fresh = marks.effective_stamps(
+                    [(_describe(c), c.labels) for c in self._containers(sandbox_id)], ID_PREFIX
+                ).get(sandbox_id, stamp)
+                if fresh != stamp:
+                    reason = ownership.verdict(fresh, ready, time.time())
+            if reason is not None:
+                yield sandbox_id, f"{reason}; engine {self.engine}"
+        if self._client is None:
+            self._forget_vanished(set(stamps))
 
     def _forget_vanished(self, present: set[str]) -> None:
         """Drop this engine's book entries with no object on it and no live creator (a creator

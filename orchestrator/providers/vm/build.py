@@ -1,9 +1,11 @@
 """Build the VM guest image from Debian packages: a read-only base qcow2, a PVH ``vmlinux`` and a
 tiny busybox initramfs (see shared/reference/vm-lab.md for why each piece is what it is).
 
-Contents are those of the Docker guest: the packages of ``images/guest-packages.txt``, the user
-``cubicle`` (uid 1000), the desktop of ``images/desktop`` (openbox, the tint2 panel) and the agent
-installed from a wheelhouse into ``/opt/cubicle/venv``. VM-only pieces live in ``images/vm/``:
+Contents are those of the Docker guest, from the same inputs
+(:mod:`orchestrator.providers.guest_build`: mirror, package list, desktop, wheelhouse): the
+packages of ``images/guest-packages.txt``, the user ``cubicle`` (uid 1000), the desktop of
+``images/desktop`` (openbox, the tint2 panel) and the agent installed from a wheelhouse into
+``/opt/cubicle/venv``. VM-only pieces live in ``images/vm/``:
 the PID 1 script (``cubicle-init``), the reaper, the initramfs ``/init`` and the ``provision``
 script that turns a debootstrapped rootfs into the guest (shared with the Vagrant box, which is
 made from this disk).
@@ -36,34 +38,31 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from orchestrator import desktop
 from orchestrator.errors import ImageBuildError, ImageMissing
 from orchestrator.hostdirs import host_folder
 from orchestrator.provider import Progress
+from orchestrator.providers import guest_build
+from orchestrator.providers.guest_build import DEBIAN_MIRROR, REPO_ROOT, SUITE
 from orchestrator.providers.vm.files import HOME_MODE
 from orchestrator.providers.vm.image import (
     RECIPE_VERSION,
     VmImage,
     guest_packages,
     image_ref,
-    is_build_by_product,
     load_image,
-    repo_root,
     vm_home,
 )
 
 __all__ = [
-    "DEBIAN_MIRROR",
     "INITRAMFS_MODULES",
     "KERNEL_META_PACKAGE",
     "build",
     "initramfs",
     "kernel",
+    "provision_source",
     "run_step",
 ]
 
-SUITE = "bookworm"
-DEBIAN_MIRROR = os.environ.get("CUBICLE_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 DISK_HEADROOM = 1.25
 DISK_EXTRA_MB = 384
 """The ext4 base is the rootfs size x headroom + this much free space (MiB) for the guest."""
@@ -247,7 +246,7 @@ def initramfs(kernel_tree: Path, work: Path, target: Path) -> None:
     (stage / "dev").mkdir()
     shutil.copyfile(busybox, stage / "bin" / "busybox")
     os.chmod(stage / "bin" / "busybox", 0o755)  # noqa: S103 — an executable in the initramfs
-    shutil.copyfile(repo_root() / "images" / "vm" / "initramfs-init", stage / "init")
+    shutil.copyfile(REPO_ROOT / "images" / "vm" / "initramfs-init", stage / "init")
     os.chmod(stage / "init", 0o755)  # noqa: S103 — an executable in the initramfs
     shutil.copytree(kernel_tree / "modules", stage / "modules")
     (stage / "modules.order").write_text("\n".join(_load_order(stage / "modules")) + "\n")
@@ -290,11 +289,10 @@ def _rootfs(home: Path, work: Path, packages: list[str], progress: Progress) -> 
         return rootfs
     started = time.monotonic()
     progress(f"rootfs: debootstrap {SUITE} minbase from {DEBIAN_MIRROR} (a few minutes)")
-    run_step("debootstrap", ["debootstrap", "--variant=minbase", SUITE, rootfs, DEBIAN_MIRROR])
+    run_step("debootstrap", guest_build.debootstrap_argv(rootfs))
     progress(f"rootfs: apt-get install {len(packages)} packages (--no-install-recommends)")
-    (rootfs / "etc" / "apt" / "sources.list.d" / "cubicle-security.list").write_text(
-        f"deb http://deb.debian.org/debian-security {SUITE}-security main\n"
-    )
+    sources = rootfs / "etc" / "apt" / "sources.list.d" / guest_build.SECURITY_LIST
+    sources.write_text(guest_build.SECURITY_SOURCES)
     shutil.copyfile("/etc/resolv.conf", rootfs / "etc" / "resolv.conf")
     env = {
         "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
@@ -326,32 +324,17 @@ def _rootfs(home: Path, work: Path, packages: list[str], progress: Progress) -> 
     return rootfs
 
 
-def _wheelhouse(root: Path, work: Path, progress: Progress) -> Path:
-    """Wheels of the guest agent and its dependencies (the guest has no PyPI)."""
-    wheels = work / "stage" / "wheels"
-    wheels.mkdir(parents=True)
-    progress("agent: building the wheelhouse (cubicle-guest + python-xlib, mss, pillow)")
-    source = work / "guest-src"  # pip builds in-tree: build from a copy, never in guest/
-    shutil.copytree(
-        root / "guest",
-        source,
-        ignore=lambda d, names: [n for n in names if is_build_by_product(Path(n))],
+def provision_source(staging: Path, progress: Progress, root: Path = REPO_ROOT) -> list[str]:
+    """Fill ``staging`` (created), the ``SRC`` folder of ``images/vm/provision``: the init and
+    the reaper, what every guest gets (:func:`.guest_build.stage`: package list, desktop,
+    security source) and ``wheels/`` (:func:`.guest_build.build_wheelhouse` for this machine).
+    Returns the wheels' file names (the manifest records them)."""
+    guest_build.build_wheelhouse(
+        staging / "wheels", machine=platform.machine(), progress=progress, root=root
     )
-    run_step(
-        "pip wheel",
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--wheel-dir",
-            wheels,
-            source,
-        ],
-    )
-    return wheels
+    own = {name: root / "images" / "vm" / name for name in ("cubicle-init", "cubicle-reap")}
+    guest_build.stage({**guest_build.guest_files(root), **own}, staging)
+    return sorted(path.name for path in (staging / "wheels").iterdir())
 
 
 def _disk(rootfs: Path, work: Path, target: Path) -> None:
@@ -386,7 +369,7 @@ def build(*, progress: Progress, force: bool = False, home: Path | None = None) 
     :raises ImageBuildError: a step failed (its name, the command and the log tail).
     """
     home = home or vm_home()
-    root = repo_root()
+    root = REPO_ROOT
     ref = image_ref(root)
     if not force:
         try:
@@ -428,15 +411,10 @@ def build(*, progress: Progress, force: bool = False, home: Path | None = None) 
         rootfs = _rootfs(home, work, packages, progress)
         timings["rootfs_s"] = time.monotonic() - mark
         mark = time.monotonic()
-        stage = work / "stage"
-        _wheelhouse(root, work, progress)
-        for name in ("cubicle-init", "cubicle-reap"):
-            shutil.copyfile(root / "images" / "vm" / name, stage / name)
-        for name, source in desktop.desktop_files(root).items():
-            (stage / "desktop" / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, stage / "desktop" / name)
+        staging = work / "stage"
+        wheels = provision_source(staging, progress, root)
         progress("provision: user, init, desktop configuration, agent venv, trim")
-        run_step("provision", [root / "images" / "vm" / "provision", rootfs, stage])
+        run_step("provision", [root / "images" / "vm" / "provision", rootfs, staging])
         timings["provision_s"] = time.monotonic() - mark
         mark = time.monotonic()
         kernel_package, kernel_tree = kernel(home, progress)
@@ -455,6 +433,7 @@ def build(*, progress: Progress, force: bool = False, home: Path | None = None) 
             "suite": SUITE,
             "kernel_package": kernel_package,
             "packages": packages,
+            "wheels": wheels,
             "arch": platform.machine(),
             "built_at": time.time(),
             "build_s": round(time.monotonic() - started, 1),

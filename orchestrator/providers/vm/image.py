@@ -2,14 +2,15 @@
 on disk (:class:`VmImage`, :func:`load_image`) and per-sandbox overlays on it. Building it is
 :mod:`orchestrator.providers.vm.build`.
 
-Content-addressed: :func:`image_ref` hashes every input (package lists, scripts, the guest agent's
-sources, the build steps and :data:`RECIPE_VERSION`); an image directory ``<home>/images/<ref>/``
-that has a ``manifest.json`` is complete, so an unchanged rebuild is a no-op.
+Content-addressed: :func:`image_ref` hashes every input — what every guest is built from
+(:func:`orchestrator.providers.guest_build.input_hash`: package list, desktop, agent sources and
+pinned dependencies, the wheelhouse recipe) and this backend's own files (``images/vm``, the build
+steps), the machine and :data:`RECIPE_VERSION`; an image directory ``<home>/images/<ref>/`` that
+has a ``manifest.json`` is complete, so an unchanged rebuild is a no-op.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -18,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator import desktop
-from orchestrator.errors import ImageBuildError, ImageMissing, ProviderError
+from orchestrator.errors import ImageMissing, ProviderError
+from orchestrator.providers import guest_build
 from orchestrator.providers.vm.files import FileAccess
 
 __all__ = [
@@ -28,9 +29,7 @@ __all__ = [
     "create_overlay",
     "guest_packages",
     "image_ref",
-    "is_build_by_product",
     "load_image",
-    "repo_root",
     "vm_home",
 ]
 
@@ -52,11 +51,6 @@ class VmImage:
     manifest: dict[str, Any]
 
 
-def repo_root() -> Path:
-    """The checkout holding ``images/`` and ``guest/`` (three levels above this file)."""
-    return Path(__file__).resolve().parents[3]
-
-
 def vm_home() -> Path:
     """Where the VM backend keeps images, warm states and per-sandbox files.
 
@@ -70,52 +64,30 @@ def vm_home() -> Path:
     return Path.home() / ".cache" / "cubicle" / "vm"
 
 
-def guest_packages(root: Path | None = None) -> list[str]:
+def guest_packages(root: Path = guest_build.REPO_ROOT) -> list[str]:
     """The shared guest package list (``images/guest-packages.txt``) plus the VM extras."""
-    path = (root or repo_root()) / "images" / "guest-packages.txt"
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ImageBuildError(f"cannot read the guest package list {path}: {exc}") from None
-    names = [line.split("#", 1)[0].strip() for line in text.splitlines()]
-    return sorted({name for name in names if name} | set(VM_EXTRA_PACKAGES))
+    return guest_build.guest_packages(VM_EXTRA_PACKAGES, root)
 
 
-def _input_files(root: Path) -> list[Path]:
-    files = [
-        root / "images" / "guest-packages.txt",
-        root / "guest" / "pyproject.toml",
-        Path(__file__).resolve(),
-        Path(__file__).with_name("build.py").resolve(),
-    ]
-    files += sorted((root / "images" / "vm").glob("*"))
-    files += list(desktop.desktop_files(root).values())
-    files += sorted(
-        p for p in (root / "guest").rglob("*.py") if not is_build_by_product(p.relative_to(root))
-    )
-    return [f for f in files if f.is_file()]
+def own_inputs(root: Path = guest_build.REPO_ROOT) -> dict[str, Path]:
+    """This backend's image inputs beside the shared ones (name → file): ``images/vm`` (init,
+    reaper, initramfs ``/init``, provision script) and the build steps (this module and
+    :mod:`.build`)."""
+    folder = root / "images" / "vm"
+    files = {f"vm/{path.name}": path for path in folder.glob("*") if path.is_file()}
+    here = Path(__file__).resolve()
+    files["vm/image.py"] = here
+    files["vm/build.py"] = here.with_name("build.py")
+    return files
 
 
-def is_build_by_product(relative: Path) -> bool:
-    """Build by-products and caches that are not inputs of the guest package."""
-    return any(
-        part in ("__pycache__", "build", "dist") or part.endswith(".egg-info")
-        for part in relative.parts
-    )
-
-
-def image_ref(root: Path | None = None) -> str:
+def image_ref(root: Path = guest_build.REPO_ROOT) -> str:
     """Content hash of every build input (16 hex digits); the image's name."""
-    base = root or repo_root()
-    digest = hashlib.sha256(f"recipe={RECIPE_VERSION};arch={platform.machine()};".encode())
-    for path in _input_files(base):
-        digest.update(
-            str(path.relative_to(base) if path.is_relative_to(base) else path.name).encode()
-        )
-        digest.update(b"\0")
-        digest.update(path.read_bytes())
-        digest.update(b"\0")
-    return digest.hexdigest()[:16]
+    return guest_build.input_hash(
+        own_inputs(root),
+        [f"recipe={RECIPE_VERSION}", f"arch={platform.machine()}"],
+        root,
+    )
 
 
 def load_image(ref: str | None = None, home: Path | None = None) -> VmImage:

@@ -1,0 +1,155 @@
+"""One guest build for both backends (orchestrator/providers/guest_build.py): what goes into every
+guest changes both images' names, a backend's own file only its own; the wheelhouse holds the
+agent and its host-pinned dependencies as wheels the guest's Python installs."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import shutil
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from orchestrator.providers import guest_build
+from orchestrator.providers.docker import image as docker_image
+from orchestrator.providers.vm import build as vm_build
+from orchestrator.providers.vm import image as vm_image
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    """The image sources of this checkout, copied (images/, guest/, the egress proxy)."""
+    root = tmp_path / "checkout"
+    shutil.copytree(REPO / "images", root / "images", ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "guest").mkdir()
+    for path in guest_build.guest_sources(REPO):
+        shutil.copy2(path, root / "guest" / path.name)
+    (root / "orchestrator").mkdir()
+    shutil.copy2(REPO / "orchestrator" / "egress.py", root / "orchestrator" / "egress.py")
+    return root
+
+
+def _refs(root: Path) -> tuple[str, str]:
+    return docker_image.content_hash("sha256:base", root), vm_image.image_ref(root)
+
+
+def _append(relative: str) -> Callable[[Path], None]:
+    def edit(root: Path) -> None:
+        with (root / relative).open("a") as file:
+            file.write("\n# edited\n")
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit", "docker_changes", "vm_changes"),
+    [
+        (_append("images/guest-packages.txt"), True, True),
+        (_append("images/desktop/tint2rc"), True, True),
+        (_append("guest/screen.py"), True, True),
+        (_append("guest/pyproject.toml"), True, True),
+        (lambda root: (root / "guest" / "extra_module.py").write_text("X = 1\n"), True, True),
+        (_append("images/docker/supervisor.py"), True, False),
+        (_append("images/docker/Dockerfile"), True, False),
+        (_append("orchestrator/egress.py"), True, False),
+        (_append("images/vm/cubicle-init"), False, True),
+        (_append("images/vm/provision"), False, True),
+        (lambda root: (root / "guest" / "notes.txt").write_text("not packed\n"), False, False),
+    ],
+)
+def test_each_input_names_the_images_it_goes_into(
+    checkout: Path, edit: Callable[[Path], None], docker_changes: bool, vm_changes: bool
+) -> None:
+    docker_before, vm_before = _refs(checkout)
+    edit(checkout)
+    docker_after, vm_after = _refs(checkout)
+    assert (docker_after != docker_before, vm_after != vm_before) == (docker_changes, vm_changes)
+
+
+def test_the_docker_ref_depends_on_its_base_and_both_on_the_pinned_dependencies(
+    checkout: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docker_before, vm_before = _refs(checkout)
+    assert docker_image.content_hash("sha256:other", checkout) != docker_before
+    pinned = guest_build.guest_requirements()
+    assert [p.split("==")[0] for p in pinned] == ["python-xlib", "mss", "pillow"]
+    assert all("==" in p for p in pinned), pinned  # the host's tested versions
+    # other versions installed on the host
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.0.1")
+    assert docker_image.content_hash("sha256:base", checkout) != docker_before
+    assert vm_image.image_ref(checkout) != vm_before
+
+
+def test_the_wheelhouse_follows_the_agents_project_file(checkout: Path) -> None:
+    project = checkout / "guest" / "pyproject.toml"
+    text = project.read_text()
+    project.write_text(text.replace('"pillow>=10.0"]', '"pillow>=10.0", "no-such-dist>=1.0"]'))
+    pinned = guest_build.guest_requirements(checkout)
+    assert pinned[:3] == guest_build.guest_requirements()
+    assert pinned[3:] == ["no-such-dist>=1.0"]  # not installed here: as written
+
+
+def test_a_missing_input_is_named(checkout: Path) -> None:
+    (checkout / "images" / "docker" / "supervisor.py").unlink()
+    with pytest.raises(Exception, match=r"image sources are not available: .*supervisor\.py"):
+        docker_image.content_hash("sha256:base", checkout)
+
+
+def test_both_backends_stage_the_shared_files_and_the_security_source(tmp_path: Path) -> None:
+    shared = guest_build.guest_files()
+    assert {"guest-packages.txt", "desktop/install", "desktop/tint2rc"} <= set(shared)
+    assert docker_image.image_inputs().items() >= shared.items()
+    guest_build.stage(docker_image.image_inputs(), tmp_path)
+    listed = (tmp_path / guest_build.SECURITY_LIST).read_text()
+    assert (
+        listed == f"deb http://deb.debian.org/debian-security {guest_build.SUITE}-security main\n"
+    )
+    assert (tmp_path / "desktop" / "tint2rc").read_bytes() == shared["desktop/tint2rc"].read_bytes()
+    dockerfile = (REPO / "images" / "docker" / "Dockerfile").read_text()
+    assert f"COPY {guest_build.SECURITY_LIST} /etc/apt/sources.list.d/" in dockerfile
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("machine", "platform_tag"), [("amd64", "x86_64"), ("aarch64", "aarch64")])
+def test_the_wheelhouse_holds_the_agent_and_its_pinned_dependencies_for_the_guest(
+    tmp_path: Path, machine: str, platform_tag: str
+) -> None:
+    """Needs PyPI (or the configured index); the checkout is left as it was."""
+    before = sorted(p.name for p in (REPO / "guest").iterdir())
+    wheels = tmp_path / "wheels"
+    guest_build.build_wheelhouse(wheels, machine=machine, progress=lambda line: None)
+    names = sorted(p.name for p in wheels.iterdir())
+    for pinned in guest_build.guest_requirements():
+        name, _, version = pinned.partition("==")
+        prefix = f"{name.replace('-', '_').lower()}-{version}-"
+        assert any(n.lower().startswith(prefix) for n in names), (pinned, names)
+    pillow = next(n for n in names if n.startswith("pillow-"))
+    assert "-cp311-" in pillow and pillow.endswith(f"_{platform_tag}.whl"), pillow
+    agent = next(n for n in names if n.startswith("cubicle_guest-"))
+    with zipfile.ZipFile(wheels / agent) as packed:
+        modules = {Path(n).name for n in packed.namelist() if n.startswith("guest/")}
+    assert {p.name for p in guest_build.guest_sources() if p.suffix == ".py"} == modules
+    assert sorted(p.name for p in (REPO / "guest").iterdir()) == before
+
+
+@pytest.mark.slow
+def test_the_vm_staging_holds_every_file_provision_reads(tmp_path: Path) -> None:
+    """Every ``$src/...`` path images/vm/provision reads (and the desktop's install script, run
+    on ``$src/desktop``) is in the folder the VM build gives it; its wheels are the manifest's."""
+    staging = tmp_path / "stage"
+    wheels = vm_build.provision_source(staging, lambda line: None)
+    assert wheels == sorted(p.name for p in (staging / "wheels").iterdir())
+    assert any(name.startswith("cubicle_guest-") for name in wheels)
+    provision = (REPO / "images" / "vm" / "provision").read_text()
+    install = (REPO / "images" / "desktop" / "install").read_text()
+    read = list(re.findall(r'"\$src/([^"*]+)"', provision))
+    read += [f"desktop/{m}" for m in re.findall(r'"\$src/([^"*]+)"', install)]
+    assert {"cubicle-init", "cubicle-reap", "wheels", "desktop/install", "desktop/tint2rc"} <= set(
+        read
+    )
+    assert [name for name in read if not (staging / name).exists()] == []

@@ -1,0 +1,82 @@
+"""The base class's ``gc`` (no engine needed): each part of ``gc_scopes`` judges its own
+sandboxes with its own ``doomed`` and removes them with its own ``destroy`` — the hook that lets
+Docker remove a sandbox on the engine it was found on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import ClassVar
+
+from orchestrator.provider import (
+    AgentStream,
+    DoctorCheck,
+    Progress,
+    Provider,
+    SandboxInfo,
+    SandboxSpec,
+)
+
+
+class Place(Provider):
+    """A backend over one place: its sandboxes and their verdicts, what it destroyed."""
+
+    name: ClassVar[str] = "place"
+
+    def __init__(self, verdicts: dict[str, str | None]) -> None:
+        self.verdicts = verdicts
+        self.destroyed: list[str] = []
+
+    def doomed(self) -> Iterator[tuple[str, str]]:
+        for sandbox_id, reason in sorted(self.verdicts.items()):
+            if reason is not None:
+                yield sandbox_id, reason
+
+    def destroy(self, sandbox_id: str) -> None:
+        assert sandbox_id in self.verdicts, f"{sandbox_id} destroyed where it does not live"
+        self.destroyed.append(sandbox_id)
+
+    # the rest of the interface: gc must not use it
+    def doctor(self) -> list[DoctorCheck]:
+        raise AssertionError("gc used doctor")
+
+    def build_image(self, *, progress: Progress, force: bool = False) -> str:
+        raise AssertionError("gc used build_image")
+
+    def create(self, spec: SandboxSpec) -> SandboxInfo:
+        raise AssertionError("gc used create")
+
+    def open_stream(self, sandbox_id: str, *, timeout: float) -> AgentStream:
+        raise AssertionError("gc used open_stream")
+
+    def logs(self, sandbox_id: str, *, tail: int = 50) -> str:
+        raise AssertionError("gc used logs")
+
+    def mark_ready(self, sandbox_id: str) -> None:
+        raise AssertionError("gc used mark_ready")
+
+    def list(self) -> list[SandboxInfo]:
+        raise AssertionError("gc used list")
+
+
+class Spanning(Place):
+    """A backend over several places (like Docker's engines)."""
+
+    def __init__(self, places: list[Place]) -> None:
+        super().__init__({})
+        self.places = places
+
+    def gc_scopes(self) -> list[Place]:
+        return self.places
+
+
+def test_gc_removes_what_doomed_names_on_the_provider_itself() -> None:
+    place = Place({"a": "expired", "b": None, "c": "orphan: owner gone"})
+    assert place.gc() == ["a", "c"]
+    assert place.destroyed == ["a", "c"]
+
+
+def test_gc_removes_each_sandbox_in_the_scope_that_found_it() -> None:
+    first, second = Place({"a": "expired", "b": None}), Place({"c": "expired"})
+    spanning = Spanning([first, second])
+    assert spanning.gc() == ["a", "c"]
+    assert (first.destroyed, second.destroyed, spanning.destroyed) == (["a"], ["c"], [])
