@@ -4,27 +4,45 @@ atomic claim and the drain (:mod:`orchestrator.pool.marks` for the names).
 
 from __future__ import annotations
 
+import logging
 import random
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
 import docker.errors
 
+from guest.client import AgentClient
+from guest.errors import CubicleError
 from orchestrator import labels as L
 from orchestrator import ownership
+from orchestrator.claims import Claim
 from orchestrator.errors import SandboxNotFound
 from orchestrator.pool import marks
-from orchestrator.provider import SandboxInfo, SandboxSpec
+from orchestrator.provider import AgentStream, SandboxSpec
 from orchestrator.providers.docker.errors import map_docker_errors
 from orchestrator.providers.docker.provider import CREATING_SUFFIX, DockerProvider, guest_name
 
-__all__ = ["CLAIM_MARGIN_S", "Member", "PoolMemberProvider", "claim", "members", "take"]
+__all__ = [
+    "CLAIM_MARGIN_S",
+    "Member",
+    "PoolMemberProvider",
+    "claim",
+    "claim_member",
+    "members",
+    "take",
+]
 
 CLAIM_MARGIN_S: Final = 60.0
 """A member this close to its expiry is never claimed (so ``gc``, which takes it once expired,
 cannot race a claim)."""
 WARMUP_TIMEOUT_S: Final = 30.0
+CONNECT_S: Final = 10.0
+"""How long a claimed member's bridge waits for its agent (a ready member's listens already)."""
+HELLO_TIMEOUT_S: Final = 10.0
+
+log = logging.getLogger(__name__)
 
 
 class PoolMemberProvider(DockerProvider):
@@ -146,10 +164,11 @@ def take(provider: DockerProvider, member: Member, spec: SandboxSpec) -> bool:
     return True
 
 
-def claim(provider: DockerProvider, key: str, spec: SandboxSpec) -> SandboxInfo | None:
-    """Claim a ready member of pool ``key`` for ``spec`` (its ttl and lifetime), or None when
-    there is none. Two concurrent claims never get the same member (:func:`take`). The member
-    is then renamed ``cubicle-<id>`` (cosmetic: the marker is the claim)."""
+def claim(provider: DockerProvider, key: str, spec: SandboxSpec) -> Claim | None:
+    """Claim a ready member of pool ``key`` for ``spec`` (its ttl and lifetime), with an agent
+    connection (hello done), or None when there is none. Two concurrent claims never get the
+    same member (:func:`take`). The member is then renamed ``cubicle-<id>`` (cosmetic: the
+    marker is the claim)."""
     now = time.time()
     candidates = [
         m
@@ -158,16 +177,73 @@ def claim(provider: DockerProvider, key: str, spec: SandboxSpec) -> SandboxInfo 
     ]
     random.shuffle(candidates)  # concurrent claimers rarely collide
     for member in candidates:
-        if not take(provider, member, spec):
-            continue
-        if not _rename(provider, member):
-            provider.destroy(member.sandbox_id)  # removed meanwhile (a drain): our marker too
-            continue
-        info = provider.describe(member.sandbox_id)
-        if info is not None and info.state == "running":
-            return info
-        provider.destroy(member.sandbox_id)
+        claimed = claim_member(provider, member, spec)
+        if claimed is not None:
+            return claimed
     return None
+
+
+def claim_member(provider: DockerProvider, member: Member, spec: SandboxSpec) -> Claim | None:
+    """Claim ``member`` (:func:`take`) and connect to its agent, or None: another claimer won,
+    or the member is gone or broken (then removed: it is ours, and no one else's to use).
+
+    The agent connection (a ``docker exec`` of the bridge, the slowest step) is opened on a
+    thread while the marker is created; the bridge touches the agent only once spoken to, and
+    nothing is said on it before the claim is won. A lost claim (or an error) closes it unused
+    as soon as it is open: nothing of this claimer stays in the member."""
+    stream = _open_early(provider, member)
+    try:
+        won = take(provider, member, spec)
+    except BaseException:
+        _discard(stream)
+        raise
+    if not won:
+        _discard(stream)
+        return None
+    client: AgentClient | None = None
+    try:
+        if _rename(provider, member):
+            info = provider.describe(member.sandbox_id)
+            opened = stream.result()
+            client = AgentClient(opened.sock, name=opened.name, codec=opened.codec)
+            client.hello(timeout=HELLO_TIMEOUT_S)
+            if info is not None and info.state == "running":
+                return Claim(info, client)
+    except CubicleError as exc:
+        log.warning("claimed member %s does not answer (%s); removing it", member.sandbox_id, exc)
+    except BaseException:
+        _discard(stream)
+        if client is not None:
+            client.close()
+        provider.destroy(member.sandbox_id)
+        raise
+    _discard(stream)
+    if client is not None:
+        client.close()
+    provider.destroy(member.sandbox_id)  # gone or broken (a drain removed it): our marker too
+    return None
+
+
+def _open_early(provider: DockerProvider, member: Member) -> Future[AgentStream]:
+    """The member's agent stream, being opened on a thread of its own (never joined here)."""
+    opener = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"claim-{member.sandbox_id}")
+    try:
+        return opener.submit(
+            provider.open_stream_in, member.container_id, member.sandbox_id, timeout=CONNECT_S
+        )
+    finally:
+        opener.shutdown(wait=False)
+
+
+def _discard(stream: Future[AgentStream]) -> None:
+    """Close ``stream``'s socket once it is open (now, or when the opener finishes), unused;
+    an opener that failed leaves nothing to close."""
+
+    def close(done: Future[AgentStream]) -> None:
+        if not done.cancelled() and done.exception() is None:
+            done.result().sock.close()
+
+    stream.add_done_callback(close)
 
 
 def _rename(provider: DockerProvider, member: Member) -> bool:

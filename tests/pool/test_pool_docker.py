@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -11,8 +12,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import docker
+import docker.errors
 import pytest
 
+from guest.waiting import Deadline, poll
 from orchestrator import labels as L
 from orchestrator.pool import docker_pool, fill, marks, refill, registry
 from orchestrator.pool.registry import PoolRecord
@@ -273,3 +276,88 @@ def test_a_claimer_gone_between_marker_and_rename_leaves_nothing_to_claim_and_gc
         assert other.id != member.sandbox_id
     cli("gc")
     assert not leftovers(engine, {L.SANDBOX: member.sandbox_id})
+
+
+FRESH_CREATE = """
+import sys
+from orchestrator.provider import SandboxSpec
+from orchestrator.sandbox import Sandbox
+assert not [m for m in sys.modules if m.startswith("orchestrator.pool")], "the pool is loaded"
+said = []
+spec = SandboxSpec(screen=(int(sys.argv[1]), int(sys.argv[2])), ttl_s=900)
+with Sandbox.create(spec=spec, progress=said.append) as sandbox:
+    print(sandbox.id, any("claimed from a warm pool" in line for line in said))
+"""
+
+
+def test_a_fresh_interpreter_that_never_imported_the_pool_claims(pools: Pools) -> None:
+    spec = pools.spec()
+    record = pools.fill(spec, 1)
+    (member,) = docker_pool.members(pools.provider, record.key)
+    done = subprocess.run(
+        [sys.executable, "-c", FRESH_CREATE, *map(str, spec.screen)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    sandbox_id, claimed = done.stdout.split()
+    pools.ids.add(sandbox_id)
+    assert (sandbox_id, claimed) == (member.sandbox_id, "True")
+
+
+def _bridge_execs(provider: DockerProvider, container_id: str) -> dict[str, dict[str, object]]:
+    """The container's ``docker exec`` instances of the agent bridge, by id (their inspection)."""
+    api = provider.client.api
+    found = {}
+    for exec_id in api.inspect_container(container_id)["ExecIDs"] or []:
+        with contextlib.suppress(docker.errors.NotFound):  # the engine forgets ended ones
+            shown = api.exec_inspect(exec_id)
+            if "guest.bridge" in shown["ProcessConfig"]["arguments"]:
+                found[exec_id] = shown
+    return found
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_lost_claim_closes_its_early_connection_unused(pools: Pools) -> None:
+    spec = pools.spec()
+    record = pools.fill(spec, 1)
+    (member,) = docker_pool.members(pools.provider, record.key)
+    assert docker_pool.take(pools.provider, member, spec)  # another claimer was first
+    before, fds = _bridge_execs(pools.provider, member.container_id), _open_fds()
+
+    assert docker_pool.claim_member(pools.provider, member, spec) is None
+
+    ended: dict[str, dict[str, object]] = {}
+    for _ in poll(Deadline(20), 0.1):
+        new = {k: v for k, v in _bridge_execs(pools.provider, member.container_id).items()}
+        ended = {k: v for k, v in new.items() if k not in before and not v["Running"]}
+        if ended and _open_fds() <= fds and len(new) - len(before) == len(ended):
+            break
+    (shown,) = ended.values()  # the loser's bridge: started, never spoken to, ended cleanly
+    assert shown["ExitCode"] == 0, shown
+    assert _open_fds() <= fds, "the lost claim kept a connection open"
+    # the winner's member is untouched: still running, still named as a member, its marker ours
+    info = pools.provider.describe(member.sandbox_id)
+    assert info is not None and info.state == "running"
+    assert info.detail["container"] == marks.member_name(member.sandbox_id, record.key)
+
+
+def test_the_first_connect_reuses_the_connection_create_opened(pools: Pools) -> None:
+    spec = pools.spec()
+    pools.fill(spec, 1)
+    for pool in (True, False):  # a claim, then a cold start
+        with pools.claim(spec, pool=pool) as sandbox:
+            container_id = str(pools.provider._guest(sandbox.id).id)
+            opened = set(_bridge_execs(pools.provider, container_id))
+            with sandbox.connect() as first:
+                assert first.call("screenshot", {}).blob
+                assert set(_bridge_execs(pools.provider, container_id)) == opened, pool
+            with sandbox.connect() as second:
+                assert second.call("screenshot", {}).blob
+                assert len(set(_bridge_execs(pools.provider, container_id)) - opened) == 1

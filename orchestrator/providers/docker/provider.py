@@ -171,6 +171,7 @@ class DockerProvider(Provider):
     """
 
     name: ClassVar[str] = "docker"
+    concurrent_connections: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -417,11 +418,18 @@ class DockerProvider(Provider):
         for the agent to listen (a sandbox still starting) for most of ``timeout``, so that a
         caller's first request with the same deadline still hears why it gave up."""
         _check_id(sandbox_id)
-        container = self._guest(sandbox_id)
+        return self.open_stream_in(str(self._guest(sandbox_id).id), sandbox_id, timeout=timeout)
+
+    def open_stream_in(self, container_id: str, sandbox_id: str, *, timeout: float) -> AgentStream:
+        """:meth:`open_stream` to the guest container ``container_id`` (known to be
+        ``sandbox_id``'s: a warm-pool claim listed it), without looking it up.
+
+        The bridge says nothing and does not touch the agent until the first bytes are written:
+        a stream opened and closed unused leaves the guest as it was."""
         argv = bridge_argv(GUEST_PYTHON, AGENT_SOCKET, wait_s=timeout * BRIDGE_WAIT_SHARE)
         sock = open_exec_socket(
             self.client_of(sandbox_id).api,
-            str(container.id),
+            container_id,
             argv,
             user=f"{GUEST_UID}:{GUEST_UID}",
             name=sandbox_id,
