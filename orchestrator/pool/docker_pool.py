@@ -7,9 +7,10 @@ from __future__ import annotations
 import logging
 import random
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Final
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeVar
 
 import docker.errors
 
@@ -20,9 +21,14 @@ from orchestrator import ownership
 from orchestrator.claims import Claim
 from orchestrator.errors import SandboxNotFound
 from orchestrator.pool import marks
-from orchestrator.provider import AgentStream, SandboxSpec
+from orchestrator.provider import AgentStream, SandboxInfo, SandboxSpec
 from orchestrator.providers.docker.errors import map_docker_errors
-from orchestrator.providers.docker.provider import CREATING_SUFFIX, DockerProvider, guest_name
+from orchestrator.providers.docker.provider import (
+    CREATING_SUFFIX,
+    DockerProvider,
+    guest_info,
+    guest_name,
+)
 
 __all__ = [
     "CLAIM_MARGIN_S",
@@ -43,6 +49,7 @@ CONNECT_S: Final = 10.0
 HELLO_TIMEOUT_S: Final = 10.0
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class PoolMemberProvider(DockerProvider):
@@ -78,6 +85,9 @@ class Member:
     state: str
     expires_at: float
     owner: L.Owner
+    labels: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    image: str = ""
+    """The image reference it was created from (``cubicle ls`` shows it)."""
 
 
 def members(provider: DockerProvider, key: str | None = None) -> list[Member]:
@@ -130,6 +140,8 @@ def _member(row: dict[str, Any]) -> Member | None:
         state=str(row["State"]),
         expires_at=stamp.expires_at,
         owner=stamp.owner,
+        labels=dict(row["Labels"]),
+        image=str(row["Image"]),
     )
 
 
@@ -137,7 +149,11 @@ def take(provider: DockerProvider, member: Member, spec: SandboxSpec) -> bool:
     """The atomic claim: create ``member``'s claim marker, labelled with this process's stamp
     for ``spec`` (lifetime, ttl). False when another process claimed it first (the name is taken).
     """
-    labels = L.create_labels(
+    return _take(provider, member, _claim_labels(member, spec))
+
+
+def _claim_labels(member: Member, spec: SandboxSpec) -> dict[str, str]:
+    return L.create_labels(
         member.sandbox_id,
         "claim",
         owner=L.Owner.current(),
@@ -146,6 +162,9 @@ def take(provider: DockerProvider, member: Member, spec: SandboxSpec) -> bool:
         network=str(spec.network),
         screen=spec.screen,
     )
+
+
+def _take(provider: DockerProvider, member: Member, labels: dict[str, str]) -> bool:
     api = provider.client.api
     with map_docker_errors(f"claiming {member.sandbox_id}"):
         try:
@@ -190,49 +209,76 @@ def claim_member(provider: DockerProvider, member: Member, spec: SandboxSpec) ->
     The agent connection (a ``docker exec`` of the bridge, the slowest step) is opened on a
     thread while the marker is created; the bridge touches the agent only once spoken to, and
     nothing is said on it before the claim is won. A lost claim (or an error) closes it unused
-    as soon as it is open: nothing of this claimer stays in the member."""
-    stream = _open_early(provider, member)
+    as soon as it is open: nothing of this claimer stays in the member. Once won, the rename
+    runs beside the hello, and the info is made from what the listing and the marker say (the
+    hello proves the member runs)."""
+    labels = _claim_labels(member, spec)
+    stream = _background(
+        provider.open_stream_in, member.container_id, member.sandbox_id, timeout=CONNECT_S
+    )
     try:
-        won = take(provider, member, spec)
+        won = _take(provider, member, labels)
     except BaseException:
         _discard(stream)
         raise
     if not won:
         _discard(stream)
         return None
+    renamed = _background(_rename, provider, member)
     client: AgentClient | None = None
     try:
-        if _rename(provider, member):
-            info = provider.describe(member.sandbox_id)
-            opened = stream.result()
-            client = AgentClient(opened.sock, name=opened.name, codec=opened.codec)
-            client.hello(timeout=HELLO_TIMEOUT_S)
-            if info is not None and info.state == "running":
-                return Claim(info, client)
+        opened = stream.result()
+        client = AgentClient(opened.sock, name=opened.name, codec=opened.codec)
+        client.hello(timeout=HELLO_TIMEOUT_S)
+        info = _claimed_info(provider, member, labels) if renamed.result() else None
     except CubicleError as exc:
         log.warning("claimed member %s does not answer (%s); removing it", member.sandbox_id, exc)
+        info = None
     except BaseException:
-        _discard(stream)
-        if client is not None:
-            client.close()
-        provider.destroy(member.sandbox_id)
+        _give_up(provider, member, stream, client, renamed)
         raise
-    _discard(stream)
-    if client is not None:
-        client.close()
-    provider.destroy(member.sandbox_id)  # gone or broken (a drain removed it): our marker too
+    if info is not None and client is not None:
+        return Claim(info, client)
+    _give_up(provider, member, stream, client, renamed)  # gone (a drain removed it) or broken
     return None
 
 
-def _open_early(provider: DockerProvider, member: Member) -> Future[AgentStream]:
-    """The member's agent stream, being opened on a thread of its own (never joined here)."""
-    opener = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"claim-{member.sandbox_id}")
+def _give_up(
+    provider: DockerProvider,
+    member: Member,
+    stream: Future[AgentStream],
+    client: AgentClient | None,
+    renamed: Future[bool],
+) -> None:
+    """Close what a won claim opened and remove the member (it is ours; no one else's to use)."""
+    _discard(stream)
+    if client is not None:
+        client.close()
+    wait([renamed])
+    provider.destroy(member.sandbox_id)
+
+
+def _claimed_info(
+    provider: DockerProvider, member: Member, labels: dict[str, str]
+) -> SandboxInfo | None:
+    return guest_info(
+        member.labels,
+        name=guest_name(member.sandbox_id, ready=True),
+        state="running",
+        image=member.image,
+        engine=str(provider.engine_of(member.sandbox_id)),
+        described=f"pool member {member.container_id[:12]}",
+        claim=(f"claim marker of {member.sandbox_id}", labels),
+    )
+
+
+def _background(call: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+    """``call`` running on a thread of its own (never joined here: read the future)."""
+    worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cubicle-claim")
     try:
-        return opener.submit(
-            provider.open_stream_in, member.container_id, member.sandbox_id, timeout=CONNECT_S
-        )
+        return worker.submit(call, *args, **kwargs)
     finally:
-        opener.shutdown(wait=False)
+        worker.shutdown(wait=False)
 
 
 def _discard(stream: Future[AgentStream]) -> None:

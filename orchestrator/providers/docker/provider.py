@@ -131,10 +131,32 @@ def _info(
     """The sandbox of a guest container on ``engine`` (and of its warm-pool claim marker, if any:
     the claim's stamp counts, :mod:`orchestrator.pool.marks`), or None (with a warning naming it)
     if its labels do not parse."""
-    labels: dict[str, str] = container.labels
-    objects = [(_describe(container), labels)] + (
-        [(_describe(claim), claim.labels)] if claim else []
+    return guest_info(
+        container.labels,
+        name=str(container.name),
+        state=str(container.status),
+        image=str(container.attrs["Config"]["Image"]),
+        engine=engine,
+        described=_describe(container),
+        claim=(_describe(claim), claim.labels) if claim else None,
     )
+
+
+def guest_info(
+    labels: dict[str, str],
+    *,
+    name: str,
+    state: str,
+    image: str,
+    engine: str,
+    described: str,
+    claim: tuple[str, dict[str, str]] | None = None,
+) -> SandboxInfo | None:
+    """:func:`_info` from what a listing (or a claimer) already knows of the guest container —
+    its labels, name, state, image reference — and of its claim marker (how it is named in
+    warnings, its labels); None when the labels do not parse (with a warning naming
+    ``described``)."""
+    objects = [(described, labels)] + ([claim] if claim else [])
     stamp = marks.effective_stamps(objects, ID_PREFIX).get(labels.get(L.SANDBOX, ""))
     if stamp is None:
         return None
@@ -142,15 +164,11 @@ def _info(
         stamp,
         labels,
         provider=DockerProvider.name,
-        state=str(container.status),
-        ready=not str(container.name).endswith(CREATING_SUFFIX),
-        detail={
-            "container": str(container.name),
-            "image": str(container.attrs["Config"]["Image"]),
-            "engine": engine,
-        },
+        state=state,
+        ready=not name.endswith(CREATING_SUFFIX),
+        detail={"container": name, "image": image, "engine": engine},
     )
-    if claim is None and marks.is_member_name(str(container.name)):
+    if claim is None and marks.is_member_name(name):
         return dataclasses.replace(info, ownership="pool")
     return info
 
