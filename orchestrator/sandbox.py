@@ -93,6 +93,23 @@ def ready_client(
     closes it) instead of closing it."""
     last: BaseException | None = None
     for _ in poll(deadline, READY_POLL_S):
+        # the agent first (a starting sandbox's usually answers on the first try); only when it
+        # does not, whether the sandbox still runs
+        try:
+            client = provider.connect(sandbox_id, timeout=deadline.remaining(low=0.05, high=2.0))
+        except CubicleError as exc:
+            last = exc
+        else:
+            try:
+                client.hello(timeout=deadline.remaining(low=0.1, high=HELLO_TIMEOUT_S))
+                if not painted or _painted(client, deadline):
+                    return client
+            except CubicleError as exc:
+                last = exc
+            except BaseException:
+                client.close()
+                raise
+            client.close()
         info = provider.describe(sandbox_id)
         if info is None or info.state in STOPPED_STATES:
             state = "gone" if info is None else info.state
@@ -101,21 +118,6 @@ def ready_client(
                 sandbox_id,
                 f"sandbox {sandbox_id} stopped while starting (state: {state})",
             )
-        try:
-            client = provider.connect(sandbox_id, timeout=deadline.remaining(low=0.05, high=2.0))
-        except CubicleError as exc:
-            last = exc
-            continue
-        try:
-            client.hello(timeout=deadline.remaining(low=0.1, high=HELLO_TIMEOUT_S))
-            if not painted or _painted(client, deadline):
-                return client
-        except CubicleError as exc:
-            last = exc
-        except BaseException:
-            client.close()
-            raise
-        client.close()
     raise _start_error(
         provider,
         sandbox_id,

@@ -19,7 +19,6 @@ from guest.errors import CubicleError
 from orchestrator import labels as L
 from orchestrator import ownership
 from orchestrator.claims import Claim
-from orchestrator.errors import SandboxNotFound
 from orchestrator.pool import marks
 from orchestrator.provider import AgentStream, SandboxInfo, SandboxSpec
 from orchestrator.providers.docker.errors import map_docker_errors
@@ -67,12 +66,7 @@ class PoolMemberProvider(DockerProvider):
         with self.connect(sandbox_id, timeout=WARMUP_TIMEOUT_S) as client:
             client.hello(timeout=WARMUP_TIMEOUT_S)
             client.call("screenshot", {}, timeout=WARMUP_TIMEOUT_S)
-        container = self._guest(sandbox_id)
-        with map_docker_errors(f"parking {sandbox_id} in pool {self.key}"):
-            try:
-                container.rename(marks.member_name(sandbox_id, self.key))
-            except docker.errors.NotFound:
-                raise SandboxNotFound(f"Docker sandbox {sandbox_id} is gone") from None
+        self._rename_creating(sandbox_id, marks.member_name(sandbox_id, self.key))
 
 
 @dataclass(frozen=True)

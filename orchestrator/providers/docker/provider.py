@@ -51,6 +51,7 @@ import docker
 import docker.errors
 import docker.models.containers
 
+from guest.client import AgentConnectionError
 from guest.waiting import Deadline, poll
 from orchestrator import labels as L
 from orchestrator import ownership
@@ -201,6 +202,9 @@ class DockerProvider(Provider):
         self._client = client
         self._given = engine
         self._book = book or EngineBook()
+        self._guest_ids: dict[str, str] = {}
+        """Guest container ids of the sandboxes this instance created (container ids never
+        change): their connections need no look-up."""
 
     @property
     def _engine(self) -> Engine | None:
@@ -402,6 +406,7 @@ class DockerProvider(Provider):
                 )
                 container.start()
                 container.reload()
+            self._guest_ids[sandbox_id] = str(container.id)
             info = _info(container, str(engine))
             assert info is not None  # our own labels parse
             return info
@@ -418,10 +423,18 @@ class DockerProvider(Provider):
 
     def mark_ready(self, sandbox_id: str) -> None:
         """Rename the guest container ``cubicle-<id>-creating`` → ``cubicle-<id>`` (atomic)."""
-        container = self._guest(sandbox_id)
+        self._rename_creating(sandbox_id, guest_name(sandbox_id, ready=True))
+
+    def _rename_creating(self, sandbox_id: str, name: str) -> None:
+        """Rename the guest container ``cubicle-<id>-creating`` (by that name: one request) to
+        ``name``, the ready mark.
+
+        :raises SandboxNotFound: no such container (removed meanwhile).
+        """
+        _check_id(sandbox_id)
         with map_docker_errors(f"marking {sandbox_id} ready"):
             try:
-                container.rename(guest_name(sandbox_id, ready=True))
+                self.client_of(sandbox_id).api.rename(guest_name(sandbox_id, ready=False), name)
             except docker.errors.NotFound:
                 raise SandboxNotFound(f"Docker sandbox {sandbox_id} is gone") from None
 
@@ -436,6 +449,12 @@ class DockerProvider(Provider):
         for the agent to listen (a sandbox still starting) for most of ``timeout``, so that a
         caller's first request with the same deadline still hears why it gave up."""
         _check_id(sandbox_id)
+        known = self._guest_ids.get(sandbox_id)
+        if known is not None:
+            try:
+                return self.open_stream_in(known, sandbox_id, timeout=timeout)
+            except AgentConnectionError:
+                self._guest_ids.pop(sandbox_id, None)  # removed by someone else: look it up
         return self.open_stream_in(str(self._guest(sandbox_id).id), sandbox_id, timeout=timeout)
 
     def open_stream_in(self, container_id: str, sandbox_id: str, *, timeout: float) -> AgentStream:
@@ -494,6 +513,7 @@ class DockerProvider(Provider):
     def destroy(self, sandbox_id: str) -> None:
         """Run every per-sandbox clean-up step of :meth:`cleanup_steps` (idempotent)."""
         _check_id(sandbox_id)
+        self._guest_ids.pop(sandbox_id, None)
         for step in self.cleanup_steps():
             step(sandbox_id)
 
