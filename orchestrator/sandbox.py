@@ -157,7 +157,9 @@ class Sandbox:
         spare: AgentClient | None = None,
     ) -> None:
         """:param spare: an agent connection (hello done) the first :meth:`connect` hands out;
-        the sandbox closes it if nobody takes it (:meth:`close`, :meth:`destroy`, ``with``)."""
+        the sandbox closes it if nobody takes it (:meth:`close`, :meth:`destroy`, ``with``).
+        Until then it holds one bridge process in the guest (~4 MiB of the sandbox's
+        memory): a sandbox kept idle without ever connecting should :meth:`close` it."""
         self.provider = provider
         self.info = info
         self.id = info.id

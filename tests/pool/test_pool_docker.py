@@ -241,6 +241,20 @@ def test_gc_takes_a_claimed_sandbox_once_its_claimer_is_gone(
     assert not leftovers(engine, {L.SANDBOX: claimed}), gc.stdout + gc.stderr
 
 
+def _python(code: str, *args: str) -> str:
+    """Run ``code`` in a new interpreter with ``args``; its stdout (it must succeed)."""
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 HALF_CLAIM = """
 import sys
 from orchestrator.pool import docker_pool
@@ -259,15 +273,7 @@ def test_a_claimer_gone_between_marker_and_rename_leaves_nothing_to_claim_and_gc
     spec = pools.spec()
     record = pools.fill(spec, 1)
     (member,) = docker_pool.members(pools.provider, record.key)
-    done = subprocess.run(
-        [sys.executable, "-c", HALF_CLAIM, record.key, member.sandbox_id],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    _python(HALF_CLAIM, record.key, member.sandbox_id)
     info = pools.provider.describe(member.sandbox_id)
     assert info is not None and info.ownership == "owned", "the marker's stamp must count"
     assert not docker_pool.take(pools.provider, member, spec), "a claimed member was taken again"
@@ -294,16 +300,7 @@ def test_a_fresh_interpreter_that_never_imported_the_pool_claims(pools: Pools) -
     spec = pools.spec()
     record = pools.fill(spec, 1)
     (member,) = docker_pool.members(pools.provider, record.key)
-    done = subprocess.run(
-        [sys.executable, "-c", FRESH_CREATE, *map(str, spec.screen)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    sandbox_id, claimed = done.stdout.split()
+    sandbox_id, claimed = _python(FRESH_CREATE, *map(str, spec.screen)).split()
     pools.ids.add(sandbox_id)
     assert (sandbox_id, claimed) == (member.sandbox_id, "True")
 
