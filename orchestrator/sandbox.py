@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import io
 import signal
-import time
+import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from types import FrameType, TracebackType
@@ -63,9 +63,9 @@ PAINT_POLL_S = 0.2
 STOPPED_STATES = frozenset({"exited", "dead", "removing", "crashed"})
 """``SandboxInfo.state`` values that mean the guest will never answer."""
 REMOVED_HINT = "the sandbox was removed; the log tail above shows the guest's last words"
-SPARE_MAX_AGE_S = 60.0
-"""A connection opened by :meth:`Sandbox.create` is handed out by the first :meth:`Sandbox.connect`
-within this many seconds; later it is closed and a new one opened (the agent may have restarted)."""
+SPARE_CHECK_S = 2.0
+"""Most seconds :meth:`Sandbox.connect` waits for the hello that checks the connection
+:meth:`Sandbox.create` kept before handing it out."""
 
 
 def wait_ready(
@@ -167,7 +167,7 @@ class Sandbox:
         self._destroyed = False
         self._owned = owned
         self._spare = spare
-        self._spare_since = time.monotonic()
+        self._spare_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return (
@@ -250,7 +250,8 @@ class Sandbox:
         try:
             client = ready_client(provider, info.id, deadline=deadline)
             if provider.concurrent_connections:
-                sandbox._spare, sandbox._spare_since = client, time.monotonic()
+                with sandbox._spare_lock:
+                    sandbox._spare = client
             else:  # its one channel must stay free for the caller's connections
                 client.close()
             provider.mark_ready(info.id)
@@ -291,14 +292,20 @@ class Sandbox:
     def connect(self, timeout: float = 10.0) -> AgentClient:
         """A new agent connection with ``hello`` done. The caller closes it.
 
-        The first call after :meth:`create` returns the connection ``create`` opened (at most
-        :data:`SPARE_MAX_AGE_S` old): no new ``docker exec``, the first screenshot is one
-        request away."""
-        spare, self._spare = self._spare, None
+        The first call after :meth:`create` returns the connection ``create`` opened, once a
+        ``hello`` on it succeeds again (one round trip: the sandbox may have been removed or its
+        agent restarted since): no new ``docker exec``, the first screenshot is one request
+        away. Otherwise it is closed and a new connection opened."""
+        spare = self._take_spare()
         if spare is not None:
-            if time.monotonic() - self._spare_since <= SPARE_MAX_AGE_S:
+            try:
+                spare.hello(timeout=min(timeout, SPARE_CHECK_S))
                 return spare
-            spare.close()
+            except CubicleError:
+                spare.close()
+            except BaseException:
+                spare.close()
+                raise
         client = self.provider.connect(self.id, timeout=timeout)
         try:
             client.hello(timeout=timeout)
@@ -308,8 +315,12 @@ class Sandbox:
         return client
 
     async def connect_async(self, timeout: float = 10.0) -> AsyncAgentClient:
-        """:meth:`connect` for anyio (``AsyncGuestDriver.open(client)``). The caller closes it."""
+        """:meth:`connect` for anyio (``AsyncGuestDriver.open(client)``). The caller closes it.
+
+        Always a new connection; the one ``create`` kept (blocking) is closed first, unused."""
         import anyio  # noqa: PLC0415 — the async stack is loaded only by async callers
+
+        self.close()
 
         client = await self.provider.connect_async(self.id, timeout=timeout)
         try:
@@ -346,9 +357,18 @@ class Sandbox:
     def close(self) -> None:
         """Close the connection :meth:`create` kept for the first :meth:`connect`, if nobody
         took it; the sandbox stays. Idempotent (``destroy`` and leaving ``with`` do it too)."""
-        spare, self._spare = getattr(self, "_spare", None), None
+        spare = self._take_spare()
         if spare is not None:
             spare.close()
+
+    def _take_spare(self) -> AgentClient | None:
+        """The kept connection, now the caller's (once: any thread)."""
+        lock = getattr(self, "_spare_lock", None)  # None: __init__ did not finish (__del__)
+        if lock is None:
+            return None
+        with lock:
+            spare, self._spare = self._spare, None
+        return spare
 
     def destroy(self) -> None:
         """Remove the sandbox and everything created for it. Idempotent."""
