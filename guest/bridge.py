@@ -35,7 +35,9 @@ __all__ = ["main"]
 # connection starts this module
 
 CHUNK = 256 * 1024
-RETRY_S = 0.05
+RETRY_S = 0.01
+"""Pause between two connection attempts while the agent starts: a connect() to a socket not
+yet there costs microseconds, and a sandbox's first hello waits on this."""
 EXIT_UNREACHABLE = 3
 
 

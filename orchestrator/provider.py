@@ -220,6 +220,10 @@ class Provider(abc.ABC):
     """A sandbox backend. Instances are cheap; connections to the engine are made lazily."""
 
     name: ClassVar[str]
+    concurrent_connections: ClassVar[bool] = False
+    """Whether the agent takes several connections at once (Docker: each is its own exec; a VM's
+    channel takes one at a time). Only then does :class:`orchestrator.sandbox.Sandbox` keep the
+    connection its creation opened for the first ``connect()``."""
 
     @abc.abstractmethod
     def doctor(self) -> list[DoctorCheck]:

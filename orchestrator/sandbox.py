@@ -10,9 +10,11 @@ Ownership: :meth:`Sandbox.create` returns a ready sandbox owned by the caller, w
 (``destroy()``, leaving the ``with`` block, or SIGINT/SIGTERM under :func:`teardown_on_signals`).
 If it never becomes ready, everything it created is removed before
 :class:`~orchestrator.errors.SandboxStartError` (with the guest's log tail) is raised. A sandbox
-holds no agent connection: every call opens its own (a VM channel accepts one at a time), and
-:meth:`Sandbox.connect` (or :meth:`Sandbox.connect_async`) hands the caller one to keep — the
-way to drive it::
+holds no agent connection of its own: every call opens one (a VM channel accepts one at a
+time), and :meth:`Sandbox.connect` (or :meth:`Sandbox.connect_async`) hands the caller one to
+keep — the way to drive it. The one exception saves a start-up round: on a backend whose agent
+takes several connections at once (Docker), the connection ``create`` opened to see the agent
+ready (or a warm-pool claim opened) is kept and is what the first ``connect()`` returns::
 
     with Sandbox.create() as sandbox, sandbox.connect() as agent:
         driver = GuestDriver(agent, viewport=Viewport.fit(1024, 640))
@@ -23,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import io
 import signal
+import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from types import FrameType, TracebackType
@@ -33,6 +36,7 @@ from PIL import Image
 from guest.client import AgentClient
 from guest.errors import CubicleError
 from guest.waiting import Deadline, poll
+from orchestrator import claims
 from orchestrator.errors import ConfigError, SandboxNotFound, SandboxStartError
 from orchestrator.network import NetworkPolicy
 from orchestrator.provider import (
@@ -48,7 +52,7 @@ from orchestrator.providers import backend_of, get_provider
 if TYPE_CHECKING:
     from drivers.async_client import AsyncAgentClient
 
-__all__ = ["Sandbox", "SignalGuard", "teardown_on_signals", "wait_ready"]
+__all__ = ["Sandbox", "SignalGuard", "ready_client", "teardown_on_signals", "wait_ready"]
 
 HELLO_TIMEOUT_S = 5.0
 LOG_TAIL_LINES = 40
@@ -59,6 +63,9 @@ PAINT_POLL_S = 0.2
 STOPPED_STATES = frozenset({"exited", "dead", "removing", "crashed"})
 """``SandboxInfo.state`` values that mean the guest will never answer."""
 REMOVED_HINT = "the sandbox was removed; the log tail above shows the guest's last words"
+SPARE_CHECK_S = 2.0
+"""Most seconds :meth:`Sandbox.connect` waits for the hello that checks the connection
+:meth:`Sandbox.create` kept before handing it out."""
 
 
 def wait_ready(
@@ -75,8 +82,34 @@ def wait_ready(
         guest's log tail and the last connection error). Nothing is removed here.
     """
     deadline = timeout if isinstance(timeout, Deadline) else Deadline(timeout)
+    with ready_client(provider, sandbox_id, deadline=deadline, painted=painted):
+        return deadline.elapsed()
+
+
+def ready_client(
+    provider: Provider, sandbox_id: str, *, deadline: Deadline, painted: bool = False
+) -> AgentClient:
+    """:func:`wait_ready`, returning the connection whose ``hello`` succeeded (the caller
+    closes it) instead of closing it."""
     last: BaseException | None = None
     for _ in poll(deadline, READY_POLL_S):
+        # the agent first (a starting sandbox's usually answers on the first try); only when it
+        # does not, whether the sandbox still runs
+        try:
+            client = provider.connect(sandbox_id, timeout=deadline.remaining(low=0.05, high=2.0))
+        except CubicleError as exc:
+            last = exc
+        else:
+            try:
+                client.hello(timeout=deadline.remaining(low=0.1, high=HELLO_TIMEOUT_S))
+                if not painted or _painted(client, deadline):
+                    return client
+            except CubicleError as exc:
+                last = exc
+            except BaseException:
+                client.close()
+                raise
+            client.close()
         info = provider.describe(sandbox_id)
         if info is None or info.state in STOPPED_STATES:
             state = "gone" if info is None else info.state
@@ -85,15 +118,6 @@ def wait_ready(
                 sandbox_id,
                 f"sandbox {sandbox_id} stopped while starting (state: {state})",
             )
-        try:
-            with provider.connect(
-                sandbox_id, timeout=deadline.remaining(low=0.05, high=2.0)
-            ) as client:
-                client.hello(timeout=deadline.remaining(low=0.1, high=HELLO_TIMEOUT_S))
-                if not painted or _painted(client, deadline):
-                    return deadline.elapsed()
-        except CubicleError as exc:
-            last = exc
     raise _start_error(
         provider,
         sandbox_id,
@@ -124,13 +148,26 @@ def _start_error(provider: Provider, sandbox_id: str, message: str) -> SandboxSt
 class Sandbox:
     """One running sandbox. Create with :meth:`create`, or :meth:`attach` to an existing id."""
 
-    def __init__(self, provider: Provider, info: SandboxInfo, *, owned: bool = True) -> None:
+    def __init__(
+        self,
+        provider: Provider,
+        info: SandboxInfo,
+        *,
+        owned: bool = True,
+        spare: AgentClient | None = None,
+    ) -> None:
+        """:param spare: an agent connection (hello done) the first :meth:`connect` hands out;
+        the sandbox closes it if nobody takes it (:meth:`close`, :meth:`destroy`, ``with``).
+        Until then it holds one bridge process in the guest (~4 MiB of the sandbox's
+        memory): a sandbox kept idle without ever connecting should :meth:`close` it."""
         self.provider = provider
         self.info = info
         self.id = info.id
         self.backend = provider.name
         self._destroyed = False
         self._owned = owned
+        self._spare = spare
+        self._spare_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return (
@@ -167,7 +204,8 @@ class Sandbox:
         :param spec: a full :class:`SandboxSpec`, instead of network/screen/ttl_s/detached/cpus
             (passing one of those too is a :class:`ConfigError`).
         :param pool: claim a ready member of a warm pool of this shape when one exists
-            (:mod:`orchestrator.pool`; returns in milliseconds); ``False``: always start one.
+            (:mod:`orchestrator.pool`, asked through :mod:`orchestrator.claims`: no import of the
+            pool needed; returns in milliseconds); ``False``: always start one.
         :param provider: the provider to use instead of ``backend``'s (the pool filler's).
         :raises SandboxStartError: not ready in time; everything created is removed first.
         :raises ConfigError, EngineUnavailable, ImageMissing: before anything is created.
@@ -199,17 +237,23 @@ class Sandbox:
         say = progress or (lambda _line: None)
         deadline = Deadline(ready_timeout_s)
         if pool:
-            from orchestrator.pool.claim import claim  # noqa: PLC0415 — the pool hook
-
-            claimed = claim(provider, spec)
-            if claimed is not None:
-                say(f"{claimed.id}: claimed from a warm pool")
-                return cls(provider, claimed, owned=not spec.detached)
+            for claimer in claims.claimers():
+                claimed = claimer(provider, spec)
+                if claimed is not None:
+                    say(f"{claimed.info.id}: claimed from a warm pool")
+                    return cls(
+                        provider, claimed.info, owned=not spec.detached, spare=claimed.client
+                    )
         info = provider.create(spec)
         sandbox = cls(provider, info, owned=not spec.detached)
         say(f"{info.id}: started; waiting for the agent (up to {ready_timeout_s:.0f} s)")
         try:
-            wait_ready(provider, info.id, timeout=deadline)
+            client = ready_client(provider, info.id, deadline=deadline)
+            if provider.concurrent_connections:
+                with sandbox._spare_lock:
+                    sandbox._spare = client
+            else:  # its one channel must stay free for the caller's connections
+                client.close()
             provider.mark_ready(info.id)
             sandbox.info = provider.describe(info.id) or info
         except SandboxStartError as exc:
@@ -246,7 +290,22 @@ class Sandbox:
     # -- use ---------------------------------------------------------------------------------
 
     def connect(self, timeout: float = 10.0) -> AgentClient:
-        """A new agent connection with ``hello`` done. The caller closes it."""
+        """A new agent connection with ``hello`` done. The caller closes it.
+
+        The first call after :meth:`create` returns the connection ``create`` opened, once a
+        ``hello`` on it succeeds again (one round trip: the sandbox may have been removed or its
+        agent restarted since): no new ``docker exec``, the first screenshot is one request
+        away. Otherwise it is closed and a new connection opened."""
+        spare = self._take_spare()
+        if spare is not None:
+            try:
+                spare.hello(timeout=min(timeout, SPARE_CHECK_S))
+                return spare
+            except CubicleError:
+                spare.close()
+            except BaseException:
+                spare.close()
+                raise
         client = self.provider.connect(self.id, timeout=timeout)
         try:
             client.hello(timeout=timeout)
@@ -256,8 +315,12 @@ class Sandbox:
         return client
 
     async def connect_async(self, timeout: float = 10.0) -> AsyncAgentClient:
-        """:meth:`connect` for anyio (``AsyncGuestDriver.open(client)``). The caller closes it."""
+        """:meth:`connect` for anyio (``AsyncGuestDriver.open(client)``). The caller closes it.
+
+        Always a new connection; the one ``create`` kept (blocking) is closed first, unused."""
         import anyio  # noqa: PLC0415 — the async stack is loaded only by async callers
+
+        self.close()
 
         client = await self.provider.connect_async(self.id, timeout=timeout)
         try:
@@ -291,8 +354,25 @@ class Sandbox:
 
     # -- teardown ----------------------------------------------------------------------------
 
+    def close(self) -> None:
+        """Close the connection :meth:`create` kept for the first :meth:`connect`, if nobody
+        took it; the sandbox stays. Idempotent (``destroy`` and leaving ``with`` do it too)."""
+        spare = self._take_spare()
+        if spare is not None:
+            spare.close()
+
+    def _take_spare(self) -> AgentClient | None:
+        """The kept connection, now the caller's (once: any thread)."""
+        lock = getattr(self, "_spare_lock", None)  # None: __init__ did not finish (__del__)
+        if lock is None:
+            return None
+        with lock:
+            spare, self._spare = self._spare, None
+        return spare
+
     def destroy(self) -> None:
         """Remove the sandbox and everything created for it. Idempotent."""
+        self.close()
         if self._destroyed:
             return
         self._destroyed = True
@@ -309,8 +389,11 @@ class Sandbox:
     ) -> None:
         if self._owned:
             self.destroy()
+        else:
+            self.close()
 
     def __del__(self) -> None:
+        self.close()
         if getattr(self, "_owned", False) and not getattr(self, "_destroyed", True):
             warnings.warn(f"unclosed {self!r}", ResourceWarning, stacklevel=1)
 

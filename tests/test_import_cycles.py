@@ -16,18 +16,7 @@ from orchestrator.tasks import shipped_tasks
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("orchestrator", "drivers", "guest")
-KNOWN_CYCLES: list[set[str]] = [
-    # issue 19's claim hook (on main after this test was written): Sandbox.create imports
-    # orchestrator.pool.claim lazily while the pool's fill/refill create Sandboxes. Follow-up for
-    # the lead: the pool registers its claimer with Sandbox (or Sandbox.create takes one), so
-    # sandbox.py imports nothing of the pool; then delete this entry.
-    {
-        "orchestrator.pool.claim",
-        "orchestrator.pool.fill",
-        "orchestrator.pool.refill",
-        "orchestrator.sandbox",
-    },
-]
+KNOWN_CYCLES: list[set[str]] = []
 """Cycles tolerated for now, each with the follow-up that removes it."""
 
 

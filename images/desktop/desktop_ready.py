@@ -1,4 +1,5 @@
-"""Wait until a piece of the guest desktop is up: ``python desktop_ready.py wm|panel [TIMEOUT_S]``.
+"""Wait until a piece of the guest desktop is up: ``python desktop_ready.py wm|panel [TIMEOUT_S]``
+(or ``wm panel``: both in turn, each announced on stdout; see :func:`main`).
 
 Run by the Docker supervisor and the VM's init, which start the desktop in this order:
 
@@ -25,7 +26,7 @@ from pathlib import Path
 from Xlib import X, display, error
 
 TINT2RC = Path("/etc/xdg/tint2/tint2rc")
-POLL_S = 0.02
+POLL_S = 0.01
 
 
 def panel_colour(config: Path = TINT2RC) -> tuple[int, int, int]:
@@ -57,28 +58,21 @@ def wm_running(dpy: display.Display) -> bool:
     return True
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) not in (2, 3) or argv[1] not in ("wm", "panel"):
-        print("usage: desktop_ready.py wm|panel [TIMEOUT_S]", file=sys.stderr)
-        return 2
-    what = argv[1]
-    timeout_s = float(argv[2]) if len(argv) > 2 else 10.0
+def wait_for(dpy: display.Display, what: str, timeout_s: float) -> bool:
+    """Poll until ``what`` (``wm`` or ``panel``) is up; False (with a line on stderr) after
+    ``timeout_s`` seconds."""
     wanted = panel_colour() if what == "panel" else None
-    dpy = display.Display()
     deadline = time.monotonic() + timeout_s
     seen = (0, 0, 0)
-    try:
-        while time.monotonic() < deadline:
-            if wanted is None:
-                if wm_running(dpy):
-                    return 0
-            else:
-                seen = corner_pixel(dpy)
-                if seen == wanted:
-                    return 0
-            time.sleep(POLL_S)
-    finally:
-        dpy.close()
+    while time.monotonic() < deadline:
+        if wanted is None:
+            if wm_running(dpy):
+                return True
+        else:
+            seen = corner_pixel(dpy)
+            if seen == wanted:
+                return True
+        time.sleep(POLL_S)
     if wanted is None:
         print(f"desktop_ready: no window manager within {timeout_s:.0f} s", file=sys.stderr)
     else:
@@ -87,7 +81,35 @@ def main(argv: list[str]) -> int:
             f"(corner pixel {seen}, panel colour {wanted})",
             file=sys.stderr,
         )
-    return 1
+    return False
+
+
+def main(argv: list[str]) -> int:
+    """``wm|panel [TIMEOUT_S]``, or ``wm panel [TIMEOUT_S]``: both in turn in one process (the
+    Docker supervisor's way: one start-up instead of two), each at most ``TIMEOUT_S`` and each
+    announced on stdout as ``<what> ready`` or ``<what> late`` when its wait ends, so the caller
+    starts the panel once the window manager runs."""
+    args = argv[1:]
+    timeout_s = 10.0
+    if args and args[-1] not in ("wm", "panel"):
+        try:
+            timeout_s = float(args.pop())
+        except ValueError:
+            args = []
+    if args not in (["wm"], ["panel"], ["wm", "panel"]):
+        print("usage: desktop_ready.py wm|panel|'wm panel' [TIMEOUT_S]", file=sys.stderr)
+        return 2
+    dpy = display.Display()
+    ready = True
+    try:
+        for what in args:
+            ok = wait_for(dpy, what, timeout_s)
+            ready = ready and ok
+            if len(args) > 1:
+                print(f"{what} {'ready' if ok else 'late'}", flush=True)
+    finally:
+        dpy.close()
+    return 0 if ready else 1
 
 
 if __name__ == "__main__":

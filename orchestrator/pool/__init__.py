@@ -23,6 +23,7 @@ How it stays safe (:mod:`orchestrator.ownership` is the one rule):
 
 Modules: :mod:`.marks` (names and stamps on the engine), :mod:`.registry` (pool records on the
 host), :mod:`.docker_pool` (members on Docker), :mod:`.fill` (making members), :mod:`.refill`
-(the background process), :mod:`.claim` (the hook of ``Sandbox.create``), :mod:`.cli`.
+(the background process), :mod:`.claim` (the claimer :mod:`orchestrator.claims` loads by name
+for ``Sandbox.create``: ``orchestrator.sandbox`` imports nothing of this package), :mod:`.cli`.
 This package's ``__init__`` imports nothing: providers import :mod:`.marks` without a cycle.
 """

@@ -1,5 +1,6 @@
-"""The hook of :meth:`orchestrator.sandbox.Sandbox.create`: claim a ready member of a matching
-pool, or answer None (then ``create`` starts a sandbox as before).
+"""The warm pools' claimer (:mod:`orchestrator.claims`, which names it in its ``PLUGINS``):
+:meth:`orchestrator.sandbox.Sandbox.create` asks it for a ready member of a matching pool; None
+means ``create`` starts a sandbox as before.
 
 Cost when no pool exists: one directory read (:func:`orchestrator.pool.registry.has_pools`).
 """
@@ -8,8 +9,9 @@ from __future__ import annotations
 
 import time
 
+from orchestrator.claims import Claim
 from orchestrator.pool import registry
-from orchestrator.provider import Provider, SandboxInfo, SandboxSpec
+from orchestrator.provider import Provider, SandboxSpec
 
 __all__ = ["claim", "engine_of", "shape_for"]
 
@@ -27,10 +29,10 @@ def shape_for(provider: Provider, spec: SandboxSpec) -> registry.PoolShape:
     return registry.PoolShape.of(provider.name, engine_of(provider), str(image), spec)
 
 
-def claim(provider: Provider, spec: SandboxSpec) -> SandboxInfo | None:
+def claim(provider: Provider, spec: SandboxSpec) -> Claim | None:
     """A claimed member for ``spec`` (now owned per ``spec``: its lifetime and ttl), or None:
     no matching pool, or none of its members ready. Either way after a match the pool's
-    refiller is asked to top it up."""
+    refiller is asked to top it up. (A :data:`orchestrator.claims.Claimer`.)"""
     if not registry.has_pools():
         return None
     from orchestrator.pool import docker_pool, refill  # noqa: PLC0415 — only with pools
@@ -41,6 +43,6 @@ def claim(provider: Provider, spec: SandboxSpec) -> SandboxInfo | None:
     record = registry.read(shape_for(provider, spec).key)
     if record is None or record.expires_at < time.time() + docker_pool.CLAIM_MARGIN_S:
         return None
-    info = docker_pool.claim(provider, record.key, spec)
+    claimed = docker_pool.claim(provider, record.key, spec)
     refill.request(record.key)
-    return info
+    return claimed

@@ -4,27 +4,51 @@ atomic claim and the drain (:mod:`orchestrator.pool.marks` for the names).
 
 from __future__ import annotations
 
+import logging
 import random
 import time
-from dataclasses import dataclass
-from typing import Any, Final
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeVar
 
 import docker.errors
 
+from guest.client import AgentClient
+from guest.errors import CubicleError
 from orchestrator import labels as L
 from orchestrator import ownership
-from orchestrator.errors import SandboxNotFound
+from orchestrator.claims import Claim
 from orchestrator.pool import marks
-from orchestrator.provider import SandboxInfo, SandboxSpec
+from orchestrator.provider import AgentStream, SandboxInfo, SandboxSpec
 from orchestrator.providers.docker.errors import map_docker_errors
-from orchestrator.providers.docker.provider import CREATING_SUFFIX, DockerProvider, guest_name
+from orchestrator.providers.docker.provider import (
+    CREATING_SUFFIX,
+    DockerProvider,
+    guest_info,
+    guest_name,
+)
 
-__all__ = ["CLAIM_MARGIN_S", "Member", "PoolMemberProvider", "claim", "members", "take"]
+__all__ = [
+    "CLAIM_MARGIN_S",
+    "Member",
+    "PoolMemberProvider",
+    "claim",
+    "claim_member",
+    "members",
+    "take",
+]
 
 CLAIM_MARGIN_S: Final = 60.0
 """A member this close to its expiry is never claimed (so ``gc``, which takes it once expired,
 cannot race a claim)."""
 WARMUP_TIMEOUT_S: Final = 30.0
+CONNECT_S: Final = 10.0
+"""How long a claimed member's bridge waits for its agent (a ready member's listens already)."""
+HELLO_TIMEOUT_S: Final = 10.0
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class PoolMemberProvider(DockerProvider):
@@ -42,12 +66,7 @@ class PoolMemberProvider(DockerProvider):
         with self.connect(sandbox_id, timeout=WARMUP_TIMEOUT_S) as client:
             client.hello(timeout=WARMUP_TIMEOUT_S)
             client.call("screenshot", {}, timeout=WARMUP_TIMEOUT_S)
-        container = self._guest(sandbox_id)
-        with map_docker_errors(f"parking {sandbox_id} in pool {self.key}"):
-            try:
-                container.rename(marks.member_name(sandbox_id, self.key))
-            except docker.errors.NotFound:
-                raise SandboxNotFound(f"Docker sandbox {sandbox_id} is gone") from None
+        self._rename_creating(sandbox_id, marks.member_name(sandbox_id, self.key))
 
 
 @dataclass(frozen=True)
@@ -60,6 +79,9 @@ class Member:
     state: str
     expires_at: float
     owner: L.Owner
+    labels: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    image: str = ""
+    """The image reference it was created from (``cubicle ls`` shows it)."""
 
 
 def members(provider: DockerProvider, key: str | None = None) -> list[Member]:
@@ -112,6 +134,8 @@ def _member(row: dict[str, Any]) -> Member | None:
         state=str(row["State"]),
         expires_at=stamp.expires_at,
         owner=stamp.owner,
+        labels=dict(row["Labels"]),
+        image=str(row["Image"]),
     )
 
 
@@ -119,7 +143,11 @@ def take(provider: DockerProvider, member: Member, spec: SandboxSpec) -> bool:
     """The atomic claim: create ``member``'s claim marker, labelled with this process's stamp
     for ``spec`` (lifetime, ttl). False when another process claimed it first (the name is taken).
     """
-    labels = L.create_labels(
+    return _take(provider, member, _claim_labels(member, spec))
+
+
+def _claim_labels(member: Member, spec: SandboxSpec) -> dict[str, str]:
+    return L.create_labels(
         member.sandbox_id,
         "claim",
         owner=L.Owner.current(),
@@ -128,6 +156,9 @@ def take(provider: DockerProvider, member: Member, spec: SandboxSpec) -> bool:
         network=str(spec.network),
         screen=spec.screen,
     )
+
+
+def _take(provider: DockerProvider, member: Member, labels: dict[str, str]) -> bool:
     api = provider.client.api
     with map_docker_errors(f"claiming {member.sandbox_id}"):
         try:
@@ -146,10 +177,11 @@ def take(provider: DockerProvider, member: Member, spec: SandboxSpec) -> bool:
     return True
 
 
-def claim(provider: DockerProvider, key: str, spec: SandboxSpec) -> SandboxInfo | None:
-    """Claim a ready member of pool ``key`` for ``spec`` (its ttl and lifetime), or None when
-    there is none. Two concurrent claims never get the same member (:func:`take`). The member
-    is then renamed ``cubicle-<id>`` (cosmetic: the marker is the claim)."""
+def claim(provider: DockerProvider, key: str, spec: SandboxSpec) -> Claim | None:
+    """Claim a ready member of pool ``key`` for ``spec`` (its ttl and lifetime), with an agent
+    connection (hello done), or None when there is none. Two concurrent claims never get the
+    same member (:func:`take`). The member is then renamed ``cubicle-<id>`` (cosmetic: the
+    marker is the claim)."""
     now = time.time()
     candidates = [
         m
@@ -158,16 +190,100 @@ def claim(provider: DockerProvider, key: str, spec: SandboxSpec) -> SandboxInfo 
     ]
     random.shuffle(candidates)  # concurrent claimers rarely collide
     for member in candidates:
-        if not take(provider, member, spec):
-            continue
-        if not _rename(provider, member):
-            provider.destroy(member.sandbox_id)  # removed meanwhile (a drain): our marker too
-            continue
-        info = provider.describe(member.sandbox_id)
-        if info is not None and info.state == "running":
-            return info
-        provider.destroy(member.sandbox_id)
+        claimed = claim_member(provider, member, spec)
+        if claimed is not None:
+            return claimed
     return None
+
+
+def claim_member(provider: DockerProvider, member: Member, spec: SandboxSpec) -> Claim | None:
+    """Claim ``member`` (:func:`take`) and connect to its agent, or None: another claimer won,
+    or the member is gone or broken (then removed: it is ours, and no one else's to use).
+
+    The agent connection (a ``docker exec`` of the bridge, the slowest step) is opened on a
+    thread while the marker is created; the bridge touches the agent only once spoken to, and
+    nothing is said on it before the claim is won. A lost claim (or an error) closes it unused
+    as soon as it is open: nothing of this claimer stays in the member. Once won, the rename
+    runs beside the hello, and the info is made from what the listing and the marker say (the
+    hello proves the member runs)."""
+    labels = _claim_labels(member, spec)
+    stream = _background(
+        provider.open_stream_in, member.container_id, member.sandbox_id, timeout=CONNECT_S
+    )
+    try:
+        won = _take(provider, member, labels)
+    except BaseException:
+        _discard(stream)
+        raise
+    if not won:
+        _discard(stream)
+        return None
+    renamed = _background(_rename, provider, member)
+    client: AgentClient | None = None
+    try:
+        opened = stream.result()
+        client = AgentClient(opened.sock, name=opened.name, codec=opened.codec)
+        client.hello(timeout=HELLO_TIMEOUT_S)
+        info = _claimed_info(provider, member, labels) if renamed.result() else None
+    except CubicleError as exc:
+        log.warning("claimed member %s does not answer (%s); removing it", member.sandbox_id, exc)
+        info = None
+    except BaseException:
+        _give_up(provider, member, stream, client, renamed)
+        raise
+    if info is not None and client is not None:
+        return Claim(info, client)
+    _give_up(provider, member, stream, client, renamed)  # gone (a drain removed it) or broken
+    return None
+
+
+def _give_up(
+    provider: DockerProvider,
+    member: Member,
+    stream: Future[AgentStream],
+    client: AgentClient | None,
+    renamed: Future[bool],
+) -> None:
+    """Close what a won claim opened and remove the member (it is ours; no one else's to use)."""
+    _discard(stream)
+    if client is not None:
+        client.close()
+    wait([renamed])
+    provider.destroy(member.sandbox_id)
+
+
+def _claimed_info(
+    provider: DockerProvider, member: Member, labels: dict[str, str]
+) -> SandboxInfo | None:
+    return guest_info(
+        member.labels,
+        name=guest_name(member.sandbox_id, ready=True),
+        state="running",
+        image=member.image,
+        engine=str(provider.engine_of(member.sandbox_id)),
+        described=f"pool member {member.container_id[:12]}",
+        claim=(f"claim marker of {member.sandbox_id}", labels),
+    )
+
+
+def _background(call: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+    """``call`` running on a thread of its own (never joined here: read the future)."""
+    worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cubicle-claim")
+    try:
+        return worker.submit(call, *args, **kwargs)
+    finally:
+        worker.shutdown(wait=False)
+
+
+def _discard(stream: Future[AgentStream]) -> None:
+    """Close ``stream``'s socket once it is open (now, or when the opener finishes), unused;
+    an opener that failed leaves nothing to close."""
+
+    def close(done: Future[AgentStream]) -> None:
+        if not done.cancelled() and done.exception() is None:
+            done.result().sock.close()
+
+    stream.add_done_callback(close)
 
 
 def _rename(provider: DockerProvider, member: Member) -> bool:

@@ -54,6 +54,7 @@ def _make_one(record: PoolRecord, ready_timeout_s: float) -> str | None:
     sandbox = Sandbox.create(
         spec=member_spec(record), provider=provider, pool=False, ready_timeout_s=ready_timeout_s
     )
+    sandbox.close()  # its first connection is the claimer's to open
     if registry.read(record.key) is None:
         sandbox.destroy()
         return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -11,8 +12,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import docker
+import docker.errors
 import pytest
 
+from guest.waiting import Deadline, poll
 from orchestrator import labels as L
 from orchestrator.pool import docker_pool, fill, marks, refill, registry
 from orchestrator.pool.registry import PoolRecord
@@ -238,6 +241,20 @@ def test_gc_takes_a_claimed_sandbox_once_its_claimer_is_gone(
     assert not leftovers(engine, {L.SANDBOX: claimed}), gc.stdout + gc.stderr
 
 
+def _python(code: str, *args: str) -> str:
+    """Run ``code`` in a new interpreter with ``args``; its stdout (it must succeed)."""
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 HALF_CLAIM = """
 import sys
 from orchestrator.pool import docker_pool
@@ -256,15 +273,7 @@ def test_a_claimer_gone_between_marker_and_rename_leaves_nothing_to_claim_and_gc
     spec = pools.spec()
     record = pools.fill(spec, 1)
     (member,) = docker_pool.members(pools.provider, record.key)
-    done = subprocess.run(
-        [sys.executable, "-c", HALF_CLAIM, record.key, member.sandbox_id],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    _python(HALF_CLAIM, record.key, member.sandbox_id)
     info = pools.provider.describe(member.sandbox_id)
     assert info is not None and info.ownership == "owned", "the marker's stamp must count"
     assert not docker_pool.take(pools.provider, member, spec), "a claimed member was taken again"
@@ -273,3 +282,92 @@ def test_a_claimer_gone_between_marker_and_rename_leaves_nothing_to_claim_and_gc
         assert other.id != member.sandbox_id
     cli("gc")
     assert not leftovers(engine, {L.SANDBOX: member.sandbox_id})
+
+
+FRESH_CREATE = """
+import sys
+from orchestrator.provider import SandboxSpec
+from orchestrator.sandbox import Sandbox
+assert not [m for m in sys.modules if m.startswith("orchestrator.pool")], "the pool is loaded"
+said = []
+spec = SandboxSpec(screen=(int(sys.argv[1]), int(sys.argv[2])), ttl_s=900)
+with Sandbox.create(spec=spec, progress=said.append) as sandbox:
+    print(sandbox.id, any("claimed from a warm pool" in line for line in said))
+"""
+
+
+def test_a_fresh_interpreter_that_never_imported_the_pool_claims(pools: Pools) -> None:
+    spec = pools.spec()
+    record = pools.fill(spec, 1)
+    (member,) = docker_pool.members(pools.provider, record.key)
+    sandbox_id, claimed = _python(FRESH_CREATE, *map(str, spec.screen)).split()
+    pools.ids.add(sandbox_id)
+    assert (sandbox_id, claimed) == (member.sandbox_id, "True")
+
+
+def _bridge_execs(provider: DockerProvider, container_id: str) -> dict[str, dict[str, object]]:
+    """The container's ``docker exec`` instances of the agent bridge, by id (their inspection)."""
+    api = provider.client.api
+    found = {}
+    for exec_id in api.inspect_container(container_id)["ExecIDs"] or []:
+        with contextlib.suppress(docker.errors.NotFound):  # the engine forgets ended ones
+            shown = api.exec_inspect(exec_id)
+            if "guest.bridge" in shown["ProcessConfig"]["arguments"]:
+                found[exec_id] = shown
+    return found
+
+
+def _exec_events(provider: DockerProvider, container_id: str, since: int) -> list[str]:
+    """The engine's exec events of the container since ``since`` (whole seconds): ``start
+    <command>`` and ``die <exit code>``, in order."""
+    found = []
+    stream = provider.client.events(
+        since=since, until=int(time.time()) + 1, filters={"container": container_id}, decode=True
+    )
+    with contextlib.closing(stream):
+        for event in stream:
+            action = str(event.get("Action", ""))
+            if action.startswith("exec_start"):
+                found.append("start " + action.partition(": ")[2])
+            elif action == "exec_die":
+                found.append(f"die {event['Actor']['Attributes'].get('exitCode')}")
+    return found
+
+
+def test_a_lost_claim_closes_its_early_connection_unused(pools: Pools) -> None:
+    spec = pools.spec()
+    record = pools.fill(spec, 1)
+    (member,) = docker_pool.members(pools.provider, record.key)
+    assert docker_pool.take(pools.provider, member, spec)  # another claimer was first
+    since = int(time.time()) - 1
+    earlier = len(_exec_events(pools.provider, member.container_id, since))  # the filler's
+
+    assert docker_pool.claim_member(pools.provider, member, spec) is None
+
+    for _ in poll(Deadline(20), 0.1):
+        if not _bridge_execs(pools.provider, member.container_id):
+            break
+    assert not _bridge_execs(pools.provider, member.container_id), "a bridge still runs"
+    # the loser's bridge was started early and ended cleanly: a bridge ends only when its stdin
+    # ends (the claimer closed the stream), and one never spoken to never reaches the agent
+    events = _exec_events(pools.provider, member.container_id, since)[earlier:]
+    assert len(events) == 2 and "guest.bridge" in events[0] and events[1] == "die 0", events
+    # the winner's member is untouched: still running, still named as a member
+    info = pools.provider.describe(member.sandbox_id)
+    assert info is not None and info.state == "running"
+    assert info.detail["container"] == marks.member_name(member.sandbox_id, record.key)
+
+
+def test_the_first_connect_reuses_the_connection_create_opened(pools: Pools) -> None:
+    spec = pools.spec()
+    pools.fill(spec, 1)
+    for pool in (True, False):  # a claim, then a cold start
+        with pools.claim(spec, pool=pool) as sandbox:
+            container_id = str(pools.provider._guest(sandbox.id).id)
+            opened = set(_bridge_execs(pools.provider, container_id))
+            with sandbox.connect() as first:
+                assert first.call("screenshot", {}).blob
+                assert set(_bridge_execs(pools.provider, container_id)) == opened, pool
+            with sandbox.connect() as second:
+                assert second.call("screenshot", {}).blob
+                assert len(set(_bridge_execs(pools.provider, container_id)) - opened) == 1

@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import claims
 from orchestrator import labels as L
 from orchestrator.errors import ConfigError
 from orchestrator.pool import marks, registry
+from orchestrator.pool.claim import claim
 from orchestrator.pool.registry import PoolRecord, PoolShape
-from orchestrator.provider import SandboxSpec
+from orchestrator.provider import Provider, SandboxSpec
 from tests.orchestrator.conftest import REPO
 
 
@@ -139,3 +141,41 @@ def test_bad_fill_requests_are_refused_naming_the_problem(
     assert result.returncode != 0
     assert says in result.stderr, result.stderr
     assert not list(tmp_path.glob("*.json")), "a refused pool was recorded"
+
+
+def test_the_pool_claimer_is_found_by_name_and_others_can_register() -> None:
+    def mine(_provider: Provider, _spec: SandboxSpec) -> claims.Claim | None:
+        return None
+
+    assert claims.claimers()[0] is claim
+    claims.register(mine)
+    try:
+        assert claims.claimers() == [claim, mine]
+    finally:
+        claims.unregister(mine)
+    assert mine not in claims.claimers()
+
+
+def test_an_absent_claimer_plugin_is_skipped_and_a_broken_one_raises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(claims, "_plugins", None)
+    monkeypatch.setattr(claims, "PLUGINS", ("cubicle_absent_plugin.claim:claim",))
+    assert claims.claimers() == []
+    (tmp_path / "cubicle_broken_claimer.py").write_text("import cubicle_absent_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(claims, "_plugins", None)
+    monkeypatch.setattr(claims, "PLUGINS", ("cubicle_broken_claimer:claim",))
+    with pytest.raises(ImportError, match="cubicle_absent_dependency"):
+        claims.claimers()
+
+
+def test_sandbox_imports_nothing_of_the_pool() -> None:
+    code = (
+        "import sys, orchestrator.sandbox\n"
+        "print(sorted(m for m in sys.modules if m.startswith('orchestrator.pool')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]", done.stdout

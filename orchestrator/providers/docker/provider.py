@@ -51,6 +51,7 @@ import docker
 import docker.errors
 import docker.models.containers
 
+from guest.client import AgentConnectionError
 from guest.waiting import Deadline, poll
 from orchestrator import labels as L
 from orchestrator import ownership
@@ -131,10 +132,32 @@ def _info(
     """The sandbox of a guest container on ``engine`` (and of its warm-pool claim marker, if any:
     the claim's stamp counts, :mod:`orchestrator.pool.marks`), or None (with a warning naming it)
     if its labels do not parse."""
-    labels: dict[str, str] = container.labels
-    objects = [(_describe(container), labels)] + (
-        [(_describe(claim), claim.labels)] if claim else []
+    return guest_info(
+        container.labels,
+        name=str(container.name),
+        state=str(container.status),
+        image=str(container.attrs["Config"]["Image"]),
+        engine=engine,
+        described=_describe(container),
+        claim=(_describe(claim), claim.labels) if claim else None,
     )
+
+
+def guest_info(
+    labels: dict[str, str],
+    *,
+    name: str,
+    state: str,
+    image: str,
+    engine: str,
+    described: str,
+    claim: tuple[str, dict[str, str]] | None = None,
+) -> SandboxInfo | None:
+    """:func:`_info` from what a listing (or a claimer) already knows of the guest container —
+    its labels, name, state, image reference — and of its claim marker (how it is named in
+    warnings, its labels); None when the labels do not parse (with a warning naming
+    ``described``)."""
+    objects = [(described, labels)] + ([claim] if claim else [])
     stamp = marks.effective_stamps(objects, ID_PREFIX).get(labels.get(L.SANDBOX, ""))
     if stamp is None:
         return None
@@ -142,15 +165,11 @@ def _info(
         stamp,
         labels,
         provider=DockerProvider.name,
-        state=str(container.status),
-        ready=not str(container.name).endswith(CREATING_SUFFIX),
-        detail={
-            "container": str(container.name),
-            "image": str(container.attrs["Config"]["Image"]),
-            "engine": engine,
-        },
+        state=state,
+        ready=not name.endswith(CREATING_SUFFIX),
+        detail={"container": name, "image": image, "engine": engine},
     )
-    if claim is None and marks.is_member_name(str(container.name)):
+    if claim is None and marks.is_member_name(name):
         return dataclasses.replace(info, ownership="pool")
     return info
 
@@ -171,6 +190,7 @@ class DockerProvider(Provider):
     """
 
     name: ClassVar[str] = "docker"
+    concurrent_connections: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -182,6 +202,9 @@ class DockerProvider(Provider):
         self._client = client
         self._given = engine
         self._book = book or EngineBook()
+        self._guest_ids: dict[str, str] = {}
+        """Guest container ids of the sandboxes this instance created (container ids never
+        change): their connections need no look-up."""
 
     @property
     def _engine(self) -> Engine | None:
@@ -383,6 +406,7 @@ class DockerProvider(Provider):
                 )
                 container.start()
                 container.reload()
+            self._guest_ids[sandbox_id] = str(container.id)
             info = _info(container, str(engine))
             assert info is not None  # our own labels parse
             return info
@@ -399,10 +423,18 @@ class DockerProvider(Provider):
 
     def mark_ready(self, sandbox_id: str) -> None:
         """Rename the guest container ``cubicle-<id>-creating`` → ``cubicle-<id>`` (atomic)."""
-        container = self._guest(sandbox_id)
+        self._rename_creating(sandbox_id, guest_name(sandbox_id, ready=True))
+
+    def _rename_creating(self, sandbox_id: str, name: str) -> None:
+        """Rename the guest container ``cubicle-<id>-creating`` (by that name: one request) to
+        ``name``, the ready mark.
+
+        :raises SandboxNotFound: no such container (removed meanwhile).
+        """
+        _check_id(sandbox_id)
         with map_docker_errors(f"marking {sandbox_id} ready"):
             try:
-                container.rename(guest_name(sandbox_id, ready=True))
+                self.client_of(sandbox_id).api.rename(guest_name(sandbox_id, ready=False), name)
             except docker.errors.NotFound:
                 raise SandboxNotFound(f"Docker sandbox {sandbox_id} is gone") from None
 
@@ -417,11 +449,24 @@ class DockerProvider(Provider):
         for the agent to listen (a sandbox still starting) for most of ``timeout``, so that a
         caller's first request with the same deadline still hears why it gave up."""
         _check_id(sandbox_id)
-        container = self._guest(sandbox_id)
+        known = self._guest_ids.get(sandbox_id)
+        if known is not None:
+            try:
+                return self.open_stream_in(known, sandbox_id, timeout=timeout)
+            except AgentConnectionError:
+                self._guest_ids.pop(sandbox_id, None)  # removed by someone else: look it up
+        return self.open_stream_in(str(self._guest(sandbox_id).id), sandbox_id, timeout=timeout)
+
+    def open_stream_in(self, container_id: str, sandbox_id: str, *, timeout: float) -> AgentStream:
+        """:meth:`open_stream` to the guest container ``container_id`` (known to be
+        ``sandbox_id``'s: a warm-pool claim listed it), without looking it up.
+
+        The bridge says nothing and does not touch the agent until the first bytes are written:
+        a stream opened and closed unused leaves the guest as it was."""
         argv = bridge_argv(GUEST_PYTHON, AGENT_SOCKET, wait_s=timeout * BRIDGE_WAIT_SHARE)
         sock = open_exec_socket(
             self.client_of(sandbox_id).api,
-            str(container.id),
+            container_id,
             argv,
             user=f"{GUEST_UID}:{GUEST_UID}",
             name=sandbox_id,
@@ -468,6 +513,7 @@ class DockerProvider(Provider):
     def destroy(self, sandbox_id: str) -> None:
         """Run every per-sandbox clean-up step of :meth:`cleanup_steps` (idempotent)."""
         _check_id(sandbox_id)
+        self._guest_ids.pop(sandbox_id, None)
         for step in self.cleanup_steps():
             step(sandbox_id)
 
