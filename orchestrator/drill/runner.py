@@ -162,8 +162,10 @@ def scaled_settle(time_scale: float) -> SettleSpec:
         min(cap, round(base.expect_ms * factor)),
         min(cap, round(base.quiet_ms * factor)),
         cap,
-        # typing pauses there too (the CJK font above): typing waits the full quiet period
+        # typing pauses there too (the CJK font above): typing waits the full quiet period, and
+        # idle programs too (the idle quiet period was measured on containers only)
         base.typing_quiet_ms if factor == 1.0 else None,
+        base.idle_quiet_ms if factor == 1.0 else None,
     )
 
 

@@ -191,3 +191,72 @@ def test_typing_waits_the_typing_quiet_period_only_in_a_normal_window(
         assert off.result["receipt"]["settle_ms"] >= 1000, "typing_quiet_ms null turns it off"
     finally:
         stop_process(process)
+
+
+IDLE: dict[str, Any] = {
+    "expect_ms": 300,
+    "quiet_ms": 1000,
+    "cap_ms": 3000,
+    "typing_quiet_ms": None,
+    "idle_quiet_ms": 150,
+}
+"""A long quiet period and a short idle one, so which one the agent chose shows in ``settle_ms``
+under load."""
+
+
+@pytest.fixture
+def named(xserver: Xvfb, client: AgentClient) -> Iterator[None]:
+    """The effects window with ``_NET_WM_PID``: the agent's busy probe can watch its program."""
+    process = _effects(xserver.display, "--pid")
+    client.call("settle", {"quiet_ms": 300, "timeout_ms": 3000})
+    yield
+    stop_process(process)
+
+
+def test_an_idle_program_settles_after_the_idle_quiet_period(
+    client: AgentClient, agent: RunningAgent, named: None
+) -> None:
+    receipt = client.call("keypress", {"keys": ["b"], "settle": IDLE}).result["receipt"]
+    assert receipt["changed"] is True and receipt["settled"] is True
+    assert receipt["settle_ms"] >= IDLE["idle_quiet_ms"]
+    if agent._extra_env["CUBICLE_SETTLE_METHOD"] == "poll":
+        assert receipt["settle_ms"] >= IDLE["quiet_ms"], "frame polling has no busy probe"
+    else:
+        assert receipt["settle_ms"] < IDLE["quiet_ms"], receipt
+    off = client.call("keypress", {"keys": ["b"], "settle": {**IDLE, "idle_quiet_ms": None}})
+    assert off.result["receipt"]["settle_ms"] >= IDLE["quiet_ms"], "idle_quiet_ms null: off"
+
+
+def test_a_program_still_working_after_its_first_change_is_waited_for(
+    client: AgentClient, named: None
+) -> None:
+    settle = {**protocol.SettleSpec().as_args(), "typing_quiet_ms": None}
+    assert settle["idle_quiet_ms"] < 250 < settle["quiet_ms"]  # type: ignore[operator]
+    receipt = client.call("keypress", {"keys": ["w"], "settle": settle}).result["receipt"]
+    assert _pixel(client, 750, 250) == (255, 165, 0)
+    assert _pixel(client, 850, 250) == (0, 255, 255), "answered while the program still worked"
+    assert receipt["changed"] is True and receipt["settle_ms"] >= 250
+
+
+def test_a_program_the_agent_cannot_name_keeps_the_long_quiet_period(
+    client: AgentClient, effects: None
+) -> None:
+    receipt = client.call("keypress", {"keys": ["b"], "settle": IDLE}).result["receipt"]
+    assert receipt["changed"] is True and receipt["settle_ms"] >= IDLE["quiet_ms"], receipt
+
+
+def test_typing_into_a_dialog_never_takes_the_idle_quiet_period(
+    xserver: Xvfb, client: AgentClient, agent: RunningAgent
+) -> None:
+    process = _effects(xserver.display, "--pid", "--dialog")
+    try:
+        client.call("settle", {"quiet_ms": 300, "timeout_ms": 3000})
+        typed = client.call("keypress", {"keys": ["b"], "settle": IDLE}).result["receipt"]
+        assert typed["focus_before"]["type"] == "dialog"
+        assert typed["settle_ms"] >= IDLE["quiet_ms"], "a late completion popup would be missed"
+        committed = client.call("keypress", {"keys": ["Return"], "settle": IDLE}).result
+        assert committed["receipt"]["changed"] is True
+        if agent._extra_env["CUBICLE_SETTLE_METHOD"] == "damage":
+            assert committed["receipt"]["settle_ms"] < IDLE["quiet_ms"], committed
+    finally:
+        stop_process(process)

@@ -1,21 +1,27 @@
 """A window whose key presses have effects at known delays:
-``python tk_effects.py [--animate] [--dialog]``.
+``python tk_effects.py [--animate] [--dialog] [--pid]``.
 
 Maps a full-screen override-redirect canvas with the keyboard focus (so keys reach it with or
 without a window manager, wherever the pointer is) and prints ``ready``.
 Keys: ``d`` paints a 300x200 red block 250 ms later; ``s`` paints a blue block at once and a
 green one 150 ms after it; ``b`` and Return paint a 200x200 block at once, yellow and purple in
-turn; ``c`` clears the canvas; any other key does nothing. With ``--animate`` a 40x40 square
-moves along the top right corner every 40 ms, forever. With ``--dialog`` the window's EWMH type
-is ``dialog`` (otherwise unset: ``normal``).
+turn; ``w`` paints an orange block at once, then works (a thread spins a CPU) for 250 ms
+and paints a cyan block when done; ``c`` clears the canvas; any other key does nothing. With
+``--animate`` a 40x40 square moves along the top right corner every 40 ms, forever. With
+``--dialog`` the window's EWMH type is ``dialog`` (otherwise unset: ``normal``). With ``--pid``
+the window names its process (``_NET_WM_PID``, as GTK and Chromium windows do; Tk does not), so
+the agent's busy probe can watch it.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
+import time
 import tkinter
 
-from Xlib import X, display
+from Xlib import X, Xatom, display
 
 
 def _focus(window_id: int) -> None:
@@ -28,6 +34,30 @@ def _focus(window_id: int) -> None:
         connection.sync()
     finally:
         connection.close()
+
+
+def _name_process(window_id: int) -> None:
+    connection = display.Display()
+    try:
+        window = connection.create_resource_object("window", window_id)
+        root = connection.screen().root
+        while True:  # up to the top-level window (a child of the root), which the agent reads
+            window.change_property(
+                connection.intern_atom("_NET_WM_PID"), Xatom.CARDINAL, 32, [os.getpid()]
+            )
+            parent = window.query_tree().parent
+            if not parent or parent.id == root.id:
+                break
+            window = parent
+        connection.sync()
+    finally:
+        connection.close()
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
 
 
 def main() -> None:
@@ -52,6 +82,18 @@ def main() -> None:
             flip[0] = not flip[0]
             colour = "yellow" if flip[0] else "purple"
             canvas.create_rectangle(400, 200, 600, 400, fill=colour, width=0)
+        elif event.char == "w":
+            canvas.create_rectangle(700, 200, 800, 300, fill="orange", width=0)
+            worker = threading.Thread(target=_spin, args=(0.25,), daemon=True)
+            worker.start()
+
+            def when_done() -> None:
+                if worker.is_alive():
+                    root.after(5, when_done)
+                else:
+                    canvas.create_rectangle(800, 200, 900, 300, fill="cyan", width=0)
+
+            root.after(5, when_done)
         elif event.char == "c":
             canvas.delete("block")
             canvas.delete("all")
@@ -78,6 +120,8 @@ def main() -> None:
         root.update()
     canvas.focus_force()
     root.update()
+    if "--pid" in sys.argv:
+        _name_process(int(root.wm_frame(), 16))
     _focus(int(root.wm_frame(), 16))
     print("ready", flush=True)
     root.mainloop()
