@@ -379,7 +379,7 @@ def _quiet_period(
                     last = item.t if last is None else max(last, item.t)
             events = len(rects)
             now = time.monotonic()
-            launching = launched = False
+            launching = launched = idle = False
             if launches is not None:
                 ended = launches.ended_since(since)
                 if ended is not None:
@@ -403,9 +403,15 @@ def _quiet_period(
                 done = now >= deadline
                 settled = last + quiet <= now
                 if not done and short and not launched and activity is not None:
-                    done, deadline = _idle_end(activity, last + idle_quiet, now, deadline)
-                    settled = settled or done
-            if done and now < min(cap_at, busy_until) and activity is not None and activity.busy():
+                    idle, deadline = _idle_end(activity, last + idle_quiet, now, deadline)
+                    done = settled = settled or idle
+            if (
+                done
+                and not idle  # just seen idle after the last change: no need to look again
+                and now < min(cap_at, busy_until)
+                and activity is not None
+                and activity.busy()
+            ):
                 done, deadline = False, min(cap_at, busy_until, now + BUSY_POLL_S)
             if done:
                 return SettleOutcome(

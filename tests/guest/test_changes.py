@@ -26,6 +26,7 @@ from tests.support.xvfb import Xvfb
 pytestmark = pytest.mark.x11
 
 EFFECTS = Path(__file__).with_name("tk_effects.py")
+REPO = Path(__file__).resolve().parents[2]
 SETTLE: dict[str, Any] = {**protocol.SettleSpec().as_args(), "typing_quiet_ms": None}
 """The defaults with the typing shortcut off: these tests time the quiet period itself."""
 LONG_QUIET = {"expect_ms": 300, "quiet_ms": 1000, "cap_ms": 3000, "typing_quiet_ms": 150}
@@ -258,5 +259,27 @@ def test_typing_into_a_dialog_never_takes_the_idle_quiet_period(
         assert committed["receipt"]["changed"] is True
         if agent._extra_env["CUBICLE_SETTLE_METHOD"] == "damage":
             assert committed["receipt"]["settle_ms"] < IDLE["quiet_ms"], committed
+    finally:
+        stop_process(process)
+
+
+def test_a_click_waits_for_the_program_under_the_pointer_not_only_the_focused_one(
+    xserver: Xvfb, client: AgentClient, named: None
+) -> None:
+    client.call("move", {"x": 5, "y": 5})  # a Tk window mapped under the pointer takes the focus
+    process = subprocess.Popen(
+        [sys.executable, str(EFFECTS.with_name("tk_clicker.py"))],
+        env={"DISPLAY": xserver.display, "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+        client.call("settle", {"quiet_ms": 300, "timeout_ms": 3000})
+        settle = {**protocol.SettleSpec().as_args(), "typing_quiet_ms": None}
+        receipt = client.call("click", {"x": 1100, "y": 600, "settle": settle}).result["receipt"]
+        assert receipt["focus_before"]["title"] == "tk", "the effects window keeps the focus"
+        assert _pixel(client, 1050, 600) == (255, 165, 0)
+        assert _pixel(client, 1150, 600) == (0, 255, 255), "answered while the clicked one worked"
     finally:
         stop_process(process)

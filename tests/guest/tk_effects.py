@@ -36,7 +36,7 @@ def _focus(window_id: int) -> None:
         connection.close()
 
 
-def _name_process(window_id: int) -> None:
+def name_process(window_id: int) -> None:
     connection = display.Display()
     try:
         window = connection.create_resource_object("window", window_id)
@@ -54,7 +54,7 @@ def _name_process(window_id: int) -> None:
         connection.close()
 
 
-def _spin(seconds: float) -> None:
+def spin(seconds: float) -> None:
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         pass
@@ -84,7 +84,7 @@ def main() -> None:
             canvas.create_rectangle(400, 200, 600, 400, fill=colour, width=0)
         elif event.char == "w":
             canvas.create_rectangle(700, 200, 800, 300, fill="orange", width=0)
-            worker = threading.Thread(target=_spin, args=(0.25,), daemon=True)
+            worker = threading.Thread(target=spin, args=(0.25,), daemon=True)
             worker.start()
 
             def when_done() -> None:
@@ -121,7 +121,7 @@ def main() -> None:
     canvas.focus_force()
     root.update()
     if "--pid" in sys.argv:
-        _name_process(int(root.wm_frame(), 16))
+        name_process(int(root.wm_frame(), 16))
     _focus(int(root.wm_frame(), 16))
     print("ready", flush=True)
     root.mainloop()
