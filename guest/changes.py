@@ -120,10 +120,13 @@ class SettleOutcome:
     box: Rect | None
     events: int
     method: str
+    quiet_ms: int | None = None
+    """The quiet period that ended the wait (``None``: none did — nothing changed, or the cap)."""
 
     def result(self) -> dict[str, Any]:
         """The protocol's receipt fields (see :data:`guest.protocol.RECEIPT_FIELDS`)."""
         return {
+            "quiet_ms": self.quiet_ms,
             "changed": self.changed,
             "settled": self.settled,
             "settle_ms": self.waited_ms,
@@ -414,8 +417,15 @@ def _quiet_period(
             ):
                 done, deadline = False, min(cap_at, busy_until, now + BUSY_POLL_S)
             if done:
+                ended_on = None if last is None or not settled or launching else spec.quiet_ms
                 return SettleOutcome(
-                    is_visible(rects), settled, round((now - start) * 1000), box, events, method
+                    is_visible(rects),
+                    settled,
+                    round((now - start) * 1000),
+                    box,
+                    events,
+                    method,
+                    spec.quiet_when_idle() if idle else ended_on,
                 )
             condition.wait(timeout=max(0.001, deadline - now))
 
@@ -504,7 +514,13 @@ class PollingTracker:
         for rect in rects:
             box = rect if box is None else box.union(rect)
         return SettleOutcome(
-            is_visible(rects), settled, round((now - start) * 1000), box, events, self.method
+            is_visible(rects),
+            settled,
+            round((now - start) * 1000),
+            box,
+            events,
+            self.method,
+            spec.quiet_ms if settled and last_change is not None else None,
         )
 
     def close(self) -> None:

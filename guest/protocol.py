@@ -398,6 +398,9 @@ RECEIPT_FIELDS: Final = (
     "method",  # "damage" (X DAMAGE events) or "poll" (frame hashing fallback)
     "focus_before",  # {id, title, wm_class, type} of the active window before the action, or null
     "focus_after",  # the same after the wait
+    "quiet_ms",  # int: the quiet period that ended the wait (quiet_ms, typing_quiet_ms or
+    # idle_quiet_ms: feature idle_quiet), or null when it did not end on one (nothing changed,
+    # the cap)
 )
 """The fields of an action's ``receipt`` (the reply of an action sent with ``settle``)."""
 

@@ -222,10 +222,15 @@ def test_an_idle_program_settles_after_the_idle_quiet_period(
     assert receipt["settle_ms"] >= IDLE["idle_quiet_ms"]
     if agent._extra_env["CUBICLE_SETTLE_METHOD"] == "poll":
         assert receipt["settle_ms"] >= IDLE["quiet_ms"], "frame polling has no busy probe"
+        assert receipt["quiet_ms"] == IDLE["quiet_ms"]
     else:
         assert receipt["settle_ms"] < IDLE["quiet_ms"], receipt
+        assert receipt["quiet_ms"] == IDLE["idle_quiet_ms"]
     off = client.call("keypress", {"keys": ["b"], "settle": {**IDLE, "idle_quiet_ms": None}})
     assert off.result["receipt"]["settle_ms"] >= IDLE["quiet_ms"], "idle_quiet_ms null: off"
+    assert off.result["receipt"]["quiet_ms"] == IDLE["quiet_ms"]
+    inert = client.call("keypress", {"keys": ["x"], "settle": IDLE}).result["receipt"]
+    assert inert["changed"] is False and inert["quiet_ms"] is None
 
 
 def test_a_program_still_working_after_its_first_change_is_waited_for(
