@@ -4,7 +4,7 @@
 
 * ``True`` (default) — :class:`guest.protocol.SettleSpec` defaults: wait up to ``expect_ms``
   (300) for a first change, then until the screen has been quiet ``quiet_ms`` (400; 150, the
-  ``typing_quiet_ms``, after typing into a normal window; 120, the ``idle_quiet_ms``, once the
+  ``typing_quiet_ms``, after typing into a normal window; 70, the ``idle_quiet_ms``, once the
   programs the action reached use no CPU), at most ``cap_ms`` (3000);
 * a :class:`~guest.protocol.SettleSpec`, or a mapping with any of ``expect_ms``, ``quiet_ms``,
   ``cap_ms``, ``typing_quiet_ms``, ``idle_quiet_ms`` (milliseconds; the others keep their

@@ -110,7 +110,7 @@ FEATURES: Final = ("receipts", "typing_quiet", "idle_quiet")
 ``idle_quiet_ms`` (:class:`SettleSpec`)."""
 TYPING_QUIET_MS: Final = 150
 """Default ``typing_quiet_ms``: the quiet period after typing into a normal (non-dialog) window."""
-IDLE_QUIET_MS: Final = 120
+IDLE_QUIET_MS: Final = 70
 """Default ``idle_quiet_ms``: the quiet period once the programs the action reached are idle."""
 
 BUTTONS: Final[Mapping[str, int]] = {"left": 1, "wheel": 2, "right": 3, "back": 8, "forward": 9}
