@@ -212,10 +212,11 @@ class Agent:
         acts where the pointer is (the program of the window there may be the one that works).
 
         The busy probe (:class:`guest.launches.CpuWatch`) watches the focused window's program,
-        the window manager, and for pointer actions the program under the pointer; when one of
-        them is unknown (a window without ``_NET_WM_PID``), it is unavailable and the action
-        waits the long ``quiet_ms`` (never ``idle_quiet_ms``). Without a window manager of ours
-        (``openbox``) nothing draws frames and title bars, so none is watched."""
+        the window manager, and for pointer actions (or with no focused window) the program
+        under the pointer; when one of them is unknown (a window without ``_NET_WM_PID``), it
+        is unavailable and the action waits the long ``quiet_ms`` (never ``idle_quiet_ms``).
+        Without a window manager of ours (``openbox``) nothing draws frames and title bars, so
+        none is watched."""
         raw = args.get("settle")
         if raw is None:
             return dict(perform() or {}), b""
@@ -229,14 +230,16 @@ class Agent:
         )
         if self._wm_pid is None or not os.path.exists(f"/proc/{self._wm_pid}"):
             self._wm_pid = window_manager_pid(self._display_name)
-        roots = [pid] if focus_before else []  # no focus: keys reach no program
+        roots = [pid] if focus_before else []
         if self._wm_pid is not None:
             roots.append(self._wm_pid)
         cpu = CpuWatch(roots)
         since = self.changes.begin_input()
         try:
             result = dict(perform() or {})
-            if pointer:  # the program of the window it went to hears it, focused or not
+            # the program of the window under the pointer hears pointer actions, focused or not,
+            # and keys when nothing has the focus (X sends them to the window under the pointer)
+            if pointer or focus_before is None:
                 for program in self.input.with_display(pointer_programs):
                     cpu.watch(program)
             outcome = self.changes.wait(since, spec, activity=cpu)
