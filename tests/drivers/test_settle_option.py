@@ -21,15 +21,16 @@ def test_the_default_types_with_the_short_quiet_period_and_never_longer_than_qui
     assert "typing_quiet_ms" not in off.as_args()
 
 
-def test_the_idle_quiet_period_never_applies_to_typing_into_a_dialog() -> None:
+def test_the_idle_quiet_period_applies_only_to_actions_into_a_normal_window() -> None:
     spec = SettleSpec()
     assert spec.quiet_when_idle() == IDLE_QUIET_MS < spec.quiet_ms
-    assert spec.for_input(False, "dialog").quiet_when_idle() == IDLE_QUIET_MS
+    assert spec.for_input(False, "normal").quiet_when_idle() == IDLE_QUIET_MS
     assert spec.for_input(True, "normal").quiet_when_idle() == IDLE_QUIET_MS
-    for window_type in ("dialog", None):
-        typed = spec.for_input(True, window_type)
-        assert typed.idle_quiet_ms is None and typed.quiet_when_idle() == spec.quiet_ms
-    assert SettleSpec(quiet_ms=80).quiet_when_idle() == 80, "never longer than quiet_ms"
+    for typing in (True, False):
+        for window_type in ("dialog", None):
+            other = spec.for_input(typing, window_type)
+            assert other.idle_quiet_ms is None and other.quiet_when_idle() == spec.quiet_ms
+    assert SettleSpec(quiet_ms=50).quiet_when_idle() == 50, "never longer than quiet_ms"
     off = check_settle({"idle_quiet_ms": None})
     assert off is not None and off.quiet_when_idle() == off.quiet_ms
     assert "idle_quiet_ms" not in off.as_args()
