@@ -10,10 +10,9 @@ window belongs to another one.
 
 from __future__ import annotations
 
-import threading
 import tkinter
 
-from tests.guest.tk_effects import name_process, spin
+from tests.guest.tk_effects import name_process, work_then
 
 
 def main() -> None:
@@ -25,16 +24,9 @@ def main() -> None:
 
     def click(_event: tkinter.Event[tkinter.Misc]) -> None:
         canvas.create_rectangle(0, 0, 100, 200, fill="orange", width=0)
-        worker = threading.Thread(target=spin, args=(0.25,), daemon=True)
-        worker.start()
-
-        def when_done() -> None:
-            if worker.is_alive():
-                root.after(5, when_done)
-            else:
-                canvas.create_rectangle(100, 0, 200, 200, fill="cyan", width=0)
-
-        root.after(5, when_done)
+        work_then(
+            root, 0.25, lambda: canvas.create_rectangle(100, 0, 200, 200, fill="cyan", width=0)
+        )
 
     canvas.bind("<Button-1>", click)
     while not canvas.winfo_viewable():

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 import tkinter
+from collections.abc import Callable
 
 from Xlib import X, Xatom, display
 
@@ -54,10 +55,25 @@ def name_process(window_id: int) -> None:
         connection.close()
 
 
-def spin(seconds: float) -> None:
+def _spin(seconds: float) -> None:
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         pass
+
+
+def work_then(root: tkinter.Tk, seconds: float, paint: Callable[[], object]) -> None:
+    """Use a CPU for ``seconds`` (a thread of this process spins), then ``paint`` (in Tk's
+    thread)."""
+    worker = threading.Thread(target=_spin, args=(seconds,), daemon=True)
+    worker.start()
+
+    def when_done() -> None:
+        if worker.is_alive():
+            root.after(5, when_done)
+        else:
+            paint()
+
+    root.after(5, when_done)
 
 
 def main() -> None:
@@ -84,16 +100,11 @@ def main() -> None:
             canvas.create_rectangle(400, 200, 600, 400, fill=colour, width=0)
         elif event.char == "w":
             canvas.create_rectangle(700, 200, 800, 300, fill="orange", width=0)
-            worker = threading.Thread(target=spin, args=(0.25,), daemon=True)
-            worker.start()
-
-            def when_done() -> None:
-                if worker.is_alive():
-                    root.after(5, when_done)
-                else:
-                    canvas.create_rectangle(800, 200, 900, 300, fill="cyan", width=0)
-
-            root.after(5, when_done)
+            work_then(
+                root,
+                0.25,
+                lambda: canvas.create_rectangle(800, 200, 900, 300, fill="cyan", width=0),
+            )
         elif event.char == "c":
             canvas.delete("block")
             canvas.delete("all")
