@@ -140,7 +140,7 @@ def _scenario(
 def _call(client: AgentClient, op: str, args: dict[str, Any]) -> Callable[..., dict[str, Any]]:
     def act(settle: dict[str, Any] | None) -> dict[str, Any]:
         full = {**args, "settle": settle} if settle else dict(args)
-        return client.call(op, full, timeout=60).result
+        return client.call(op, full, timeout=protocol.MAX_SETTLE_CAP_MS / 1000 + 30).result
 
     return act
 
@@ -199,7 +199,7 @@ def _run_on(report: Report, backend: str) -> None:
         port = 8765
         steps.start_form_server(port)
         steps.launch(["mousepad"])
-        steps.wait_window("Mousepad", timeout_ms=30_000, focused=True)
+        steps.wait_window("Mousepad", timeout_ms=round(30_000 * scale), focused=True)
         steps.settle(quiet_ms=500, timeout_ms=5000)
         _scenario(
             report,
@@ -227,7 +227,9 @@ def _run_on(report: Report, backend: str) -> None:
                 f"http://127.0.0.1:{port}/",
             ]
         )
-        steps.wait_window("Cubicle drill form ready", timeout_ms=60_000, focused=True)
+        steps.wait_window(
+            "Cubicle drill form ready", timeout_ms=round(60_000 * scale), focused=True
+        )
         steps.settle(quiet_ms=500, timeout_ms=5000)
         counter = iter(range(10_000))
 
