@@ -114,6 +114,14 @@ def parse_startup_message(text: str) -> tuple[str, dict[str, str]]:
 BUSY_SAMPLE_S: Final = 0.04
 """:meth:`CpuWatch.busy` samples at most this often."""
 BUSY_MIN_CPU_S: Final = 0.002
+BACKGROUND_MIN_S: Final = 0.5
+"""The idle period before an action must be at least this long to give a background rate."""
+BACKGROUND_MARGIN: Final = 1.5
+"""Busy means above this many times the background rate (plus the fixed threshold): an
+animation's frames are not evenly spread over short samples."""
+BACKGROUND_MAX: Final = 0.4
+"""At most this background rate (CPUs) is allowed for: a program working harder than that all
+the time cannot be told from one working on the action, and holds it as before."""
 """CPU time per :data:`BUSY_SAMPLE_S` above which the focused application counts as busy (5 %;
 an idle GTK dialog uses about 1 %)."""
 
@@ -194,16 +202,36 @@ class CpuWatch:
     for a modified file reached the title bar over 400 ms after the typing). A process that ends
     between samples takes its time with it (a drop is not counted as negative).
 
+    **Background.** A program that works all the time (an animated page, a build in a
+    terminal) would hold every action. ``idle_before`` is a :meth:`snapshot` taken when the
+    previous action ended: the CPU the processes present in both used between it and this
+    watch's start, per second, is the *background rate* (:attr:`background`, from an idle
+    period of at least :data:`BACKGROUND_MIN_S`), and busy means above
+    :data:`BACKGROUND_MARGIN` times that plus the fixed threshold.
+
     :param pids: the roots: the focused window's process, the window manager's; ``None`` for a
         program that is not known (a window without ``_NET_WM_PID``): :attr:`available` is then
         false.
+    :param idle_before: the :meth:`snapshot` of the previous action's end (``None``: no
+        background known, 0).
     """
 
-    def __init__(self, pids: Sequence[int | None]) -> None:
+    def __init__(
+        self,
+        pids: Sequence[int | None],
+        idle_before: tuple[float, dict[int, int]] | None = None,
+    ) -> None:
         known = [pid for pid in pids if pid is not None]
         self._roots = [pid for pid in dict.fromkeys(known) if pid != os.getpid()]
         self._used = self._read()
         self._sampled = time.monotonic()
+        self.background = 0.0
+        """CPU seconds per second the watched processes used while idle before the action."""
+        if idle_before is not None and self._sampled - idle_before[0] >= BACKGROUND_MIN_S:
+            before = idle_before[1]
+            common = {pid: ns for pid, ns in self._used.items() if pid in before}
+            rate = self._grown(before, common) / 1e9 / (self._sampled - idle_before[0])
+            self.background = min(rate, BACKGROUND_MAX)
         self._busy = False
         self._mark = (self._sampled, self._used)
         """The sample :meth:`idle_since` took last (time, CPU per pid)."""
@@ -246,6 +274,14 @@ class CpuWatch:
     def _grown(before: dict[int, int], after: dict[int, int]) -> int:
         return sum(max(0, ns - before.get(pid, 0)) for pid, ns in after.items())
 
+    def _over(self, grown_ns: int, elapsed: float) -> bool:
+        limit = BUSY_MIN_CPU_S / BUSY_SAMPLE_S + BACKGROUND_MARGIN * self.background
+        return grown_ns / 1e9 > limit * elapsed
+
+    def snapshot(self) -> tuple[float, dict[int, int]]:
+        """Now, and the CPU (ns) of every watched process: the next action's ``idle_before``."""
+        return time.monotonic(), self._read()
+
     def busy(self) -> bool:
         """True when the program used CPU above the threshold since the previous sample (or
         since creation)."""
@@ -254,7 +290,7 @@ class CpuWatch:
         if elapsed < BUSY_SAMPLE_S:
             return self._busy
         used = self._read()
-        self._busy = self._grown(self._used, used) / 1e9 > BUSY_MIN_CPU_S * elapsed / BUSY_SAMPLE_S
+        self._busy = self._over(self._grown(self._used, used), elapsed)
         self._used, self._sampled = used, now
         return self._busy
 
@@ -280,7 +316,7 @@ class CpuWatch:
             return None
         used = self._read()
         self._mark = (now, used)
-        if self._grown(base, used) / 1e9 > BUSY_MIN_CPU_S * elapsed / BUSY_SAMPLE_S:
+        if self._over(self._grown(base, used), elapsed):
             return False
         return set(used) <= set(base)
 

@@ -57,6 +57,8 @@ class Agent:
         self.started = time.monotonic()
         self._display_name = display_name
         self._wm_pid: int | None = None
+        self._idle_from: tuple[float, dict[int, int]] | None = None
+        """The CPU of the programs the last settled action watched, when it ended."""
         self.input = XInput(display_name)
         try:
             self.screen = Screen(display_name, self.input.width, self.input.height)
@@ -233,7 +235,7 @@ class Agent:
         roots = [pid] if focus_before else []
         if self._wm_pid is not None:
             roots.append(self._wm_pid)
-        cpu = CpuWatch(roots)
+        cpu = CpuWatch(roots, self._idle_from)
         since = self.changes.begin_input()
         try:
             result = dict(perform() or {})
@@ -245,6 +247,7 @@ class Agent:
             outcome = self.changes.wait(since, spec, activity=cpu)
         finally:
             self.changes.end_input()
+        self._idle_from = cpu.snapshot()  # the next action's background starts here
         receipt = {**outcome.result(), "focus_before": focus_before, "focus_after": self._focus()}
         return {**result, "receipt": receipt}, b""
 

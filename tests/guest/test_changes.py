@@ -195,14 +195,14 @@ def test_typing_waits_the_typing_quiet_period_only_in_a_normal_window(
 
 
 IDLE: dict[str, Any] = {
-    "expect_ms": 300,
+    "expect_ms": 1000,
     "quiet_ms": 1000,
     "cap_ms": 3000,
     "typing_quiet_ms": None,
     "idle_quiet_ms": 150,
 }
 """A long quiet period and a short idle one, so which one the agent chose shows in ``settle_ms``
-under load."""
+under load (and a long expect window: a starved window still paints within it)."""
 
 
 @pytest.fixture
@@ -286,5 +286,27 @@ def test_a_click_waits_for_the_program_under_the_pointer_not_only_the_focused_on
         assert receipt["focus_before"]["title"] == "tk", "the effects window keeps the focus"
         assert _pixel(client, 1050, 600) == (255, 165, 0)
         assert _pixel(client, 1150, 600) == (0, 255, 255), "answered while the clicked one worked"
+    finally:
+        stop_process(process)
+
+
+def test_a_program_busy_all_the_time_gets_the_idle_quiet_period_above_its_background(
+    xserver: Xvfb, client: AgentClient, agent: RunningAgent
+) -> None:
+    if agent._extra_env["CUBICLE_SETTLE_METHOD"] == "poll":
+        pytest.skip("frame polling cannot tell background animation from effects (documented)")
+    process = _effects(xserver.display, "--pid", "--animate-cpu")
+    try:
+        client.call("keypress", {"keys": ["x"], "settle": IDLE})  # a settled action ends...
+        client.call("wait", {"ms": 2000})  # ...then the animation runs while nobody acts
+        typed = client.call("keypress", {"keys": ["b"], "settle": IDLE}).result["receipt"]
+        assert typed["changed"] is True and typed["settled"] is True
+        assert typed["settle_ms"] < IDLE["quiet_ms"], "the animation's CPU held the action"
+        assert typed["quiet_ms"] == IDLE["idle_quiet_ms"]
+        client.call("wait", {"ms": 1000})
+        settle = {**protocol.SettleSpec().as_args(), "typing_quiet_ms": None}
+        worked = client.call("keypress", {"keys": ["w"], "settle": settle}).result["receipt"]
+        assert _pixel(client, 850, 250) == (0, 255, 255), "answered while the program worked"
+        assert worked["settle_ms"] >= 250
     finally:
         stop_process(process)

@@ -7,7 +7,8 @@ Keys: ``d`` paints a 300x200 red block 250 ms later; ``s`` paints a blue block a
 green one 150 ms after it; ``b`` and Return paint a 200x200 block at once, yellow and purple in
 turn; ``w`` paints an orange block at once, then works (a thread spins a CPU) for 250 ms
 and paints a cyan block when done; ``c`` clears the canvas; any other key does nothing. With
-``--animate`` a 40x40 square moves along the top right corner every 40 ms, forever. With
+``--animate`` a 40x40 square moves along the top right corner every 40 ms, forever (with
+``--animate-cpu`` each frame also uses 8 ms of CPU: an animated page's program). With
 ``--dialog`` the window's EWMH type is ``dialog`` (otherwise unset: ``normal``). With ``--pid``
 the window names its process (``_NET_WM_PID``, as GTK and Chromium windows do; Tk does not), so
 the agent's busy probe can watch it.
@@ -115,7 +116,8 @@ def main() -> None:
     if "--dialog" in sys.argv:
         root.wm_attributes("-type", "dialog")
     root.bind_all("<Key>", key)
-    square = "square" if "--animate" in sys.argv else None
+    burn = "--animate-cpu" in sys.argv
+    square = "square" if "--animate" in sys.argv or burn else None
     coords = [500, 0, 540, 40]
 
     def step(offset: int = 0) -> None:
@@ -123,6 +125,8 @@ def main() -> None:
         x = 460 + offset % 100
         coords[:] = [x, 0, x + 40, 40]
         canvas.create_rectangle(*coords, fill="black", width=0, tags="square")
+        if burn:
+            _spin(0.008)
         root.after(40, step, offset + 9)
 
     if square is not None:
