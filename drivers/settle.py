@@ -66,7 +66,11 @@ def settle_for_agent(spec: SettleSpec, hello: Mapping[str, object], name: str) -
             hint="update the guest image (cubicle image build), or pass settle=False",
         )
     if "typing_quiet" not in features:
-        spec = dataclasses.replace(spec, typing_quiet_ms=None)
+        spec = dataclasses.replace(
+            spec, typing_quiet_ms=None, unsupported=spec.unsupported | {"typing_quiet_ms"}
+        )
     if "idle_quiet" not in features:
-        spec = dataclasses.replace(spec, idle_quiet_ms=None)
+        spec = dataclasses.replace(
+            spec, idle_quiet_ms=None, unsupported=spec.unsupported | {"idle_quiet_ms"}
+        )
     return spec

@@ -303,6 +303,9 @@ class SettleSpec:
     cap_ms: int = 3000
     typing_quiet_ms: int | None = TYPING_QUIET_MS
     idle_quiet_ms: int | None = IDLE_QUIET_MS
+    unsupported: frozenset[str] = frozenset()
+    """Optional fields the agent does not know (no feature): :meth:`as_args` leaves them out
+    (:func:`drivers.settle.settle_for_agent`); not part of the protocol."""
 
     NAMES = ("expect_ms", "quiet_ms", "cap_ms", "typing_quiet_ms", "idle_quiet_ms")
     OPTIONAL = ("typing_quiet_ms", "idle_quiet_ms")
@@ -363,13 +366,17 @@ class SettleSpec:
                 )
         return spec
 
-    def as_args(self) -> dict[str, int]:
-        """The ``settle`` object to send (``typing_quiet_ms``, ``idle_quiet_ms`` only when set)."""
-        args = {"expect_ms": self.expect_ms, "quiet_ms": self.quiet_ms, "cap_ms": self.cap_ms}
+    def as_args(self) -> dict[str, int | None]:
+        """The ``settle`` object to send: every field, ``None`` as ``null`` (off: an agent left
+        to its default would turn it on), except the :attr:`unsupported` ones."""
+        args: dict[str, int | None] = {
+            "expect_ms": self.expect_ms,
+            "quiet_ms": self.quiet_ms,
+            "cap_ms": self.cap_ms,
+        }
         for key in self.OPTIONAL:
-            value = getattr(self, key)
-            if value is not None:
-                args[key] = value
+            if key not in self.unsupported:
+                args[key] = getattr(self, key)
         return args
 
     def for_input(self, typing: bool, window_type: str | None = "normal") -> SettleSpec:
