@@ -64,6 +64,9 @@ class Receipt:
     :param method: ``damage`` (X DAMAGE events) or ``poll`` (frame hashing fallback).
     :param focus_before: the focused window before the action (``None``: none).
     :param focus_after: the focused window after the wait.
+    :param quiet_ms: the quiet period that ended the wait (``quiet_ms``, ``typing_quiet_ms`` or
+        ``idle_quiet_ms`` of the settle spec; ``None``: none did — nothing changed, the cap cut
+        it, or an agent that does not say).
     """
 
     changed: bool
@@ -74,6 +77,7 @@ class Receipt:
     method: str
     focus_before: FocusedWindow | None
     focus_after: FocusedWindow | None
+    quiet_ms: int | None = None
 
     @property
     def focus_changed(self) -> bool:
@@ -107,6 +111,7 @@ class Receipt:
                 method=str(value.get("method") or "?"),
                 focus_before=FocusedWindow.parse(value.get("focus_before")),
                 focus_after=FocusedWindow.parse(value.get("focus_after")),
+                quiet_ms=None if value.get("quiet_ms") is None else _int(value["quiet_ms"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ActionFailed(
@@ -124,6 +129,7 @@ class Receipt:
             "method": self.method,
             "focus_before": None if self.focus_before is None else self.focus_before.as_dict(),
             "focus_after": None if self.focus_after is None else self.focus_after.as_dict(),
+            "quiet_ms": self.quiet_ms,
         }
 
 

@@ -4,10 +4,12 @@
 
 * ``True`` (default) — :class:`guest.protocol.SettleSpec` defaults: wait up to ``expect_ms``
   (300) for a first change, then until the screen has been quiet ``quiet_ms`` (400; 150, the
-  ``typing_quiet_ms``, after typing into a normal window), at most ``cap_ms`` (3000);
+  ``typing_quiet_ms``, after typing into a normal window; 70, the ``idle_quiet_ms``, once the
+  programs the action reached use no CPU), at most ``cap_ms`` (3000);
 * a :class:`~guest.protocol.SettleSpec`, or a mapping with any of ``expect_ms``, ``quiet_ms``,
-  ``cap_ms``, ``typing_quiet_ms`` (milliseconds; the others keep their defaults;
-  ``typing_quiet_ms: None`` waits ``quiet_ms`` after typing too);
+  ``cap_ms``, ``typing_quiet_ms``, ``idle_quiet_ms`` (milliseconds; the others keep their
+  defaults; ``typing_quiet_ms: None`` waits ``quiet_ms`` after typing too, ``idle_quiet_ms:
+  None`` waits it whether the programs are idle or not);
 * ``False`` or ``None`` — off: actions return as soon as their input is sent, screenshots show
   whatever is on screen then, and records carry no receipt.
 
@@ -51,7 +53,8 @@ def check_settle(value: object) -> SettleSpec | None:
 
 def settle_for_agent(spec: SettleSpec, hello: Mapping[str, object], name: str) -> SettleSpec:
     """``spec`` as the agent that said ``hello`` takes it: without ``typing_quiet_ms`` for an
-    agent that lacks the ``typing_quiet`` feature (it waits ``quiet_ms`` after typing too).
+    agent that lacks the ``typing_quiet`` feature (it waits ``quiet_ms`` after typing too), without
+    ``idle_quiet_ms`` for one that lacks ``idle_quiet`` (it waits ``quiet_ms`` when idle too).
 
     :raises SettleOptionError: the agent cannot settle actions at all (no ``receipts``).
     """
@@ -63,5 +66,11 @@ def settle_for_agent(spec: SettleSpec, hello: Mapping[str, object], name: str) -
             hint="update the guest image (cubicle image build), or pass settle=False",
         )
     if "typing_quiet" not in features:
-        return dataclasses.replace(spec, typing_quiet_ms=None)
+        spec = dataclasses.replace(
+            spec, typing_quiet_ms=None, unsupported=spec.unsupported | {"typing_quiet_ms"}
+        )
+    if "idle_quiet" not in features:
+        spec = dataclasses.replace(
+            spec, idle_quiet_ms=None, unsupported=spec.unsupported | {"idle_quiet_ms"}
+        )
     return spec

@@ -4,7 +4,8 @@ The agent performs an action and then asks a :class:`ChangeTracker` to wait unti
 been *taken in*: :meth:`ChangeTracker.wait` returns
 
 * at once after ``expect_ms`` when nothing changed on screen (a click on an inert pixel), or
-* once the screen has been quiet for ``quiet_ms`` after the last change, or
+* once the screen has been quiet for ``quiet_ms`` after the last change — or for the shorter
+  ``idle_quiet_ms`` when the programs the action reached are seen idle (below), or
 * at ``cap_ms`` at the latest (``settled`` is then false).
 
 :class:`DamageTracker` is event-driven: a thread reads DAMAGE ``RawRectangles`` notifications for
@@ -31,6 +32,13 @@ damage rectangles since the action began has a bounding box larger than
 :data:`protocol.VISIBLE_CHANGE_AREA` (400 px²): more than a caret (:func:`is_visible`; groups
 are judged apart, so a caret moving from one end of the screen to the other is not a visible
 change). Smaller damage still counts for the quiet period (a caret that moved was drawn).
+
+**Idle programs end the quiet period early.** ``quiet_ms`` (400 ms) covers pauses inside one
+effect (a dialog that repaints, then closes). A pause while the app computes the next frame
+shows as CPU use; the agent samples the CPU of the programs the action reached (an
+:class:`Activity`: :class:`guest.launches.CpuWatch`) and, when they used none over a window
+of :data:`IDLE_WINDOW_S` after the last change and no launch is pending or ended meanwhile,
+ends the wait ``idle_quiet_ms`` after the last change (:func:`_quiet_period`).
 
 Times are ``time.monotonic()`` seconds inside, milliseconds in results; rectangles are native
 screen pixels.
@@ -89,6 +97,9 @@ windows opening, closing and repainting whole are events, not background activit
 animation larger than this holds an action's wait until its cap)."""
 HISTORY_EVENTS: Final = 20_000
 """Damage events kept (oldest dropped first); enough for several seconds of full-rate video."""
+IDLE_WINDOW_S: Final = 0.05
+"""The short quiet period (``idle_quiet_ms``) ends only after a CPU sample window this long, all
+of it after the last change, showed the programs the action reached idle."""
 BUSY_POLL_S: Final = 0.05
 """While the focused application is busy, a wait that would end looks again this much later."""
 BUSY_LIMIT_QUIETS: Final = 5
@@ -109,10 +120,13 @@ class SettleOutcome:
     box: Rect | None
     events: int
     method: str
+    quiet_ms: int | None = None
+    """The quiet period that ended the wait (``None``: none did — nothing changed, or the cap)."""
 
     def result(self) -> dict[str, Any]:
         """The protocol's receipt fields (see :data:`guest.protocol.RECEIPT_FIELDS`)."""
         return {
+            "quiet_ms": self.quiet_ms,
             "changed": self.changed,
             "settled": self.settled,
             "settle_ms": self.waited_ms,
@@ -120,6 +134,27 @@ class SettleOutcome:
             "damage_events": self.events,
             "method": self.method,
         }
+
+
+class Activity(Protocol):
+    """What the agent knows of the programs an action reached (:class:`guest.launches.CpuWatch`):
+    whether they still use CPU."""
+
+    available: bool
+    """Whether their CPU can be read at all (otherwise nothing is ever idle)."""
+
+    def busy(self) -> bool:
+        """Using CPU right now (sampled at most every ~40 ms)."""
+        ...
+
+    def idle_since(self, start: float) -> bool | None:
+        """No CPU used over the last sample window that began at or after ``start``
+        (``None``: cannot tell yet, ask again ~40 ms later)."""
+        ...
+
+    def watch(self, pid: int) -> None:
+        """Count ``pid``'s process tree too (a program the action launched)."""
+        ...
 
 
 class ChangeTracker(Protocol):
@@ -141,15 +176,11 @@ class ChangeTracker(Protocol):
         since: float,
         spec: protocol.SettleSpec,
         region: Rect | None = None,
-        busy: Callable[[], bool] | None = None,
+        activity: Activity | None = None,
     ) -> SettleOutcome:
-        """Wait for the changes since ``since`` to settle (module docstring); ``busy`` (the
-        focused application still uses CPU) keeps a wait that would end going, up to the cap."""
-        ...
-
-    def launched_pids(self, since: float) -> list[int]:
-        """The programs of the launches that ended at or after ``since`` (:mod:`guest.launches`;
-        empty without launch tracking)."""
+        """Wait for the changes since ``since`` to settle (module docstring). ``activity`` (the
+        programs the action reached): busy keeps a wait that would end going, up to the cap;
+        idle ends the quiet period after ``spec.idle_quiet_ms`` (:func:`_quiet_period`)."""
         ...
 
     def close(self) -> None: ...
@@ -270,7 +301,7 @@ class DamageTracker:
         since: float,
         spec: protocol.SettleSpec,
         region: Rect | None = None,
-        busy: Callable[[], bool] | None = None,
+        activity: Activity | None = None,
     ) -> SettleOutcome:
         with self._changed:
             background = self._background(since)
@@ -281,11 +312,14 @@ class DamageTracker:
             return not background or not item.rect.cells() <= background
 
         return _quiet_period(
-            self._changed, self._history, since, spec, counts, launches=self._launches, busy=busy
+            self._changed,
+            self._history,
+            since,
+            spec,
+            counts,
+            launches=self._launches,
+            activity=activity,
         )
-
-    def launched_pids(self, since: float) -> list[int]:
-        return [] if self._launches is None else self._launches.ended_pids(since)
 
     def close(self) -> None:
         if self._launches is not None:
@@ -310,20 +344,30 @@ def _quiet_period(
     counts: Callable[[_Damage], bool],
     *,
     launches: LaunchWatcher | None = None,
-    busy: Callable[[], bool] | None = None,
+    activity: Activity | None = None,
 ) -> SettleOutcome:
-    """Wait on ``condition`` (which guards ``history``) per ``spec`` (module docstring); while
-    ``launches`` has one pending, keep waiting (up to the cap); a launch's end counts as a change
-    for the quiet period (:mod:`guest.launches`); when the wait would end (not capped) while
-    ``busy()`` says the focused application is still using CPU, look again a little later (at
-    most until :data:`BUSY_LIMIT_QUIETS` quiet periods after the action, or after the end of a
-    launch it caused)."""
+    """Wait on ``condition`` (which guards ``history``) per ``spec`` (module docstring).
+
+    * While ``launches`` has one pending, keep waiting (up to the cap); a launch's end counts as
+      a change for the quiet period (:mod:`guest.launches`) and its program joins ``activity``.
+    * When the wait would end (not capped) while ``activity`` is busy, look again a little later
+      (at most until :data:`BUSY_LIMIT_QUIETS` quiet periods after the action, or after the end
+      of a launch it caused).
+    * Once the screen has been quiet for ``spec.idle_quiet_ms`` (shorter than ``quiet_ms``),
+      the wait ends there when ``activity`` is available and says idle over a sample window of
+      at least :data:`IDLE_WINDOW_S` that began after the last change — unless a launch is
+      pending or ended during the wait (a program just started keeps building what it shows).
+      While the programs keep working, each later window is judged again.
+    """
     method = DamageTracker.method
     start = time.monotonic()
     cap_at = start + spec.cap_ms / 1000
     expect_at = start + spec.expect_ms / 1000
     busy_span = BUSY_LIMIT_QUIETS * max(spec.expect_ms, spec.quiet_ms) / 1000
     busy_until = start + busy_span
+    quiet = spec.quiet_ms / 1000
+    idle_quiet = spec.quiet_when_idle() / 1000
+    short = activity is not None and activity.available and idle_quiet < quiet
     with condition:
         while True:
             box: Rect | None = None
@@ -338,12 +382,16 @@ def _quiet_period(
                     last = item.t if last is None else max(last, item.t)
             events = len(rects)
             now = time.monotonic()
-            launching = False
+            launching = launched = idle = False
             if launches is not None:
                 ended = launches.ended_since(since)
                 if ended is not None:
+                    launched = True
                     last = ended if last is None else max(last, ended)
                     busy_until = max(start, ended) + busy_span  # the program just drew: counts anew
+                    if activity is not None:
+                        for pid in launches.ended_pids(since):
+                            activity.watch(pid)  # a program this action started, once drawn
                 launching = launches.pending(now)
             if launching:
                 deadline = cap_at
@@ -354,16 +402,48 @@ def _quiet_period(
                 done = now >= deadline
                 settled = True
             else:
-                deadline = min(last + spec.quiet_ms / 1000, cap_at)
+                deadline = min(last + quiet, cap_at)
                 done = now >= deadline
-                settled = last + spec.quiet_ms / 1000 <= now
-            if done and now < min(cap_at, busy_until) and busy is not None and busy():
+                settled = last + quiet <= now
+                if not done and short and not launched and activity is not None:
+                    idle, deadline = _idle_end(activity, last + idle_quiet, now, deadline)
+                    done = settled = settled or idle
+            if (
+                done
+                and not idle  # just seen idle after the last change: no need to look again
+                and now < min(cap_at, busy_until)
+                and activity is not None
+                and activity.busy()
+            ):
                 done, deadline = False, min(cap_at, busy_until, now + BUSY_POLL_S)
             if done:
+                ended_on = None if last is None or not settled or launching else spec.quiet_ms
                 return SettleOutcome(
-                    is_visible(rects), settled, round((now - start) * 1000), box, events, method
+                    is_visible(rects),
+                    settled,
+                    round((now - start) * 1000),
+                    box,
+                    events,
+                    method,
+                    spec.quiet_when_idle() if idle else ended_on,
                 )
             condition.wait(timeout=max(0.001, deadline - now))
+
+
+def _idle_end(
+    activity: Activity, idle_at: float, now: float, deadline: float
+) -> tuple[bool, float]:
+    """The short quiet period of :func:`_quiet_period`: (done, next deadline) at ``now`` for a
+    wait whose screen is quiet from ``idle_at - idle_quiet`` and whose long period ends at
+    ``deadline``. The CPU is sampled from :data:`IDLE_WINDOW_S` before ``idle_at`` on."""
+    window_at = idle_at - IDLE_WINDOW_S
+    if now < window_at:
+        return False, min(deadline, window_at)
+    verdict = activity.idle_since(window_at)
+    if verdict and now >= idle_at:
+        return True, now
+    later = idle_at if now < idle_at else now + IDLE_WINDOW_S
+    return False, min(deadline, max(later, now + 0.001))
 
 
 class PollingTracker:
@@ -396,7 +476,7 @@ class PollingTracker:
         since: float,
         spec: protocol.SettleSpec,
         region: Rect | None = None,
-        busy: Callable[[], bool] | None = None,  # frame polling ignores it
+        activity: Activity | None = None,  # frame polling ignores it: always the long quiet
     ) -> SettleOutcome:
         with self._lock:
             before = self._before[1] if self._before and self._before[0] == since else None
@@ -434,11 +514,14 @@ class PollingTracker:
         for rect in rects:
             box = rect if box is None else box.union(rect)
         return SettleOutcome(
-            is_visible(rects), settled, round((now - start) * 1000), box, events, self.method
+            is_visible(rects),
+            settled,
+            round((now - start) * 1000),
+            box,
+            events,
+            self.method,
+            spec.quiet_ms if settled and last_change is not None else None,
         )
-
-    def launched_pids(self, since: float) -> list[int]:
-        return []  # no launch tracking without DAMAGE's connection
 
     def close(self) -> None:
         with self._lock:

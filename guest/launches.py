@@ -32,7 +32,7 @@ import os
 import select
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -48,8 +48,10 @@ __all__ = [
     "LAUNCH_TIMEOUT_S",
     "CpuWatch",
     "LaunchWatcher",
+    "client_window",
     "is_drawn",
     "parse_startup_message",
+    "pointer_programs",
     "process_tree",
     "window_manager_pid",
 ]
@@ -112,6 +114,14 @@ def parse_startup_message(text: str) -> tuple[str, dict[str, str]]:
 BUSY_SAMPLE_S: Final = 0.04
 """:meth:`CpuWatch.busy` samples at most this often."""
 BUSY_MIN_CPU_S: Final = 0.002
+BACKGROUND_MIN_S: Final = 0.5
+"""The idle period before an action must be at least this long to give a background rate."""
+BACKGROUND_MARGIN: Final = 1.5
+"""Busy means above this many times the background rate (plus the fixed threshold): an
+animation's frames are not evenly spread over short samples."""
+BACKGROUND_MAX: Final = 0.4
+"""At most this background rate (CPUs) is allowed for: a program working harder than that all
+the time cannot be told from one working on the action, and holds it as before."""
 """CPU time per :data:`BUSY_SAMPLE_S` above which the focused application counts as busy (5 %;
 an idle GTK dialog uses about 1 %)."""
 
@@ -136,22 +146,25 @@ def process_tree(root: int) -> list[int]:
     return found
 
 
-def _cpu_ns(pid: int) -> int:
+def _cpu_ns(pid: int) -> int | None:
     """Time every thread of ``pid`` spent on a CPU or waiting for one
-    (``/proc/PID/task/*/schedstat``: run time and run-queue delay, nanoseconds)."""
+    (``/proc/PID/task/*/schedstat``: run time and run-queue delay, nanoseconds); ``None`` when
+    the process is gone or no thread's schedstat can be read (a kernel without it)."""
     total = 0
+    read = False
     try:
         threads = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return 0
+        return None
     for thread in threads:
         try:
             with open(f"/proc/{pid}/task/{thread}/schedstat", "rb") as handle:
                 fields = handle.read().split()
             total += int(fields[0]) + int(fields[1])
+            read = True
         except (OSError, IndexError, ValueError):
             continue  # a thread that just ended
-    return total
+    return total if read else None
 
 
 def window_manager_pid(display_name: str | None) -> int | None:
@@ -189,23 +202,85 @@ class CpuWatch:
     for a modified file reached the title bar over 400 ms after the typing). A process that ends
     between samples takes its time with it (a drop is not counted as negative).
 
-    :param pids: the roots: the focused window's process, the window manager's.
+    **Background.** A program that works all the time (an animated page, a build in a
+    terminal) would hold every action. ``idle_before`` is a :meth:`snapshot` taken when the
+    previous action ended: the CPU the processes present in both used between it and this
+    watch's start, per second, is the *background rate* (:attr:`background`, from an idle
+    period of at least :data:`BACKGROUND_MIN_S`), and busy means above
+    :data:`BACKGROUND_MARGIN` times that plus the fixed threshold.
+
+    :param pids: the roots: the focused window's process, the window manager's; ``None`` for a
+        program that is not known (a window without ``_NET_WM_PID``): :attr:`available` is then
+        false.
+    :param idle_before: the :meth:`snapshot` of the previous action's end (``None``: no
+        background known, 0).
     """
 
-    def __init__(self, pids: list[int]) -> None:
-        self._roots = list(pids)
+    def __init__(
+        self,
+        pids: Sequence[int | None],
+        idle_before: tuple[float, dict[int, int]] | None = None,
+    ) -> None:
+        known = [pid for pid in pids if pid is not None]
+        self._roots = [pid for pid in dict.fromkeys(known) if pid != os.getpid()]
         self._used = self._read()
         self._sampled = time.monotonic()
+        self.background = 0.0
+        """CPU seconds per second the watched processes used while idle before the action."""
+        if idle_before is not None and self._sampled - idle_before[0] >= BACKGROUND_MIN_S:
+            before = idle_before[1]
+            common = {pid: ns for pid, ns in self._used.items() if pid in before}
+            rate = self._grown(before, common) / 1e9 / (self._sampled - idle_before[0])
+            self.background = min(rate, BACKGROUND_MAX)
         self._busy = False
+        self._mark = (self._sampled, self._used)
+        """The sample :meth:`idle_since` took last (time, CPU per pid)."""
+        self.available = (
+            len(known) == len(pids)
+            and bool(self._used)
+            and all(root in self._used for root in self._roots)
+        )
+        """Whether every root is known and its CPU can be read (``/proc/PID/task/*/schedstat``):
+        otherwise "idle" cannot be told from "unknown" (:meth:`idle_since` never says idle)."""
 
-    def watch(self, pid: int) -> None:
-        """Watch ``pid`` (and its descendants) too, from the next sample on (a launched program
-        once its window is drawn)."""
-        if pid not in self._roots and pid != os.getpid():
-            self._roots.append(pid)
+    def watch(self, pid: int | None) -> None:
+        """Watch ``pid`` (and its descendants) too, counting from now (a launched program once
+        its window is drawn, the program under the pointer); ``None``, a program that is not
+        known, makes the watch unavailable."""
+        if pid is None:
+            self.available = False
+            return
+        if pid in self._roots or pid == os.getpid():
+            return
+        self._roots.append(pid)
+        now = {
+            tree_pid: ns for tree_pid in process_tree(pid) if (ns := _cpu_ns(tree_pid)) is not None
+        }
+        if pid not in now:
+            self.available = False
+        self._used = {**now, **self._used}
+        self._mark = (self._mark[0], {**now, **self._mark[1]})
 
     def _read(self) -> dict[int, int]:
-        return {pid: _cpu_ns(pid) for root in self._roots for pid in process_tree(root)}
+        used: dict[int, int] = {}
+        for root in self._roots:
+            for pid in process_tree(root):
+                ns = _cpu_ns(pid)
+                if ns is not None:
+                    used[pid] = ns
+        return used
+
+    @staticmethod
+    def _grown(before: dict[int, int], after: dict[int, int]) -> int:
+        return sum(max(0, ns - before.get(pid, 0)) for pid, ns in after.items())
+
+    def _over(self, grown_ns: int, elapsed: float) -> bool:
+        limit = BUSY_MIN_CPU_S / BUSY_SAMPLE_S + BACKGROUND_MARGIN * self.background
+        return grown_ns / 1e9 > limit * elapsed
+
+    def snapshot(self) -> tuple[float, dict[int, int]]:
+        """Now, and the CPU (ns) of every watched process: the next action's ``idle_before``."""
+        return time.monotonic(), self._read()
 
     def busy(self) -> bool:
         """True when the program used CPU above the threshold since the previous sample (or
@@ -215,10 +290,64 @@ class CpuWatch:
         if elapsed < BUSY_SAMPLE_S:
             return self._busy
         used = self._read()
-        grown = sum(max(0, ns - self._used.get(pid, 0)) for pid, ns in used.items())
-        self._busy = grown / 1e9 > BUSY_MIN_CPU_S * elapsed / BUSY_SAMPLE_S
+        self._busy = self._over(self._grown(self._used, used), elapsed)
         self._used, self._sampled = used, now
         return self._busy
+
+    def idle_since(self, start: float) -> bool | None:
+        """Whether the watched programs used no CPU (none above :data:`BUSY_MIN_CPU_S` per
+        :data:`BUSY_SAMPLE_S`, the busy threshold; no new process either) between the previous
+        call's sample, when it was taken at or after ``start`` (monotonic seconds), and now.
+        Consecutive calls judge consecutive windows.
+
+        ``None``: cannot tell yet — the previous sample is older than ``start`` (one is taken
+        now: ask again :data:`BUSY_SAMPLE_S` later) or younger than :data:`BUSY_SAMPLE_S`.
+        Always ``False`` when :attr:`available` is false.
+        """
+        if not self.available:
+            return False
+        now = time.monotonic()
+        base_t, base = self._mark
+        if base_t < start:
+            self._mark = (now, self._read())
+            return None
+        elapsed = now - base_t
+        if elapsed < BUSY_SAMPLE_S:
+            return None
+        used = self._read()
+        self._mark = (now, used)
+        if self._over(self._grown(base, used), elapsed):
+            return False
+        return set(used) <= set(base)
+
+
+def client_window(display: xdisplay.Display, frame: Window) -> Window | None:
+    """The client window (with ``WM_STATE``) at or under a top-level ``frame``."""
+    wm_state = display.intern_atom("WM_STATE")
+    level = [frame]
+    try:
+        for _ in range(3):
+            for window in level:
+                if window.get_full_property(wm_state, X.AnyPropertyType) is not None:
+                    return window
+            level = [child for window in level for child in window.query_tree().children]
+    except xerror.XError:
+        return None
+    return None
+
+
+def pointer_programs(display: xdisplay.Display) -> list[int | None]:
+    """The program to watch for the top-level window under the pointer: ``[pid]`` (its client
+    window's ``_NET_WM_PID``, or the top-level's own without a window manager), ``[None]`` when
+    that window names no program, ``[]`` over the bare root window (the window manager's)."""
+    try:
+        top = display.screen().root.query_pointer().child
+        if not top:
+            return []
+        client = client_window(display, top)
+        return [window_pid(display, int((client or top).id))]
+    except xerror.XError:
+        return [None]
 
 
 def is_drawn(image: Image.Image) -> bool:
@@ -372,18 +501,7 @@ class LaunchWatcher:
         return False
 
     def _client_of(self, frame: Window) -> Window | None:
-        """The client window (with ``WM_STATE``) at or under a top-level ``frame``."""
-        wm_state = self._display.intern_atom("WM_STATE")
-        level = [frame]
-        try:
-            for _ in range(3):
-                for window in level:
-                    if window.get_full_property(wm_state, X.AnyPropertyType) is not None:
-                        return window
-                level = [child for window in level for child in window.query_tree().children]
-        except xerror.XError:
-            return None
-        return None
+        return client_window(self._display, frame)
 
     def _look_at_mapped(self) -> bool:
         """End the open launches once a window mapped for them is drawn; True when they end."""

@@ -52,6 +52,7 @@ __all__ = [
     "ERROR_CODES",
     "FEATURES",
     "FRAME_HEADER",
+    "IDLE_QUIET_MS",
     "MAGIC",
     "MAX_BLOB_BYTES",
     "MAX_FILE_BYTES",
@@ -102,12 +103,15 @@ more than a blinking caret (2-3 px wide, one line high)."""
 MAX_SETTLE_CAP_MS: Final = 60_000
 """Largest ``cap_ms`` of a ``settle`` argument (milliseconds). 60 s: the drill's settle on a TCG
 guest (x10) must cover Chromium's cold start there (24-41 s measured) after a launcher click."""
-FEATURES: Final = ("receipts", "typing_quiet")
+FEATURES: Final = ("receipts", "typing_quiet", "idle_quiet")
 """Optional protocol-v1 features this agent has, listed in ``hello``/``info`` ``features``.
 ``receipts``: input ops take ``settle`` and answer with a ``receipt``; ``typing_quiet``: the
-``settle`` object also takes ``typing_quiet_ms`` (:class:`SettleSpec`)."""
+``settle`` object also takes ``typing_quiet_ms``; ``idle_quiet``: it also takes
+``idle_quiet_ms`` (:class:`SettleSpec`)."""
 TYPING_QUIET_MS: Final = 150
 """Default ``typing_quiet_ms``: the quiet period after typing into a normal (non-dialog) window."""
+IDLE_QUIET_MS: Final = 70
+"""Default ``idle_quiet_ms``: the quiet period once the programs the action reached are idle."""
 
 BUTTONS: Final[Mapping[str, int]] = {"left": 1, "wheel": 2, "right": 3, "back": 8, "forward": 9}
 """OpenAI button names → X11 button numbers (``wheel`` is a middle click)."""
@@ -277,19 +281,40 @@ class SettleSpec:
     cannot open or close a window, so the long quiet period that window changes need is waste
     there (``make bench``: typing in the editor); keys that commit or cancel, shortcuts, clicks
     and anything typed into a dialog keep ``quiet_ms``. It never exceeds ``quiet_ms``.
+
+    ``idle_quiet_ms`` (feature ``idle_quiet``; ``None`` turns it off) ends the quiet period early
+    when the agent can tell that nothing is still working on the action's effect: no launch is
+    pending or ended during the action, and the programs the action reached (the focused
+    window's process tree, the window manager's, and for pointer actions the program of the
+    window under the pointer) used no CPU — neither ran nor waited to run — over a sample
+    window (50 ms) after the last change. The long ``quiet_ms`` stays for pauses the CPU cannot
+    explain: a program whose process is unknown (no ``_NET_WM_PID``), an agent without the busy
+    probe (frame polling, no ``/proc``), and any action while the focused window is not a
+    normal one (or none is): a dialog waits on timers and other processes — the GTK file
+    chooser's name completion pops up on a timer, and after Enter the Save As dialog repaints
+    at once, then closes ~250 ms later with no CPU used meanwhile (measured: the drill's model
+    was shown it still open). A program that, after drawing part of an effect, sleeps longer
+    than ``idle_quiet_ms`` before drawing the rest is the known limit (``make bench`` and the
+    drill count stale screenshots). It never exceeds ``quiet_ms``.
     """
 
     expect_ms: int = 300
     quiet_ms: int = 400
     cap_ms: int = 3000
     typing_quiet_ms: int | None = TYPING_QUIET_MS
+    idle_quiet_ms: int | None = IDLE_QUIET_MS
+    unsupported: frozenset[str] = frozenset()
+    """Optional fields the agent does not know (no feature): :meth:`as_args` leaves them out
+    (:func:`drivers.settle.settle_for_agent`); not part of the protocol."""
 
-    NAMES = ("expect_ms", "quiet_ms", "cap_ms", "typing_quiet_ms")
+    NAMES = ("expect_ms", "quiet_ms", "cap_ms", "typing_quiet_ms", "idle_quiet_ms")
+    OPTIONAL = ("typing_quiet_ms", "idle_quiet_ms")
+    """The fields that may be ``None`` (off), each behind its own feature."""
 
     @classmethod
     def parse(cls, value: object, *, name: str = "settle") -> SettleSpec:
         """Check a ``settle`` object (any subset of the fields; others default;
-        ``typing_quiet_ms`` may be ``null``: off).
+        ``typing_quiet_ms`` and ``idle_quiet_ms`` may be ``null``: off).
 
         :raises GuestError: ``bad_args`` naming the field that is wrong: not an integer,
             negative, ``cap_ms`` over :data:`MAX_SETTLE_CAP_MS`, or ``expect_ms``/``quiet_ms``
@@ -310,7 +335,7 @@ class SettleSpec:
         fields: dict[str, int] = {}
         for key in cls.NAMES:
             item = value.get(key, getattr(cls, key))
-            if key == "typing_quiet_ms" and item is None:
+            if key in cls.OPTIONAL and item is None:
                 continue
             if not _is_int(item) or item < 0:
                 raise GuestError(
@@ -324,6 +349,7 @@ class SettleSpec:
             fields["quiet_ms"],
             fields["cap_ms"],
             fields.get("typing_quiet_ms"),
+            fields.get("idle_quiet_ms"),
         )
         if spec.cap_ms > MAX_SETTLE_CAP_MS:
             raise GuestError(
@@ -331,7 +357,7 @@ class SettleSpec:
                 f"{name}.cap_ms must be <= {MAX_SETTLE_CAP_MS}, got {spec.cap_ms}",
                 details={"option": "cap_ms", "limit": MAX_SETTLE_CAP_MS},
             )
-        for key in ("expect_ms", "quiet_ms", "typing_quiet_ms"):
+        for key in ("expect_ms", "quiet_ms", *cls.OPTIONAL):
             if (getattr(spec, key) or 0) > spec.cap_ms:
                 raise GuestError(
                     "bad_args",
@@ -340,19 +366,36 @@ class SettleSpec:
                 )
         return spec
 
-    def as_args(self) -> dict[str, int]:
-        """The ``settle`` object to send (``typing_quiet_ms`` only when set)."""
-        args = {"expect_ms": self.expect_ms, "quiet_ms": self.quiet_ms, "cap_ms": self.cap_ms}
-        if self.typing_quiet_ms is not None:
-            args["typing_quiet_ms"] = self.typing_quiet_ms
+    def as_args(self) -> dict[str, int | None]:
+        """The ``settle`` object to send: every field, ``None`` as ``null`` (off: an agent left
+        to its default would turn it on), except the :attr:`unsupported` ones."""
+        args: dict[str, int | None] = {
+            "expect_ms": self.expect_ms,
+            "quiet_ms": self.quiet_ms,
+            "cap_ms": self.cap_ms,
+        }
+        for key in self.OPTIONAL:
+            if key not in self.unsupported:
+                args[key] = getattr(self, key)
         return args
 
-    def for_input(self, typing_into_normal_window: bool) -> SettleSpec:
-        """The spec one action waits with: ``quiet_ms`` becomes ``typing_quiet_ms`` (never
-        longer) when the action types into a normal window (class docstring)."""
-        if not typing_into_normal_window or self.typing_quiet_ms is None:
+    def for_input(self, typing: bool, window_type: str | None = "normal") -> SettleSpec:
+        """The spec one action waits with, given whether it only types text (``typing``) and
+        the focused window's EWMH type before it (``None``: no focused window). Into anything
+        but a normal window: no ``idle_quiet_ms``; typing into a normal window: ``quiet_ms``
+        becomes ``typing_quiet_ms`` (never longer) (class docstring)."""
+        if window_type != "normal":
+            return dataclasses.replace(self, idle_quiet_ms=None)
+        if not typing or self.typing_quiet_ms is None:
             return self
         return dataclasses.replace(self, quiet_ms=min(self.quiet_ms, self.typing_quiet_ms))
+
+    def quiet_when_idle(self) -> int:
+        """The quiet period once the programs the action reached are idle (milliseconds):
+        ``idle_quiet_ms`` when set, never over ``quiet_ms``; ``quiet_ms`` otherwise."""
+        if self.idle_quiet_ms is None:
+            return self.quiet_ms
+        return min(self.quiet_ms, self.idle_quiet_ms)
 
 
 RECEIPT_FIELDS: Final = (
@@ -364,6 +407,9 @@ RECEIPT_FIELDS: Final = (
     "method",  # "damage" (X DAMAGE events) or "poll" (frame hashing fallback)
     "focus_before",  # {id, title, wm_class, type} of the active window before the action, or null
     "focus_after",  # the same after the wait
+    "quiet_ms",  # int: the quiet period that ended the wait (quiet_ms, typing_quiet_ms or
+    # idle_quiet_ms: feature idle_quiet), or null when it did not end on one (nothing changed,
+    # the cap)
 )
 """The fields of an action's ``receipt`` (the reply of an action sent with ``settle``)."""
 

@@ -22,7 +22,7 @@ from guest.changes import ChangeTracker, open_tracker
 from guest.errors import GuestError, ProtocolError
 from guest.geometry import Rect
 from guest.keys import is_typing_key
-from guest.launches import CpuWatch, window_manager_pid
+from guest.launches import CpuWatch, pointer_programs, window_manager_pid
 from guest.screen import Screen
 from guest.windows import active_window, list_windows, window_pid
 from guest.xinput import XInput
@@ -57,6 +57,8 @@ class Agent:
         self.started = time.monotonic()
         self._display_name = display_name
         self._wm_pid: int | None = None
+        self._idle_from: tuple[float, dict[int, int]] | None = None
+        """The CPU of the programs the last settled action watched, when it ended."""
         self.input = XInput(display_name)
         try:
             self.screen = Screen(display_name, self.input.width, self.input.height)
@@ -204,18 +206,25 @@ class Agent:
         perform: Callable[[], Mapping[str, Any] | None],
         *,
         typing: bool = False,
+        pointer: bool = False,
     ) -> tuple[dict[str, Any], bytes]:
         """Perform an input action; with a ``settle`` argument, wait for its effect and add the
         ``receipt`` (:data:`guest.protocol.RECEIPT_FIELDS`). ``typing``: the action only types
-        text (see :class:`guest.protocol.SettleSpec`'s ``typing_quiet_ms``)."""
+        text (see :class:`guest.protocol.SettleSpec`'s ``typing_quiet_ms``); ``pointer``: it
+        acts where the pointer is (the program of the window there may be the one that works).
+
+        The busy probe (:class:`guest.launches.CpuWatch`) watches the focused window's program,
+        the window manager, and for pointer actions (or with no focused window) the program
+        under the pointer; when one of them is unknown (a window without ``_NET_WM_PID``), it
+        is unavailable and the action waits the long ``quiet_ms`` (never ``idle_quiet_ms``).
+        Without a window manager of ours (``openbox``) nothing draws frames and title bars, so
+        none is watched."""
         raw = args.get("settle")
         if raw is None:
             return dict(perform() or {}), b""
         spec = protocol.SettleSpec.parse(raw)
         focus_before = self._focus()
-        spec = spec.for_input(
-            typing and focus_before is not None and focus_before.get("type") == "normal"
-        )
+        spec = spec.for_input(typing, None if focus_before is None else focus_before.get("type"))
         pid = (
             self.input.with_display(lambda d: window_pid(d, int(focus_before["id"])))
             if focus_before
@@ -223,20 +232,22 @@ class Agent:
         )
         if self._wm_pid is None or not os.path.exists(f"/proc/{self._wm_pid}"):
             self._wm_pid = window_manager_pid(self._display_name)
-        roots = [p for p in (pid, self._wm_pid) if p is not None and p != os.getpid()]
-        cpu = CpuWatch(roots)
+        roots = [pid] if focus_before else []
+        if self._wm_pid is not None:
+            roots.append(self._wm_pid)
+        cpu = CpuWatch(roots, self._idle_from)
         since = self.changes.begin_input()
-
-        def busy() -> bool:
-            for launched in self.changes.launched_pids(since):
-                cpu.watch(launched)  # a program this action started, once it has drawn
-            return cpu.busy()
-
         try:
             result = dict(perform() or {})
-            outcome = self.changes.wait(since, spec, busy=busy)
+            # the program of the window under the pointer hears pointer actions, focused or not,
+            # and keys when nothing has the focus (X sends them to the window under the pointer)
+            if pointer or focus_before is None:
+                for program in self.input.with_display(pointer_programs):
+                    cpu.watch(program)
+            outcome = self.changes.wait(since, spec, activity=cpu)
         finally:
             self.changes.end_input()
+        self._idle_from = cpu.snapshot()  # the next action's background starts here
         receipt = {**outcome.result(), "focus_before": focus_before, "focus_after": self._focus()}
         return {**result, "receipt": receipt}, b""
 
@@ -249,21 +260,26 @@ class Agent:
             lambda: self.input.click(
                 args["x"], args["y"], args.get("button") or "left", args.get("keys") or ()
             ),
+            pointer=True,
         )
 
     def _double_click(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
         return self._act(
-            args, lambda: self.input.double_click(args["x"], args["y"], args.get("keys") or ())
+            args,
+            lambda: self.input.double_click(args["x"], args["y"], args.get("keys") or ()),
+            pointer=True,
         )
 
     def _move(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
         return self._act(
-            args, lambda: self.input.move(args["x"], args["y"], args.get("keys") or ())
+            args,
+            lambda: self.input.move(args["x"], args["y"], args.get("keys") or ()),
+            pointer=True,
         )
 
     def _drag(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
         path = [(point["x"], point["y"]) for point in args["path"]]
-        return self._act(args, lambda: self.input.drag(path, args.get("keys") or ()))
+        return self._act(args, lambda: self.input.drag(path, args.get("keys") or ()), pointer=True)
 
     def _scroll(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
         return self._act(
@@ -271,6 +287,7 @@ class Agent:
             lambda: self.input.scroll(
                 args["x"], args["y"], args["scroll_x"], args["scroll_y"], args.get("keys") or ()
             ),
+            pointer=True,
         )
 
     def _keypress(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
@@ -322,7 +339,7 @@ class Agent:
                 details={"limit": MAX_SETTLE_OP_TIMEOUT_MS},
             )
         region = Rect.of(self.screen.region(args.get("region")))
-        spec = protocol.SettleSpec(min(quiet, timeout), min(quiet, timeout), timeout)
+        spec = protocol.SettleSpec(min(quiet, timeout), min(quiet, timeout), timeout, None, None)
         outcome = self.changes.wait(time.monotonic(), spec, region)
         return {
             "settled": outcome.settled and quiet <= timeout,

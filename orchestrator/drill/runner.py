@@ -157,8 +157,11 @@ def scaled_settle(time_scale: float) -> SettleSpec:
         min(cap, round(base.expect_ms * factor)),
         min(cap, round(base.quiet_ms * factor)),
         cap,
-        # typing pauses there too (the CJK font above): typing waits the full quiet period
-        base.typing_quiet_ms if factor == 1.0 else None,
+        # typing: scaled like the rest (until 2026-12-01 a null here never reached the agent, so
+        # every TCG drill ran with the unscaled 150 ms and the busy probe, never stale; scaled is
+        # the longer, safer wait); the idle quiet period was measured on containers only: off
+        None if base.typing_quiet_ms is None else min(cap, round(base.typing_quiet_ms * factor)),
+        base.idle_quiet_ms if factor == 1.0 else None,
     )
 
 

@@ -14,10 +14,12 @@ import pytest
 from PIL import Image
 
 from orchestrator.drill.runner import (
+    DRILL_SETTLE,
     FAILURE_SCREEN,
     SLOW_GUEST_TIME_SCALE,
     guest_time_scale,
     run_drill,
+    scaled_settle,
 )
 from orchestrator.modelrun.errors import GuestStepError
 from orchestrator.modelrun.guest_steps import GuestSteps
@@ -119,6 +121,10 @@ def test_a_slow_guest_scales_every_set_up_wait(local_desktop: LocalDesktop) -> N
     assert guest_time_scale(replace(_INFO, detail={"accelerator": "tcg"})) == SLOW_GUEST_TIME_SCALE
     assert guest_time_scale(replace(_INFO, detail={"accelerator": "kvm"})) == 1.0
     assert guest_time_scale(_INFO) == 1.0
+    tcg = scaled_settle(SLOW_GUEST_TIME_SCALE)
+    # every settle value 10x on TCG, typing included; the idle period (measured on containers) off
+    assert (tcg.quiet_ms, tcg.typing_quiet_ms, tcg.idle_quiet_ms) == (4000, 1500, None)
+    assert scaled_settle(1.0) == DRILL_SETTLE
 
 
 _INFO = SandboxInfo(

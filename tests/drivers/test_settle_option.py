@@ -6,7 +6,7 @@ import pytest
 
 from drivers.errors import SettleOptionError
 from drivers.settle import check_settle, settle_for_agent
-from guest.protocol import TYPING_QUIET_MS, SettleSpec
+from guest.protocol import IDLE_QUIET_MS, TYPING_QUIET_MS, SettleSpec
 
 
 def test_the_default_types_with_the_short_quiet_period_and_never_longer_than_quiet() -> None:
@@ -18,7 +18,22 @@ def test_the_default_types_with_the_short_quiet_period_and_never_longer_than_qui
     assert short is not None and short.for_input(True).quiet_ms == 100
     off = check_settle({"typing_quiet_ms": None})
     assert off is not None and off.for_input(True).quiet_ms == off.quiet_ms
-    assert "typing_quiet_ms" not in off.as_args()
+    assert off.as_args()["typing_quiet_ms"] is None, "sent as null: left out, the agent's default"
+
+
+def test_the_idle_quiet_period_applies_only_to_actions_into_a_normal_window() -> None:
+    spec = SettleSpec()
+    assert spec.quiet_when_idle() == IDLE_QUIET_MS < spec.quiet_ms
+    assert spec.for_input(False, "normal").quiet_when_idle() == IDLE_QUIET_MS
+    assert spec.for_input(True, "normal").quiet_when_idle() == IDLE_QUIET_MS
+    for typing in (True, False):
+        for window_type in ("dialog", None):
+            other = spec.for_input(typing, window_type)
+            assert other.idle_quiet_ms is None and other.quiet_when_idle() == spec.quiet_ms
+    assert SettleSpec(quiet_ms=50).quiet_when_idle() == 50, "never longer than quiet_ms"
+    off = check_settle({"idle_quiet_ms": None})
+    assert off is not None and off.quiet_when_idle() == off.quiet_ms
+    assert off.as_args()["idle_quiet_ms"] is None, "sent as null: left out, the agent's default"
 
 
 @pytest.mark.parametrize(
@@ -27,9 +42,12 @@ def test_the_default_types_with_the_short_quiet_period_and_never_longer_than_qui
         ({"typing_quiet_ms": -1}, "settle.typing_quiet_ms must be an integer >= 0"),
         ({"typing_quiet_ms": 1.5}, "settle.typing_quiet_ms must be an integer >= 0"),
         ({"typing_quiet_ms": 4000}, r"settle.typing_quiet_ms \(4000\) is over settle.cap_ms"),
+        ({"idle_quiet_ms": -1}, "settle.idle_quiet_ms must be an integer >= 0"),
+        ({"idle_quiet_ms": "short"}, "settle.idle_quiet_ms must be an integer >= 0"),
+        ({"idle_quiet_ms": 4000}, r"settle.idle_quiet_ms \(4000\) is over settle.cap_ms"),
     ],
 )
-def test_a_bad_typing_quiet_period_is_named(option: dict[str, object], named: str) -> None:
+def test_a_bad_typing_or_idle_quiet_period_is_named(option: dict[str, object], named: str) -> None:
     with pytest.raises(SettleOptionError, match=named):
         check_settle(option)
 
@@ -38,7 +56,11 @@ def test_an_agent_without_the_feature_gets_the_spec_without_it() -> None:
     spec = SettleSpec()
     old = settle_for_agent(spec, {"features": ["receipts"], "protocol": 1}, "old")
     assert old.typing_quiet_ms is None and "typing_quiet_ms" not in old.as_args()
-    new = settle_for_agent(spec, {"features": ["receipts", "typing_quiet"]}, "new")
-    assert new == spec
+    assert old.idle_quiet_ms is None and "idle_quiet_ms" not in old.as_args()
+    typing = settle_for_agent(spec, {"features": ["receipts", "typing_quiet"]}, "typing")
+    assert typing.typing_quiet_ms == spec.typing_quiet_ms and typing.idle_quiet_ms is None
+    assert "idle_quiet_ms" not in typing.as_args()
+    new = settle_for_agent(spec, {"features": ["receipts", "typing_quiet", "idle_quiet"]}, "new")
+    assert new == spec and new.as_args()["idle_quiet_ms"] == IDLE_QUIET_MS
     with pytest.raises(SettleOptionError, match="feature 'receipts' needed"):
         settle_for_agent(spec, {"features": []}, "older")

@@ -26,6 +26,7 @@ from tests.support.xvfb import Xvfb
 pytestmark = pytest.mark.x11
 
 EFFECTS = Path(__file__).with_name("tk_effects.py")
+REPO = Path(__file__).resolve().parents[2]
 SETTLE: dict[str, Any] = {**protocol.SettleSpec().as_args(), "typing_quiet_ms": None}
 """The defaults with the typing shortcut off: these tests time the quiet period itself."""
 LONG_QUIET = {"expect_ms": 300, "quiet_ms": 1000, "cap_ms": 3000, "typing_quiet_ms": 150}
@@ -189,5 +190,123 @@ def test_typing_waits_the_typing_quiet_period_only_in_a_normal_window(
             "keypress", {"keys": ["b"], "settle": {**LONG_QUIET, "typing_quiet_ms": None}}
         )
         assert off.result["receipt"]["settle_ms"] >= 1000, "typing_quiet_ms null turns it off"
+    finally:
+        stop_process(process)
+
+
+IDLE: dict[str, Any] = {
+    "expect_ms": 1000,
+    "quiet_ms": 1000,
+    "cap_ms": 3000,
+    "typing_quiet_ms": None,
+    "idle_quiet_ms": 150,
+}
+"""A long quiet period and a short idle one, so which one the agent chose shows in ``settle_ms``
+under load (and a long expect window: a starved window still paints within it)."""
+
+
+@pytest.fixture
+def named(xserver: Xvfb, client: AgentClient) -> Iterator[None]:
+    """The effects window with ``_NET_WM_PID``: the agent's busy probe can watch its program."""
+    process = _effects(xserver.display, "--pid")
+    client.call("settle", {"quiet_ms": 300, "timeout_ms": 3000})
+    yield
+    stop_process(process)
+
+
+def test_an_idle_program_settles_after_the_idle_quiet_period(
+    client: AgentClient, agent: RunningAgent, named: None
+) -> None:
+    receipt = client.call("keypress", {"keys": ["b"], "settle": IDLE}).result["receipt"]
+    assert receipt["changed"] is True and receipt["settled"] is True
+    assert receipt["settle_ms"] >= IDLE["idle_quiet_ms"]
+    if agent._extra_env["CUBICLE_SETTLE_METHOD"] == "poll":
+        assert receipt["settle_ms"] >= IDLE["quiet_ms"], "frame polling has no busy probe"
+        assert receipt["quiet_ms"] == IDLE["quiet_ms"]
+    else:
+        assert receipt["settle_ms"] < IDLE["quiet_ms"], receipt
+        assert receipt["quiet_ms"] == IDLE["idle_quiet_ms"]
+    off = client.call("keypress", {"keys": ["b"], "settle": {**IDLE, "idle_quiet_ms": None}})
+    assert off.result["receipt"]["settle_ms"] >= IDLE["quiet_ms"], "idle_quiet_ms null: off"
+    assert off.result["receipt"]["quiet_ms"] == IDLE["quiet_ms"]
+    inert = client.call("keypress", {"keys": ["x"], "settle": IDLE}).result["receipt"]
+    assert inert["changed"] is False and inert["quiet_ms"] is None
+
+
+def test_a_program_still_working_after_its_first_change_is_waited_for(
+    client: AgentClient, named: None
+) -> None:
+    settle = {**protocol.SettleSpec().as_args(), "typing_quiet_ms": None}
+    assert settle["idle_quiet_ms"] < 250 < settle["quiet_ms"]  # type: ignore[operator]
+    receipt = client.call("keypress", {"keys": ["w"], "settle": settle}).result["receipt"]
+    assert _pixel(client, 750, 250) == (255, 165, 0)
+    assert _pixel(client, 850, 250) == (0, 255, 255), "answered while the program still worked"
+    assert receipt["changed"] is True and receipt["settle_ms"] >= 250
+
+
+def test_a_program_the_agent_cannot_name_keeps_the_long_quiet_period(
+    client: AgentClient, effects: None
+) -> None:
+    receipt = client.call("keypress", {"keys": ["b"], "settle": IDLE}).result["receipt"]
+    assert receipt["changed"] is True and receipt["settle_ms"] >= IDLE["quiet_ms"], receipt
+
+
+def test_an_action_into_a_dialog_never_takes_the_idle_quiet_period(
+    xserver: Xvfb, client: AgentClient
+) -> None:
+    process = _effects(xserver.display, "--pid", "--dialog")
+    try:
+        client.call("settle", {"quiet_ms": 300, "timeout_ms": 3000})
+        typed = client.call("keypress", {"keys": ["b"], "settle": IDLE}).result["receipt"]
+        assert typed["focus_before"]["type"] == "dialog"
+        assert typed["settle_ms"] >= IDLE["quiet_ms"], "a late completion popup would be missed"
+        committed = client.call("keypress", {"keys": ["Return"], "settle": IDLE}).result
+        assert committed["receipt"]["changed"] is True
+        assert committed["receipt"]["settle_ms"] >= IDLE["quiet_ms"], "Save As closes late"
+        assert committed["receipt"]["quiet_ms"] == IDLE["quiet_ms"]
+    finally:
+        stop_process(process)
+
+
+def test_a_click_waits_for_the_program_under_the_pointer_not_only_the_focused_one(
+    xserver: Xvfb, client: AgentClient, named: None
+) -> None:
+    client.call("move", {"x": 5, "y": 5})  # a Tk window mapped under the pointer takes the focus
+    process = subprocess.Popen(
+        [sys.executable, str(EFFECTS.with_name("tk_clicker.py"))],
+        env={"DISPLAY": xserver.display, "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+        client.call("settle", {"quiet_ms": 300, "timeout_ms": 3000})
+        settle = {**protocol.SettleSpec().as_args(), "typing_quiet_ms": None}
+        receipt = client.call("click", {"x": 1100, "y": 600, "settle": settle}).result["receipt"]
+        assert receipt["focus_before"]["title"] == "tk", "the effects window keeps the focus"
+        assert _pixel(client, 1050, 600) == (255, 165, 0)
+        assert _pixel(client, 1150, 600) == (0, 255, 255), "answered while the clicked one worked"
+    finally:
+        stop_process(process)
+
+
+def test_a_program_busy_all_the_time_gets_the_idle_quiet_period_above_its_background(
+    xserver: Xvfb, client: AgentClient, agent: RunningAgent
+) -> None:
+    if agent._extra_env["CUBICLE_SETTLE_METHOD"] == "poll":
+        pytest.skip("frame polling cannot tell background animation from effects (documented)")
+    process = _effects(xserver.display, "--pid", "--animate-cpu")
+    try:
+        client.call("keypress", {"keys": ["x"], "settle": IDLE})  # a settled action ends...
+        client.call("wait", {"ms": 2000})  # ...then the animation runs while nobody acts
+        typed = client.call("keypress", {"keys": ["b"], "settle": IDLE}).result["receipt"]
+        assert typed["changed"] is True and typed["settled"] is True
+        assert typed["settle_ms"] < IDLE["quiet_ms"], "the animation's CPU held the action"
+        assert typed["quiet_ms"] == IDLE["idle_quiet_ms"]
+        client.call("wait", {"ms": 1000})
+        settle = {**protocol.SettleSpec().as_args(), "typing_quiet_ms": None}
+        worked = client.call("keypress", {"keys": ["w"], "settle": settle}).result["receipt"]
+        assert _pixel(client, 850, 250) == (0, 255, 255), "answered while the program worked"
+        assert worked["settle_ms"] >= 250
     finally:
         stop_process(process)

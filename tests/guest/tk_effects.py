@@ -1,21 +1,29 @@
 """A window whose key presses have effects at known delays:
-``python tk_effects.py [--animate] [--dialog]``.
+``python tk_effects.py [--animate] [--dialog] [--pid]``.
 
 Maps a full-screen override-redirect canvas with the keyboard focus (so keys reach it with or
 without a window manager, wherever the pointer is) and prints ``ready``.
 Keys: ``d`` paints a 300x200 red block 250 ms later; ``s`` paints a blue block at once and a
 green one 150 ms after it; ``b`` and Return paint a 200x200 block at once, yellow and purple in
-turn; ``c`` clears the canvas; any other key does nothing. With ``--animate`` a 40x40 square
-moves along the top right corner every 40 ms, forever. With ``--dialog`` the window's EWMH type
-is ``dialog`` (otherwise unset: ``normal``).
+turn; ``w`` paints an orange block at once, then works (a thread spins a CPU) for 250 ms
+and paints a cyan block when done; ``c`` clears the canvas; any other key does nothing. With
+``--animate`` a 40x40 square moves along the top right corner every 40 ms, forever (with
+``--animate-cpu`` each frame also uses 8 ms of CPU: an animated page's program). With
+``--dialog`` the window's EWMH type is ``dialog`` (otherwise unset: ``normal``). With ``--pid``
+the window names its process (``_NET_WM_PID``, as GTK and Chromium windows do; Tk does not), so
+the agent's busy probe can watch it.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
+import time
 import tkinter
+from collections.abc import Callable
 
-from Xlib import X, display
+from Xlib import X, Xatom, display
 
 
 def _focus(window_id: int) -> None:
@@ -28,6 +36,45 @@ def _focus(window_id: int) -> None:
         connection.sync()
     finally:
         connection.close()
+
+
+def name_process(window_id: int) -> None:
+    connection = display.Display()
+    try:
+        window = connection.create_resource_object("window", window_id)
+        root = connection.screen().root
+        while True:  # up to the top-level window (a child of the root), which the agent reads
+            window.change_property(
+                connection.intern_atom("_NET_WM_PID"), Xatom.CARDINAL, 32, [os.getpid()]
+            )
+            parent = window.query_tree().parent
+            if not parent or parent.id == root.id:
+                break
+            window = parent
+        connection.sync()
+    finally:
+        connection.close()
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def work_then(root: tkinter.Tk, seconds: float, paint: Callable[[], object]) -> None:
+    """Use a CPU for ``seconds`` (a thread of this process spins), then ``paint`` (in Tk's
+    thread)."""
+    worker = threading.Thread(target=_spin, args=(seconds,), daemon=True)
+    worker.start()
+
+    def when_done() -> None:
+        if worker.is_alive():
+            root.after(5, when_done)
+        else:
+            paint()
+
+    root.after(5, when_done)
 
 
 def main() -> None:
@@ -52,6 +99,13 @@ def main() -> None:
             flip[0] = not flip[0]
             colour = "yellow" if flip[0] else "purple"
             canvas.create_rectangle(400, 200, 600, 400, fill=colour, width=0)
+        elif event.char == "w":
+            canvas.create_rectangle(700, 200, 800, 300, fill="orange", width=0)
+            work_then(
+                root,
+                0.25,
+                lambda: canvas.create_rectangle(800, 200, 900, 300, fill="cyan", width=0),
+            )
         elif event.char == "c":
             canvas.delete("block")
             canvas.delete("all")
@@ -62,7 +116,8 @@ def main() -> None:
     if "--dialog" in sys.argv:
         root.wm_attributes("-type", "dialog")
     root.bind_all("<Key>", key)
-    square = "square" if "--animate" in sys.argv else None
+    burn = "--animate-cpu" in sys.argv
+    square = "square" if "--animate" in sys.argv or burn else None
     coords = [500, 0, 540, 40]
 
     def step(offset: int = 0) -> None:
@@ -70,6 +125,8 @@ def main() -> None:
         x = 460 + offset % 100
         coords[:] = [x, 0, x + 40, 40]
         canvas.create_rectangle(*coords, fill="black", width=0, tags="square")
+        if burn:
+            _spin(0.008)
         root.after(40, step, offset + 9)
 
     if square is not None:
@@ -78,6 +135,8 @@ def main() -> None:
         root.update()
     canvas.focus_force()
     root.update()
+    if "--pid" in sys.argv:
+        name_process(int(root.wm_frame(), 16))
     _focus(int(root.wm_frame(), 16))
     print("ready", flush=True)
     root.mainloop()
