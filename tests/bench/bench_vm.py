@@ -98,8 +98,10 @@ def run(report: Report) -> None:
     for name, seconds in timings.items():
         if "teardown" in name:
             label = f"vm {name} (everything gone)"
-        elif name in ("warm create", "warm hello"):
-            label = f"vm {name.replace('warm ', 'warm -> ')} returned"
+        elif name == "warm create":
+            label = "vm warm: create() returned (restore done)"
+        elif name == "warm hello":
+            label = "vm warm: the agent answered hello"
         else:
             label = f"vm {name} create -> first painted screenshot"
         sample = Sample(label, seconds)
