@@ -43,6 +43,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -492,27 +493,51 @@ class VmProvider(Provider):
         return (self.run_dir(sandbox_id) / READY_MARK).exists()
 
     def destroy(self, sandbox_id: str) -> None:
-        """Run every per-sandbox clean-up step of :meth:`cleanup_steps` (idempotent)."""
+        """Run the clean-up stages of :meth:`cleanup_steps` (idempotent): the steps of a stage
+        at once, each stage once the one before it is done. A failure is raised when its stage
+        is over; later stages do not run (the run folder stays, so ``gc`` finds the rest)."""
         self.run_dir(sandbox_id)  # checks the id
-        for step in self.cleanup_steps():
-            step(sandbox_id)
+        for stage in self.cleanup_steps():
+            if len(stage) == 1:
+                stage[0](sandbox_id)
+                continue
+            with ThreadPoolExecutor(max_workers=len(stage)) as pool:
+                futures = [pool.submit(step, sandbox_id) for step in stage]
+            for future in futures:
+                future.result()
 
-    def cleanup_steps(self) -> builtins.list[Callable[[str], None]]:
-        """What ``down`` and ``gc`` do to remove one sandbox, in order: the domain, the network
-        pieces of ``allow:``/``open`` (proxy process, firewall rules, libvirt network), then the
-        run folder last (its labels say whose the rest is until then). Each step is idempotent;
-        add a step here for a new kind of per-sandbox object."""
-        return [self._destroy_domain, self._teardown_network, self._remove_run_dir]
+    def cleanup_steps(self) -> builtins.list[builtins.list[Callable[[str], None]]]:
+        """What ``down`` and ``gc`` do to remove one sandbox, in stages whose steps touch
+        different objects: the domain together with an ``allow:`` sandbox's egress proxy; then,
+        with no guest left to reach anything, the firewall rules together with the libvirt
+        network (of ``allow:``/``open``); the run folder last (its labels say whose the rest is
+        until then). Each step is idempotent; add a step here for a new kind of per-sandbox
+        object."""
+        return [
+            [self._destroy_domain, self._stop_proxy],
+            [self._remove_rules, self._remove_network],
+            [self._remove_run_dir],
+        ]
 
-    def _teardown_network(self, sandbox_id: str) -> None:
-        """Tear down the network pieces, unless the run folder's labels say ``none``: only
-        ``allow:``/``open`` sandboxes ever get any, made after those labels were written. (No
-        readable labels: everything is looked for by id.)"""
+    def _networked_run(self, sandbox_id: str) -> Path | None:
+        """The run folder, or None when its labels say network ``none``: only ``allow:``/
+        ``open`` sandboxes ever get network pieces, made after those labels were written. (No
+        readable labels: every piece is looked for by id.)"""
         run = self.run_dir(sandbox_id)
         labels = self._run_labels(run)
-        if labels is not None and labels.get(L.NETWORK) == "none":
-            return
-        vm_network.teardown(self.conn, sandbox_id, run)
+        return None if labels is not None and labels.get(L.NETWORK) == "none" else run
+
+    def _stop_proxy(self, sandbox_id: str) -> None:
+        if (run := self._networked_run(sandbox_id)) is not None:
+            vm_network.stop_proxy(sandbox_id, run)
+
+    def _remove_rules(self, sandbox_id: str) -> None:
+        if self._networked_run(sandbox_id) is not None:
+            vm_network.remove_rules(sandbox_id)
+
+    def _remove_network(self, sandbox_id: str) -> None:
+        if self._networked_run(sandbox_id) is not None:
+            vm_network.remove_network(self.conn, sandbox_id)
 
     @staticmethod
     def _run_labels(run: Path) -> dict[str, Any] | None:
