@@ -6,8 +6,11 @@ on the magic after garbage) and writes one reply per request or broken frame.
 - unix: one thread per connection (the agent serializes X actions itself). The listener owns
   the socket file and removes it on close; a stale socket file is replaced, a live one refused.
 - virtio-serial: a character device, opened O_RDWR|O_NONBLOCK. While no host is connected the
-  port polls POLLHUP (or reads return 0): the loop sleeps instead of spinning, and discards a
-  half-received frame, since the next host starts afresh.
+  port polls POLLHUP (or reads return 0): the loop waits instead of spinning, and discards a
+  half-received frame, since the next host starts afresh. It waits for the port's SIGIO (the
+  guest kernel sends one when a host connects, ``O_ASYNC``), at most
+  :data:`HOST_ABSENT_SLEEP_S`: a host that connects (e.g. right after a VM's warm restore) is
+  answered at once, not after the rest of a sleep.
 - stdio: requests on fd 0, replies on fd 1 (logs go to stderr); EOF ends the agent.
 """
 
@@ -15,9 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import logging
 import os
 import select
+import signal
 import socket
 import stat
 import threading
@@ -36,7 +41,8 @@ log = logging.getLogger("guest.transport")
 
 READ_CHUNK: Final = 1024 * 1024
 HOST_ABSENT_SLEEP_S: Final = 0.2
-"""How long the virtio loop sleeps when no host is connected (it must not spin)."""
+"""How long the virtio loop waits at most when no host is connected (it must not spin); the
+port's SIGIO ends the wait as soon as a host connects."""
 VIRTIO_WRITE_TIMEOUT_S: Final = 30.0
 """A reply the host does not read within this long is dropped (it reconnects and retries)."""
 VIRTIO_SYSFS: Final = Path("/sys/class/virtio-ports")
@@ -182,6 +188,7 @@ def serve_virtio(agent: Agent, path: str, stop: threading.Event | None = None) -
     poller.register(fd, select.POLLIN | select.POLLPRI)
     decoder = FrameDecoder()
     host_present = True
+    wake = _HostWake(fd)
     try:
         while not stop.is_set():
             events = poller.poll(500)
@@ -202,7 +209,7 @@ def serve_virtio(agent: Agent, path: str, stop: threading.Event | None = None) -
                     log.info("virtio-serial host disconnected; waiting")
                     host_present = False
                 decoder = FrameDecoder()
-                time.sleep(HOST_ABSENT_SLEEP_S)
+                wake.wait(HOST_ABSENT_SLEEP_S)
                 continue
             if not host_present:
                 log.info("virtio-serial host connected")
@@ -210,7 +217,58 @@ def serve_virtio(agent: Agent, path: str, stop: threading.Event | None = None) -
             for item in decoder.feed_items(data):
                 _write_all(fd, agent.handle_item(item))
     finally:
+        wake.close()
         os.close(fd)
+
+
+class _HostWake:
+    """Wakes the virtio loop when the port signals (SIGIO: a host connected, or data came).
+
+    The port is put in ``O_ASYNC`` mode owned by this process; Python's signal handler writes
+    to a pipe (``signal.set_wakeup_fd``) that :meth:`wait` selects on, so a signal between the
+    last read and the wait is not lost. Off the main thread (signals cannot be set up there)
+    :meth:`wait` is a plain sleep.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._pipe: tuple[int, int] | None = None
+        self._previous: tuple[object, int] | None = None
+        if threading.current_thread() is not threading.main_thread():
+            return
+        read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        handler = signal.signal(signal.SIGIO, _ignore_signal)
+        old_fd = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        self._pipe, self._previous = (read_end, write_end), (handler, old_fd)
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETOWN, os.getpid())
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC)
+        except OSError as exc:  # not a device with async notification: sleeps only
+            log.info("no SIGIO from %d (%s): polling the host's presence", fd, exc)
+
+    def wait(self, seconds: float) -> None:
+        """Return after ``seconds`` or at the port's next signal (drained)."""
+        if self._pipe is None:
+            time.sleep(seconds)
+            return
+        ready, _, _ = select.select([self._pipe[0]], [], [], seconds)
+        if ready:
+            with contextlib.suppress(BlockingIOError):
+                while os.read(self._pipe[0], 512):
+                    pass
+
+    def close(self) -> None:
+        if self._pipe is None or self._previous is None:
+            return
+        handler, old_fd = self._previous
+        signal.set_wakeup_fd(old_fd)
+        signal.signal(signal.SIGIO, handler)  # type: ignore[arg-type]
+        for end in self._pipe:
+            os.close(end)
+        self._pipe = None
+
+
+def _ignore_signal(_signum: int, _frame: object) -> None:
+    """SIGIO's handler: the wake-up pipe does the work (the default action would kill us)."""
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -1,12 +1,18 @@
 """Pure parts of the VM backend: domain XML, labels in <metadata>, restore retargeting, the
-accelerator probe, warm-slot validity and input refusals (no libvirt needed)."""
+accelerator probe, warm-slot validity, input refusals and finding/ending a domain's QEMU by
+pid (no libvirt needed)."""
 
 from __future__ import annotations
 
 import ipaddress
 import json
 import os
+import signal
 import stat
+import subprocess
+import sys
+import threading
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Literal
@@ -30,6 +36,7 @@ from orchestrator.providers.vm.domain import (
 from orchestrator.providers.vm.files import FileAccess
 from orchestrator.providers.vm.image import VmImage, image_ref, load_image
 from orchestrator.providers.vm.network import VmNetwork, bridge_name, network_name
+from orchestrator.providers.vm.qemu_process import end_qemu, find_qemu
 from orchestrator.providers.vm.virt import SANDBOX_STATES, DomainState
 from orchestrator.providers.vm.warm import WarmKey, slots_for
 
@@ -215,3 +222,47 @@ def test_domain_states_are_libvirts() -> None:
     for state in DomainState:
         assert getattr(libvirt, f"VIR_DOMAIN_{state.name}") == state.value
     assert SANDBOX_STATES[DomainState.SHUTOFF] == "exited"
+
+
+def _fake_qemu(domain: str, run: Path) -> subprocess.Popen[bytes]:
+    """A process whose command line looks like a sandbox's QEMU (program name, ``guest=NAME``,
+    the overlay in ``run``); it only sleeps."""
+    return subprocess.Popen(
+        [
+            "/usr/bin/qemu-system-x86_64",
+            "-c",
+            "import time; time.sleep(600)",
+            "-name",
+            f"guest={domain},debug-threads=on",
+            f"{run}/overlay.qcow2",
+        ],
+        executable=sys.executable,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_qemu_is_found_by_domain_and_run_folder_and_ended_by_pid(tmp_path: Path) -> None:
+    run, other_run = tmp_path / "vm-0123456789", tmp_path / "vm-01234567890"
+    ours = _fake_qemu("cubicle-vm-0123456789", run)
+    neighbour = _fake_qemu("cubicle-vm-0123456789", other_run)  # same name, another folder
+    reaper = threading.Thread(target=ours.wait)  # we are its parent: reap it as it dies
+    reaper.start()
+    try:
+        deadline = time.monotonic() + 30
+        while find_qemu("cubicle-vm-0123456789", run) is None and time.monotonic() < deadline:
+            time.sleep(0.01)  # the exec of the fake is not instant
+        assert find_qemu("cubicle-vm-0123456789", run) == ours.pid
+        assert find_qemu("cubicle-vm-9999999999", run) is None
+        # a pid that is not that QEMU (here: the neighbour) is never signalled
+        assert end_qemu(neighbour.pid, "cubicle-vm-0123456789", run) is False
+        assert neighbour.poll() is None
+        assert end_qemu(ours.pid, "cubicle-vm-0123456789", run) is True
+        assert not Path(f"/proc/{ours.pid}").exists()
+        assert ours.returncode == -signal.SIGKILL
+        assert find_qemu("cubicle-vm-0123456789", run) is None
+        assert end_qemu(ours.pid, "cubicle-vm-0123456789", run) is True  # gone: nothing to do
+    finally:
+        for process in (ours, neighbour):
+            process.kill()
+        reaper.join()
+        neighbour.wait()

@@ -70,8 +70,11 @@ __all__ = [
     "collect",
     "leftovers",
     "network_name",
+    "remove_network",
+    "remove_rules",
     "rule_comment",
     "setup",
+    "stop_proxy",
     "teardown",
 ]
 
@@ -483,13 +486,29 @@ def _destroy_network(conn: Any, name: str) -> None:
             raise ProviderError(f"libvirt could not remove network {name}: {exc}") from exc
 
 
-def teardown(conn: Any, sandbox_id: str, run: Path | None) -> None:
-    """Stop the proxy, remove the rules and the network of ``sandbox_id`` (idempotent; a
-    sandbox without an ``allow:`` network costs a network lookup, an iptables listing and a
-    /proc scan)."""
+def stop_proxy(sandbox_id: str, run: Path | None) -> None:
+    """End the egress proxy of ``sandbox_id`` (by its record in ``run``, and by its label)."""
     _stop_proxy(sandbox_id, run)
+
+
+def remove_rules(sandbox_id: str) -> None:
+    """Delete the firewall rules of ``sandbox_id``; only once its domain is gone (until then
+    they are what keeps the guest from the host's services)."""
     _remove_rules({sandbox_id})
+
+
+def remove_network(conn: Any, sandbox_id: str) -> None:
+    """Remove the libvirt network of ``sandbox_id`` (once no domain is attached to it)."""
     _destroy_network(conn, network_name(sandbox_id))
+
+
+def teardown(conn: Any, sandbox_id: str, run: Path | None) -> None:
+    """Stop the proxy, remove the rules and the network of ``sandbox_id``, one after the other
+    (idempotent; a sandbox without an ``allow:`` network costs a network lookup, an iptables
+    listing and a /proc scan)."""
+    stop_proxy(sandbox_id, run)
+    remove_rules(sandbox_id)
+    remove_network(conn, sandbox_id)
 
 
 def leftovers(conn: Any) -> dict[str, set[str]]:

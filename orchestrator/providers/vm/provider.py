@@ -43,6 +43,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -78,6 +79,7 @@ from orchestrator.providers.vm.domain import (
     probe_accelerator,
 )
 from orchestrator.providers.vm.files import HOME_MODE, FileAccess, qemu_access
+from orchestrator.providers.vm.qemu_process import end_qemu, find_qemu
 from orchestrator.providers.vm.virt import (
     DEFAULT_URI,
     map_libvirt_errors,
@@ -108,6 +110,8 @@ READY_MARK = "ready"
 UNLABELLED_GRACE_S = 600.0
 """A run folder without readable labels (a crash between mkdir and writing them) is an orphan
 once this old."""
+GONE_POLL_S = 0.01
+"""How often a destroy looks whether libvirt has forgotten the domain (one cheap RPC)."""
 _USER_NET_ONLY = sys.platform == "darwin"
 """macOS libvirt has no bridges: ``open`` falls back to QEMU user-mode networking there."""
 
@@ -489,35 +493,82 @@ class VmProvider(Provider):
         return (self.run_dir(sandbox_id) / READY_MARK).exists()
 
     def destroy(self, sandbox_id: str) -> None:
-        """Run every per-sandbox clean-up step of :meth:`cleanup_steps` (idempotent)."""
+        """Run the clean-up stages of :meth:`cleanup_steps` (idempotent): the steps of a stage
+        at once, each stage once the one before it is done. A failure is raised when its stage
+        is over; later stages do not run (the run folder stays, so ``gc`` finds the rest)."""
         self.run_dir(sandbox_id)  # checks the id
-        for step in self.cleanup_steps():
-            step(sandbox_id)
+        for stage in self.cleanup_steps():
+            if len(stage) == 1:
+                stage[0](sandbox_id)
+                continue
+            with ThreadPoolExecutor(max_workers=len(stage)) as pool:
+                futures = [pool.submit(step, sandbox_id) for step in stage]
+            for future in futures:
+                future.result()
 
-    def cleanup_steps(self) -> builtins.list[Callable[[str], None]]:
-        """What ``down`` and ``gc`` do to remove one sandbox, in order: the domain, the network
-        pieces of ``allow:``/``open`` (proxy process, firewall rules, libvirt network), then the
-        run folder last (its labels say whose the rest is until then). Each step is idempotent;
-        add a step here for a new kind of per-sandbox object."""
-        return [self._destroy_domain, self._teardown_network, self._remove_run_dir]
+    def cleanup_steps(self) -> builtins.list[builtins.list[Callable[[str], None]]]:
+        """What ``down`` and ``gc`` do to remove one sandbox, in stages whose steps touch
+        different objects: the domain together with an ``allow:`` sandbox's egress proxy; then,
+        with no guest left to reach anything, the firewall rules together with the libvirt
+        network (of ``allow:``/``open``); the run folder last (its labels say whose the rest is
+        until then). Each step is idempotent; add a step here for a new kind of per-sandbox
+        object."""
+        return [
+            [self._destroy_domain, self._stop_proxy],
+            [self._remove_rules, self._remove_network],
+            [self._remove_run_dir],
+        ]
 
-    def _teardown_network(self, sandbox_id: str) -> None:
-        vm_network.teardown(self.conn, sandbox_id, self.run_dir(sandbox_id))
+    def _networked_run(self, sandbox_id: str) -> Path | None:
+        """The run folder, or None when its labels say network ``none``: only ``allow:``/
+        ``open`` sandboxes ever get network pieces, made after those labels were written. (No
+        readable labels: every piece is looked for by id.)"""
+        run = self.run_dir(sandbox_id)
+        labels = self._run_labels(run)
+        return None if labels is not None and labels.get(L.NETWORK) == "none" else run
+
+    def _stop_proxy(self, sandbox_id: str) -> None:
+        if (run := self._networked_run(sandbox_id)) is not None:
+            vm_network.stop_proxy(sandbox_id, run)
+
+    def _remove_rules(self, sandbox_id: str) -> None:
+        if self._networked_run(sandbox_id) is not None:
+            vm_network.remove_rules(sandbox_id)
+
+    def _remove_network(self, sandbox_id: str) -> None:
+        if self._networked_run(sandbox_id) is not None:
+            vm_network.remove_network(self.conn, sandbox_id)
+
+    @staticmethod
+    def _run_labels(run: Path) -> dict[str, Any] | None:
+        """The labels of a run folder (``labels.json``), or None when missing or unreadable."""
+        try:
+            labels = json.loads((run / "labels.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return labels if isinstance(labels, dict) else None
 
     def _remove_run_dir(self, sandbox_id: str) -> None:
         shutil.rmtree(self.run_dir(sandbox_id), ignore_errors=True)
 
     def _destroy_domain(self, sandbox_id: str) -> None:
+        """End the domain's QEMU by pid (:mod:`.qemu_process`: libvirt's own destroy waits in
+        200 ms steps), then have libvirt destroy the domain and wait until it forgets it."""
         dom = self._domain(sandbox_id)
-        if dom is not None:
-            with map_libvirt_errors(f"destroy the domain of VM sandbox {sandbox_id}"):
-                unless_gone(dom.destroy)
-            self._wait_gone(dom)
+        if dom is None:
+            return
+        run = self.run_dir(sandbox_id)
+        pid = find_qemu(dom.name(), run)
+        if pid is not None:
+            end_qemu(pid, dom.name(), run)
+        with map_libvirt_errors(f"destroy the domain of VM sandbox {sandbox_id}"):
+            unless_gone(dom.destroy)
+        self._wait_gone(dom)
 
     def _wait_gone(self, dom: Any, timeout: float = 10.0) -> None:
         """Return once libvirt no longer knows the domain (a warm slot's name is then free)."""
         uuid = dom.UUIDString()
-        for _ in poll(Deadline(timeout), 0.05):
+        for _ in poll(Deadline(timeout), GONE_POLL_S):
             if unless_gone(functools.partial(self.conn.lookupByUUIDString, uuid)) is None:
                 return
         log.warning("libvirt still lists domain %s %.0f s after destroy", dom.name(), timeout)
@@ -577,12 +628,9 @@ class VmProvider(Provider):
         """Read fresh: the sandbox's stamp (run folder's labels, else its domain's), or a reason
         it is an orphan without one, or None to skip it (malformed labels, warned about)."""
         run = self.run_dir(sandbox_id)
-        try:
-            labels = json.loads((run / "labels.json").read_text())
-            what = f"VM run folder {run}"
-        except (OSError, ValueError):
-            labels = None
-        if not isinstance(labels, dict):
+        labels = self._run_labels(run)
+        what = f"VM run folder {run}"
+        if labels is None:
             found = [(d, lab) for d, lab in self._domains() if lab[L.SANDBOX] == sandbox_id]
             if found:
                 labels, what = found[0][1], f"VM domain {found[0][0].name()}"
