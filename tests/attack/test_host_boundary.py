@@ -67,6 +67,8 @@ def test_row3_the_host_never_follows_a_path_the_guest_controls(
     sandboxes: Tracker, tmp_path: Path
 ) -> None:
     sandbox = sandboxes.create()
+    # the attack is on the next new connection: drop the one create kept for the first connect
+    sandbox.close()
     bait = tmp_path / "host-side.sock"
     swap = (
         "import os, sys; os.rename('/run/cubicle/agent.sock', '/run/cubicle/moved.sock'); "
