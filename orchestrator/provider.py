@@ -223,7 +223,14 @@ class Provider(abc.ABC):
     concurrent_connections: ClassVar[bool] = False
     """Whether the agent takes several connections at once (Docker: each is its own exec; a VM's
     channel takes one at a time). Only then does :class:`orchestrator.sandbox.Sandbox` keep the
-    connection its creation opened for the first ``connect()``."""
+    connection its creation opened for the first ``connect()`` (see
+    :meth:`keeps_spare_connection`)."""
+
+    def keeps_spare_connection(self) -> bool:
+        """Whether a new sandbox may keep the connection its readiness check opened until the
+        first ``connect()`` (default: :attr:`concurrent_connections`). False where an idle held
+        connection costs something the caller's connections need."""
+        return self.concurrent_connections
 
     @abc.abstractmethod
     def doctor(self) -> list[DoctorCheck]:

@@ -241,18 +241,20 @@ class Sandbox:
                 claimed = claimer(provider, spec)
                 if claimed is not None:
                     say(f"{claimed.info.id}: claimed from a warm pool")
-                    return cls(
-                        provider, claimed.info, owned=not spec.detached, spare=claimed.client
-                    )
+                    spare = claimed.client
+                    if spare is not None and not provider.keeps_spare_connection():
+                        spare.close()
+                        spare = None
+                    return cls(provider, claimed.info, owned=not spec.detached, spare=spare)
         info = provider.create(spec)
         sandbox = cls(provider, info, owned=not spec.detached)
         say(f"{info.id}: started; waiting for the agent (up to {ready_timeout_s:.0f} s)")
         try:
             client = ready_client(provider, info.id, deadline=deadline)
-            if provider.concurrent_connections:
+            if provider.keeps_spare_connection():
                 with sandbox._spare_lock:
                     sandbox._spare = client
-            else:  # its one channel must stay free for the caller's connections
+            else:  # its channel / SSH session must stay free for the caller's connections
                 client.close()
             provider.mark_ready(info.id)
             sandbox.info = provider.describe(info.id) or info

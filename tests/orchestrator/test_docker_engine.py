@@ -150,3 +150,11 @@ def test_cli_names_a_bad_engine_url(capsys: pytest.CaptureFixture[str]) -> None:
     err = capsys.readouterr().err
     assert "'http://box:2375': the scheme must be one of unix://, tcp://, ssh://" in err
     assert DOCKER_ENGINE_ENV not in os.environ  # --engine lasts one command
+
+
+def test_no_idle_agent_connection_is_held_over_ssh() -> None:
+    """Over ssh:// each held connection is one of sshd's 10 sessions (MaxSessions), which the
+    engine's API calls need too: a new sandbox keeps no spare connection there (tests/remote
+    shows two sandboxes up at once failing the next API call otherwise)."""
+    assert not DockerProvider(engine=Engine("ssh://me@elsewhere")).keeps_spare_connection()
+    assert DockerProvider(engine=Engine(LOCAL_URL)).keeps_spare_connection()

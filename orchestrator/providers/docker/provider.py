@@ -46,6 +46,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar, Final
+from urllib.parse import urlsplit
 
 import docker
 import docker.errors
@@ -413,6 +414,13 @@ class DockerProvider(Provider):
         except BaseException:
             self.destroy(sandbox_id)
             raise
+
+    def keeps_spare_connection(self) -> bool:
+        """Not over ``ssh://``: there every agent connection and every pooled API connection is
+        an SSH session, and sshd allows 10 per connection by default (``MaxSessions``); a held
+        idle agent connection per sandbox made the engine's next API call fail ("Connect
+        failed") once two sandboxes were up."""
+        return urlsplit(self.engine.url).scheme != "ssh"
 
     def _cpu_count(self) -> int:
         """CPUs of the engine's machine (this host's for a local engine)."""
