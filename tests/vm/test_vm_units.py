@@ -258,6 +258,7 @@ def test_qemu_is_found_by_domain_and_run_folder_and_ended_by_pid(tmp_path: Path)
         assert neighbour.poll() is None
         assert end_qemu(ours.pid, "cubicle-vm-0123456789", run) is True
         assert not Path(f"/proc/{ours.pid}").exists()
+        reaper.join(5)  # waitpid returned; Popen stores the status just after it
         assert ours.returncode == -signal.SIGKILL
         assert find_qemu("cubicle-vm-0123456789", run) is None
         assert end_qemu(ours.pid, "cubicle-vm-0123456789", run) is True  # gone: nothing to do
