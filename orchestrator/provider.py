@@ -220,17 +220,13 @@ class Provider(abc.ABC):
     """A sandbox backend. Instances are cheap; connections to the engine are made lazily."""
 
     name: ClassVar[str]
-    concurrent_connections: ClassVar[bool] = False
-    """Whether the agent takes several connections at once (Docker: each is its own exec; a VM's
-    channel takes one at a time). Only then does :class:`orchestrator.sandbox.Sandbox` keep the
-    connection its creation opened for the first ``connect()`` (see
-    :meth:`keeps_spare_connection`)."""
 
     def keeps_spare_connection(self) -> bool:
-        """Whether a new sandbox may keep the connection its readiness check opened until the
-        first ``connect()`` (default: :attr:`concurrent_connections`). False where an idle held
-        connection costs something the caller's connections need."""
-        return self.concurrent_connections
+        """Whether a new sandbox may keep the connection its readiness check opened, for
+        :class:`orchestrator.sandbox.Sandbox`'s first ``connect()``: only where the agent takes
+        several connections at once and an idle held one costs nothing the caller's connections
+        need (default False: a VM's channel takes one connection at a time)."""
+        return False
 
     @abc.abstractmethod
     def doctor(self) -> list[DoctorCheck]:

@@ -191,7 +191,6 @@ class DockerProvider(Provider):
     """
 
     name: ClassVar[str] = "docker"
-    concurrent_connections: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -416,10 +415,10 @@ class DockerProvider(Provider):
             raise
 
     def keeps_spare_connection(self) -> bool:
-        """Not over ``ssh://``: there every agent connection and every pooled API connection is
-        an SSH session, and sshd allows 10 per connection by default (``MaxSessions``); a held
-        idle agent connection per sandbox made the engine's next API call fail ("Connect
-        failed") once two sandboxes were up."""
+        """Yes (each connection is its own exec), but not over ``ssh://``: there every agent
+        connection and every pooled API connection is an SSH session, and sshd allows 10 per
+        connection by default (``MaxSessions``); a held idle agent connection per sandbox made
+        the engine's next API call fail ("Connect failed") once two sandboxes were up."""
         return urlsplit(self.engine.url).scheme != "ssh"
 
     def _cpu_count(self) -> int:
