@@ -49,7 +49,8 @@ it lives in the proxy container's own tmpfs and the host reaches it through ``do
 egress.py --relay PATH``; on VMs it is a root-only unix socket in the sandbox's run folder).
 Control protocol (version 1), JSON lines both ways::
 
-    proxy → host  {"type": "hello", "version": 1, "policy": "...", "timeout": 120.0, "label": ...}
+    proxy → host  {"type": "hello", "version": 1, "policy": "...", "timeout": 120.0, "label": ...,
+                   "pending": ["q1", ...]}      (the ids of the question lines that follow it)
                   {"type": "question", "id": "q1", "origin": "https://example.com",
                    "host": ..., "port": 443, "method": "CONNECT", "target": ..., "client": ...,
                    "reason": ..., "asked_at": ts, "deadline": ts}      (pending ones after hello)
@@ -657,8 +658,10 @@ class Questions:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hello: dict[str, object]
     ) -> None:
         """One host-side controller: hello, the pending questions, then answers until EOF."""
-        writer.write(_control_line({"type": "hello", "version": 1, **hello}))
-        for question in list(self.pending.values()):
+        pending = list(self.pending.values())
+        ids = [question.id for question in pending]
+        writer.write(_control_line({"type": "hello", "version": 1, **hello, "pending": ids}))
+        for question in pending:
             writer.write(_control_line(question.message()))
         self.listeners.add(writer)
         try:

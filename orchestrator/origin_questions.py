@@ -175,14 +175,22 @@ class OriginQuestions:
         self._replies: dict[int, dict[str, Any]] = {}
         self._refs = 0
         self._hello: dict[str, Any] | None = None
+        self._heard: set[str] = set()
+        """Ids of every question this connection has heard of (asked or decided)."""
         self._closed_reason: str | None = None
         self._reader = threading.Thread(
             target=self._read, name=f"origin-questions-{sandbox_id}", daemon=True
         )
         self._reader.start()
         with self._changed:
+            # the hello names the pending questions whose lines follow it: wait for those too,
+            # so pending() is whole as soon as the connection is open (an older proxy names none)
             self._changed.wait_for(
-                lambda: self._hello is not None or self._closed_reason is not None, timeout
+                lambda: (
+                    self._closed_reason is not None
+                    or (self._hello is not None and self._announced() <= self._heard)
+                ),
+                timeout,
             )
             hello = self._greeting()
         if hello is None:
@@ -200,6 +208,11 @@ class OriginQuestions:
 
     def _greeting(self) -> dict[str, Any] | None:
         return self._hello
+
+    def _announced(self) -> set[str]:
+        """The pending question ids the proxy's hello said would follow it."""
+        pending = (self._hello or {}).get("pending")
+        return {str(item) for item in pending} if isinstance(pending, list) else set()
 
     @classmethod
     def open(
@@ -275,6 +288,7 @@ class OriginQuestions:
                 )
                 self._pending[question.id] = question
                 self._fresh.append(question)
+                self._heard.add(question.id)
             elif kind == "decided":
                 decision = OriginDecision(
                     id=str(message["id"]),
@@ -288,6 +302,7 @@ class OriginQuestions:
                 )
                 self._pending.pop(decision.id, None)
                 self._decisions.append(decision)
+                self._heard.add(decision.id)
             elif kind == "reply" and isinstance(message.get("ref"), int):
                 self._replies[message["ref"]] = message
             self._changed.notify_all()

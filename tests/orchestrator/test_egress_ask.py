@@ -7,8 +7,10 @@ over a real sandbox is tests/orchestrator/test_docker_ask.py."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -248,6 +250,7 @@ def test_bad_answers_are_named_and_the_channel_ends_with_the_proxy(
             questions.answer("q99", "approve", by="x")
         assert [q.id for q in questions.pending()] == [question.id]
         late = controller(control)  # a controller that connects later is told what is pending
+        assert late.pending() == [question]  # at once: its hello named it
         assert late.next(WAIT_S) == question
         late.close()
         proxy.stop()
@@ -257,6 +260,40 @@ def test_bad_answers_are_named_and_the_channel_ends_with_the_proxy(
         questions.close()
         held.result(WAIT_S)
     assert server.paths == []
+
+
+def test_pending_is_whole_when_the_connection_opens_even_if_the_lines_come_apart() -> None:
+    """``cubicle ask ID --list`` reads ``pending()`` right after connecting: the questions the
+    hello announces are there even when their lines arrive in a later read (``docker exec``
+    relays cut the stream anywhere); an older proxy's hello announces none."""
+    question = {
+        "type": "question",
+        "id": "q7",
+        "origin": "http://late.test",
+        "host": "late.test",
+        "port": 80,
+        "method": "GET",
+        "target": "http://late.test/",
+        "client": "10.0.0.2:5000",
+        "reason": "not in the allow list",
+        "asked_at": 1.0,
+        "deadline": 61.0,
+    }
+    for announced, expected in ((["q7"], ["q7"]), (None, [])):
+        hello = {"type": "hello", "version": 1, "policy": "ask:", "timeout": 60}
+        if announced is not None:
+            hello["pending"] = announced
+        ours, proxy_end = socket.socketpair()
+        proxy_end.sendall(json.dumps(hello).encode() + b"\n")
+        later = threading.Timer(0.5, proxy_end.sendall, [json.dumps(question).encode() + b"\n"])
+        later.start()
+        try:
+            with OriginQuestions(AgentStream(ours, "split proxy"), "sandbox-under-test") as q:
+                assert [item.id for item in q.pending()] == expected
+        finally:
+            later.cancel()  # the older proxy's case ends before the line is due
+            later.join()
+            proxy_end.close()
 
 
 def test_a_guest_cannot_grow_the_proxys_memory_or_queue_without_bound() -> None:

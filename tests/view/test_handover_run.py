@@ -173,12 +173,15 @@ def test_takeover_on_stall_hands_over_instead_of_stopping(
             takeover_on_stall=True,
         )
         trajectory = out / "trajectory.jsonl"
-        wait_until(
-            lambda: trajectory.exists() and '"taken"' in trajectory.read_text(),
-            60,
-            "the stalled run to hand over",
+
+        def handed_over() -> bool:
+            return trajectory.exists() and '"taken"' in trajectory.read_text()
+
+        wait_until(lambda: handed_over() or not loop.is_alive(), 90, "the run to hand over")
+        assert handed_over() and loop.is_alive(), (
+            f"the run did not hand over: {results}; trajectory: "
+            + (trajectory.read_text() if trajectory.exists() else "none")
         )
-        assert loop.is_alive()
         set_mode(sandbox.id, "view")  # cubicle view ID --release
         loop.join(120)
     [result] = results
