@@ -103,11 +103,12 @@ more than a blinking caret (2-3 px wide, one line high)."""
 MAX_SETTLE_CAP_MS: Final = 60_000
 """Largest ``cap_ms`` of a ``settle`` argument (milliseconds). 60 s: the drill's settle on a TCG
 guest (x10) must cover Chromium's cold start there (24-41 s measured) after a launcher click."""
-FEATURES: Final = ("receipts", "typing_quiet", "idle_quiet")
+FEATURES: Final = ("receipts", "typing_quiet", "idle_quiet", "settle_until_idle")
 """Optional protocol-v1 features this agent has, listed in ``hello``/``info`` ``features``.
 ``receipts``: input ops take ``settle`` and answer with a ``receipt``; ``typing_quiet``: the
 ``settle`` object also takes ``typing_quiet_ms``; ``idle_quiet``: it also takes
-``idle_quiet_ms`` (:class:`SettleSpec`)."""
+``idle_quiet_ms`` (:class:`SettleSpec`); ``settle_until_idle``: the ``settle`` op takes
+``until_idle``."""
 TYPING_QUIET_MS: Final = 150
 """Default ``typing_quiet_ms``: the quiet period after typing into a normal (non-dialog) window."""
 IDLE_QUIET_MS: Final = 70
@@ -554,7 +555,9 @@ OPS: Final[Mapping[str, OpSpec]] = {
             "region": REGION,
         }
     ),
-    "settle": OpSpec(optional={"quiet_ms": INT, "timeout_ms": INT, "region": REGION}),
+    "settle": OpSpec(
+        optional={"quiet_ms": INT, "timeout_ms": INT, "region": REGION, "until_idle": BOOL}
+    ),
     "windows": OpSpec(),
     # orchestration helpers
     "exec": OpSpec(
@@ -582,7 +585,9 @@ Replies (``result`` fields; sizes in pixels, times in milliseconds):
 - ``wait``: ``waited_ms``.
 - ``screenshot``: ``native`` {width, height} of the screen, ``region`` grabbed (native pixels),
   ``width``/``height`` of the image, ``format``; the image bytes are the blob.
-- ``settle``: ``settled`` (bool), ``waited_ms``, ``changed``, ``damage`` (as in a receipt).
+- ``settle``: ``settled`` (bool), ``waited_ms``, ``changed``, ``damage`` (as in a receipt);
+  with ``until_idle`` (feature ``settle_until_idle``) a quiet screen counts only once the
+  focused window's program and the window manager are idle.
 - ``windows``: ``windows``: list of {id, title, wm_class, type, x, y, width, height, pid?,
   focused}; ``type`` is the EWMH window type (``normal``, ``dialog``, ``dock``...).
 - ``exec``: ``exit_code`` (None on timeout), ``stdout``/``stderr`` (UTF-8, invalid bytes

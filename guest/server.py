@@ -225,17 +225,7 @@ class Agent:
         spec = protocol.SettleSpec.parse(raw)
         focus_before = self._focus()
         spec = spec.for_input(typing, None if focus_before is None else focus_before.get("type"))
-        pid = (
-            self.input.with_display(lambda d: window_pid(d, int(focus_before["id"])))
-            if focus_before
-            else None
-        )
-        if self._wm_pid is None or not os.path.exists(f"/proc/{self._wm_pid}"):
-            self._wm_pid = window_manager_pid(self._display_name)
-        roots = [pid] if focus_before else []
-        if self._wm_pid is not None:
-            roots.append(self._wm_pid)
-        cpu = CpuWatch(roots, self._idle_from)
+        cpu = self._busy_probe(focus_before)
         since = self.changes.begin_input()
         try:
             result = dict(perform() or {})
@@ -253,6 +243,17 @@ class Agent:
 
     def _focus(self) -> dict[str, Any] | None:
         return self.input.with_display(active_window)
+
+    def _busy_probe(self, focus: dict[str, Any] | None) -> CpuWatch:
+        """A :class:`CpuWatch` of ``focus``'s program (the focused window) and the window
+        manager, with the background measured since the previous action ended."""
+        pid = self.input.with_display(lambda d: window_pid(d, int(focus["id"]))) if focus else None
+        if self._wm_pid is None or not os.path.exists(f"/proc/{self._wm_pid}"):
+            self._wm_pid = window_manager_pid(self._display_name)
+        roots = [pid] if focus else []
+        if self._wm_pid is not None:
+            roots.append(self._wm_pid)
+        return CpuWatch(roots, self._idle_from)
 
     def _click(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
         return self._act(
@@ -326,7 +327,11 @@ class Agent:
         return shot.result(), shot.data
 
     def _settle(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
-        """Wait until the region has not changed for ``quiet_ms`` (from now), or ``timeout_ms``."""
+        """Wait until the region has not changed for ``quiet_ms`` (from now), or ``timeout_ms``.
+        ``until_idle``: a quiet screen ends the wait only once the focused window's program and
+        the window manager are idle too (the busy probe of actions), still within ``timeout_ms``
+        — a program that draws its window in steps (Chromium under TCG: the frame, seconds
+        later the page) pauses drawing while it works."""
         quiet = args.get("quiet_ms")
         quiet = DEFAULT_SETTLE_OP_QUIET_MS if quiet is None else quiet
         timeout = args.get("timeout_ms")
@@ -340,7 +345,8 @@ class Agent:
             )
         region = Rect.of(self.screen.region(args.get("region")))
         spec = protocol.SettleSpec(min(quiet, timeout), min(quiet, timeout), timeout, None, None)
-        outcome = self.changes.wait(time.monotonic(), spec, region)
+        activity = self._busy_probe(self._focus()) if args.get("until_idle") else None
+        outcome = self.changes.wait(time.monotonic(), spec, region, activity=activity)
         return {
             "settled": outcome.settled and quiet <= timeout,
             "waited_ms": outcome.waited_ms,

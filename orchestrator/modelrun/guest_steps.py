@@ -166,6 +166,8 @@ class GuestSteps:
         hello = client.hello_result or {}
         screen = hello.get("screen") or {}
         self.screen = (int(screen.get("width", 0)), int(screen.get("height", 0)))
+        self.features = frozenset(hello.get("features") or ())
+        """The agent's optional protocol features (:data:`guest.protocol.FEATURES`)."""
         self.home = guest_home(client)
         self.helpers = f"{self.home}/{HELPER_FOLDER}"
         self.log = f"{self.helpers}/apps.log"
@@ -222,8 +224,9 @@ class GuestSteps:
             self._timed("open", app, started)
         if task.setup.apps:
             # a long quiet period: the model's first screenshot is not settled by any action
-            # (measured on a TCG VM: Chromium drew its page 2-3 s after a 2 s quiet period)
-            self.settle(quiet_ms=1000, timeout_ms=15_000)
+            # (measured on a TCG VM: Chromium drew its page 2-3 s after a 2 s quiet period —
+            # busy meanwhile: so the screen counts as quiet only once the programs are idle)
+            self.settle(quiet_ms=1000, timeout_ms=15_000, until_idle=True)
         return guest
 
     def start_form_server(self, port: int) -> None:
@@ -266,13 +269,16 @@ class GuestSteps:
         self.launched.append(pid)
         return pid
 
-    def settle(self, *, quiet_ms: int, timeout_ms: int) -> bool:
-        """The agent's ``settle`` (scaled); True when the screen was quiet in time."""
+    def settle(self, *, quiet_ms: int, timeout_ms: int, until_idle: bool = False) -> bool:
+        """The agent's ``settle`` (scaled); True when the screen was quiet in time.
+        ``until_idle``: quiet only once the focused program and the window manager are idle
+        too (where the agent has feature ``settle_until_idle``; else the screen alone)."""
         started = time.monotonic()
         quiet, timeout = self._scaled(quiet_ms), self._scaled(timeout_ms)
-        result = self._call(
-            "settle", {"quiet_ms": quiet, "timeout_ms": timeout}, timeout_s=timeout / 1000 + 10
-        )
+        args: dict[str, Any] = {"quiet_ms": quiet, "timeout_ms": timeout}
+        if until_idle and "settle_until_idle" in self.features:
+            args["until_idle"] = True
+        result = self._call("settle", args, timeout_s=timeout / 1000 + 10)
         settled = bool(result.get("settled"))
         self._timed(
             "settle", "settled" if settled else f"still changing after {timeout} ms", started

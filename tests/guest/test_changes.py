@@ -19,6 +19,7 @@ from PIL import Image
 
 from guest import protocol
 from guest.client import AgentClient
+from guest.errors import GuestError
 from tests.support.agent import RunningAgent, start_agent
 from tests.support.processes import stop_process
 from tests.support.xvfb import Xvfb
@@ -242,6 +243,24 @@ def test_a_program_still_working_after_its_first_change_is_waited_for(
     assert _pixel(client, 750, 250) == (255, 165, 0)
     assert _pixel(client, 850, 250) == (0, 255, 255), "answered while the program still worked"
     assert receipt["changed"] is True and receipt["settle_ms"] >= 250
+
+
+def test_the_settle_op_until_idle_waits_for_the_focused_program_to_finish_its_work(
+    client: AgentClient, agent: RunningAgent, named: None
+) -> None:
+    """A program that draws in steps with a pause while it works (Chromium under TCG: its frame,
+    then its page): ``settle`` with ``until_idle`` is not ended by the quiet pause; the
+    screen it answers after shows the second step."""
+    if agent._extra_env["CUBICLE_SETTLE_METHOD"] == "poll":
+        pytest.skip("frame polling has no busy probe (documented)")
+    client.call("keypress", {"keys": ["w"]})  # orange now, then 250 ms of work, then cyan
+    result = client.call("settle", {"quiet_ms": 100, "timeout_ms": 5000, "until_idle": True})
+    assert result.result["settled"] is True
+    assert _pixel(client, 750, 250) == (255, 165, 0)
+    assert _pixel(client, 850, 250) == (0, 255, 255), "answered while the program still worked"
+    with pytest.raises(GuestError, match="until_idle"):
+        client.call("settle", {"quiet_ms": 100, "until_idle": "yes"})
+    assert client.call("settle", {"quiet_ms": 0, "timeout_ms": 0}).result["settled"] is True
 
 
 def test_a_program_the_agent_cannot_name_keeps_the_long_quiet_period(
