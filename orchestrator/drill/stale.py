@@ -9,7 +9,11 @@ screenshot the model received. It is stale when the difference is a *visible cha
 (:func:`guest.changes.is_visible`: some group of nearby changed pixels has a bounding box, in
 native screen pixels, larger than :data:`guest.protocol.VISIBLE_CHANGE_AREA`; a caret's blink is
 not one). Dock windows (the panel, whose clock may turn a minute meanwhile) are left out of
-the comparison.
+the comparison, and so is whatever is still *animating* when the window ends: the view is
+grabbed twice, :data:`ANIMATION_PROBE_S` apart, and the cells (:data:`guest.geometry.CELL_PX`
+squares) that differ between those two grabs — a tab's load spinner, an animated page — are
+ongoing motion, not an effect that showed later (an effect that arrived settles: it is the same
+in both grabs and counts).
 """
 
 from __future__ import annotations
@@ -23,13 +27,16 @@ from PIL import Image, ImageDraw
 
 from guest.changes import changed_rects, is_visible
 from guest.client import AgentClient
-from guest.geometry import Rect, largest_cluster
+from guest.geometry import CELL_PX, Rect, largest_cluster
 from orchestrator.trajectory.recorder import TrajectoryRecorder
 
 __all__ = ["STALE_WINDOW_S", "StaleCheck", "StaleVerdict"]
 
 STALE_WINDOW_S: Final = 3.0
 """How long after a screenshot a late effect still makes it stale (seconds)."""
+ANIMATION_PROBE_S: Final = 0.25
+"""The pause between the two grabs that tell ongoing animation from a settled late effect
+(seconds): longer than a spinner's or an animated page's frame (16-100 ms)."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,8 @@ class StaleVerdict:
     stale: bool
     box: tuple[int, int, int, int] | None
     area: int
+    animating: tuple[int, int, int, int] | None = None
+    """The bounding box (view pixels) of what was still animating, left out (None: nothing)."""
 
 
 class StaleCheck:
@@ -70,22 +79,28 @@ class StaleCheck:
         self.stale = 0
 
     def check(self, seen_png: bytes, shot_index: int | None) -> StaleVerdict:
-        """Wait the window out, grab the view again, compare with ``seen_png``; count it."""
+        """Wait the window out, grab the view twice, compare with ``seen_png``; count it."""
         time.sleep(self.window_s)
         reply = self.client.call("screenshot", self.args, timeout=30)
+        time.sleep(ANIMATION_PROBE_S)
+        again = self.client.call("screenshot", self.args, timeout=30)
         docks = [
             w
             for w in self.client.call("windows", {}, timeout=10).result.get("windows") or []
             if isinstance(w, dict) and w.get("type") == "dock"
         ]
-        with Image.open(io.BytesIO(seen_png)) as seen, Image.open(io.BytesIO(reply.blob)) as now:
-            before, after = seen.convert("RGB"), now.convert("RGB")
+        before, after, latest = (_rgb(png) for png in (seen_png, reply.blob, again.blob))
         if before.size != after.size:
-            after = after.resize(before.size)
+            after, latest = after.resize(before.size), latest.resize(before.size)
+        moving = changed_rects(after, latest)
         for image in (before, after):
             draw = ImageDraw.Draw(image)
             for dock in docks:
                 draw.rectangle(self._to_view(dock), fill=(0, 0, 0))
+            for rect in moving:  # the whole cell: a spinner's frames differ in different pixels
+                left, top = rect.x - rect.x % CELL_PX, rect.y - rect.y % CELL_PX
+                draw.rectangle((left, top, left + CELL_PX - 1, top + CELL_PX - 1), fill=(0, 0, 0))
+        animating = _bounds(moving)
         # judged in native screen pixels, group by group (a blinking caret is not a change)
         rects = [
             Rect(
@@ -97,12 +112,13 @@ class StaleCheck:
             for r in changed_rects(before, after)
         ]
         largest = largest_cluster(rects)
-        verdict = StaleVerdict(False, None, 0)
+        verdict = StaleVerdict(False, None, 0, animating)
         if largest is not None:
             verdict = StaleVerdict(
                 is_visible(rects),
                 (largest.x, largest.y, largest.x + largest.width, largest.y + largest.height),
                 largest.area,
+                animating,
             )
         self.checked += 1
         self.stale += int(verdict.stale)
@@ -119,6 +135,7 @@ class StaleCheck:
                 stale=verdict.stale,
                 changed_box=list(verdict.box) if verdict.box else None,
                 changed_area=verdict.area,
+                animating_box=list(verdict.animating) if verdict.animating else None,
                 window_s=self.window_s,
             )
         return verdict
@@ -132,3 +149,18 @@ class StaleCheck:
             int((x + w) / self.scale[0]) + 1,
             int((y + h) / self.scale[1]) + 1,
         )
+
+
+def _rgb(png: bytes) -> Image.Image:
+    with Image.open(io.BytesIO(png)) as image:
+        return image.convert("RGB")
+
+
+def _bounds(rects: list[Rect]) -> tuple[int, int, int, int] | None:
+    """(left, top, right, bottom) around all of ``rects`` (None: no rects)."""
+    if not rects:
+        return None
+    box = rects[0]
+    for rect in rects[1:]:
+        box = box.union(rect)
+    return (box.x, box.y, box.x + box.width, box.y + box.height)

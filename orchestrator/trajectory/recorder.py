@@ -37,9 +37,10 @@ Kinds and their fields:
   :mod:`orchestrator.view.handover`)
 - ``recording``: ``file`` (the video, relative; null when none), ``frames``, ``duration_s``,
   ``bytes``, ``error`` (``--record``: :mod:`orchestrator.view.recording`)
-- ``stale_check``: ``shot``, ``stale``, ``changed_box``, ``changed_area``, ``window_s``, ``later``
-  (the drill compared the screenshot the model received with the screen that much later; when
-  stale, ``later`` is the file of what the screen became, under ``stale/``)
+- ``stale_check``: ``shot``, ``stale``, ``changed_box``, ``changed_area``, ``animating_box``,
+  ``window_s``, ``later`` (the drill compared the screenshot the model received with the screen
+  that much later, leaving out what was still animating then; when stale, ``later`` is the file
+  of what the screen became, under ``stale/``)
 - ``origin_access``: ``question``, ``origin``, ``host``, ``port``, ``answer`` (``approve`` |
   ``deny`` | ``cancel`` | ``timeout``), ``by`` (an ``ask:`` sandbox's proxy held a guest
   connection to ``origin`` until this decision: :mod:`orchestrator.origin_answers`)
