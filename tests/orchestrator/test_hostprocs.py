@@ -1,6 +1,7 @@
 """The host's process scan (orchestrator.hostprocs): labelled ``python -m MODULE OPTION VALUE``
 processes are found by their exact argv and this user's only, ended by pid (SIGKILL after the
-timeout for one that ignores SIGTERM); processes that vanish mid-scan and zombies are skipped."""
+timeout for one that ignores SIGTERM); processes that vanish mid-scan and zombies are skipped; a
+VM egress proxy is found by its ``--label``. (A domain's QEMU: tests/vm/test_vm_units.py.)"""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.hostprocs import alive, argv_of, module_pids, processes, stop_pids
+from orchestrator.providers.vm.network import stop_proxy
 from tests.support.processes import stop_process
 
 NOBODY = 65534
@@ -45,8 +47,16 @@ class Starter:
 
     def __call__(self, *args: str, user: int | None = None) -> subprocess.Popen[str]:
         python = sys.executable if user is None else SYSTEM_PYTHON
+        return self.run([python, "-m", self.module, *args], user=user)
+
+    def script(self, name: str, *args: str) -> subprocess.Popen[str]:
+        """``python FOLDER/NAME ARGS...``: the same idle program, started as a script."""
+        (self.folder / name).write_text(IDLE)
+        return self.run([sys.executable, str(self.folder / name), *args])
+
+    def run(self, argv: list[str], user: int | None = None) -> subprocess.Popen[str]:
         process = subprocess.Popen(
-            [python, "-m", self.module, *args],
+            argv,
             cwd=self.folder,
             stdout=subprocess.PIPE,
             text=True,
@@ -129,3 +139,14 @@ def test_another_users_process_with_the_label_is_never_ours(start: Starter) -> N
     assert theirs.pid in {process.pid for process in processes(uid=NOBODY)}
     assert theirs.pid not in {process.pid for process in processes(uid=os.geteuid())}
     assert theirs.pid in {process.pid for process in processes()}
+
+
+def test_the_vm_egress_proxy_of_a_sandbox_is_found_by_its_label_and_only_it_ended(
+    start: Starter,
+) -> None:
+    ours, theirs = f"vm-{secrets.token_hex(5)}", f"vm-{secrets.token_hex(5)}"
+    proxy = start.script("egress.py", "--label", ours)
+    neighbour = start.script("egress.py", "--label", theirs)
+    stop_proxy(ours, None)  # no record in a run folder: found by its command line alone
+    assert proxy.wait(5) == -signal.SIGTERM
+    assert neighbour.poll() is None
