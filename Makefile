@@ -53,10 +53,13 @@ test: lint image vm-image
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # the fast loop: no Docker engine, no libvirt, no image build (pytest markers docker, vm and slow
-# deselected; Xvfb tests stay). UNIT_MARKERS is the one definition of that selection.
+# deselected; Xvfb tests stay). UNIT_MARKERS is the one definition of that selection. Its tests
+# run on UNIT_WORKERS pytest-xdist workers (each test's Xvfb, agent socket, temp folders and
+# ports are its own; most of the loop's time is waiting, not CPU); UNIT_WORKERS=0: one process.
 UNIT_MARKERS := not docker and not vm and not slow
+UNIT_WORKERS ?= 2
 unit: venv
-	$(PY) -m pytest -m "$(UNIT_MARKERS)" $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(UNIT_WORKERS) -m "$(UNIT_MARKERS)" $(PYTEST_ARGS)
 
 # the regression tests of attacks on the sandboxes (pytest marker "attack"; also part of make test)
 attack: image vm-image

@@ -21,6 +21,7 @@ from typing import Final
 
 from orchestrator import labels as L
 from orchestrator.errors import ConfigError
+from orchestrator.hostprocs import argv_of
 from orchestrator.pool import docker_pool, fill, refill, registry
 from orchestrator.pool.registry import PoolRecord, PoolShape
 from orchestrator.provider import Progress, SandboxSpec
@@ -143,8 +144,8 @@ def gc(now: float | None = None) -> list[str]:
 
 
 def _key_of(pid: int) -> str | None:
+    argv = argv_of(pid)  # python -m MODULE --pool KEY (refill.refill_pids)
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as source:
-            return source.read().split(b"\0")[4].decode()
-    except (OSError, IndexError, UnicodeDecodeError):
+        return argv[4].decode() if argv is not None else None
+    except (IndexError, UnicodeDecodeError):
         return None

@@ -18,6 +18,7 @@ The recorder owns its window and connection; ``stop()`` (or leaving the ``with``
 from __future__ import annotations
 
 import dataclasses
+import os
 import select
 import threading
 import time
@@ -112,6 +113,8 @@ class Recorder:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._display: Any = None
+        self._wake: tuple[int, int] | None = None
+        """A pipe whose write end :meth:`stop` closes: the reader thread leaves at once."""
         self.window_id = 0
         self.error: BaseException | None = None
 
@@ -168,6 +171,7 @@ class Recorder:
                 select.select([self._display], [], [], 0.05)
         window.raise_window()
         self.focus()
+        self._wake = os.pipe()
         self._thread = threading.Thread(target=self._run, daemon=True, name="x-recorder")
         self._thread.start()
         return self
@@ -180,9 +184,14 @@ class Recorder:
     def stop(self) -> None:
         """Stop the reader thread, destroy the window, close the connection (idempotent)."""
         self._stop.set()
+        if self._wake is not None:
+            os.close(self._wake[1])  # the reader's select sees the pipe's end
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
+        if self._wake is not None:
+            os.close(self._wake[0])
+            self._wake = None
         if self._display is not None:
             try:
                 self._window.destroy()
@@ -206,10 +215,13 @@ class Recorder:
     # -- reading --------------------------------------------------------------------------
 
     def _run(self) -> None:
+        assert self._wake is not None
+        wake = self._wake[0]
         try:
             while not self._stop.is_set():
                 if not self._display.pending_events():
-                    select.select([self._display], [], [], 0.05)
+                    # events the main thread's requests queued raise no select: look again soon
+                    select.select([self._display, wake], [], [], 0.05)
                     continue
                 event = self._display.next_event()
                 if event.type == X.MappingNotify:

@@ -60,6 +60,7 @@ from typing import Any, Final, Literal
 from guest.waiting import Deadline, poll
 from orchestrator.egress import EGRESS_PORT
 from orchestrator.errors import ProviderError
+from orchestrator.hostprocs import processes
 from orchestrator.network import NetworkPolicy
 from orchestrator.providers.vm.virt import libvirt_module, map_libvirt_errors
 
@@ -380,19 +381,14 @@ def _start_time(pid: int) -> str | None:
 
 def _proxy_processes() -> Iterator[tuple[int, str]]:
     """(pid, sandbox id) of every running cubicle VM egress proxy (found by its command line)."""
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().decode("utf-8", "replace").split("\0")
-        except OSError:
-            continue
-        if len(argv) < 4 or not any(a.endswith("/egress.py") for a in argv[:3]):
+    for process in processes():
+        argv = [arg.decode("utf-8", "replace") for arg in process.argv]
+        if len(argv) < 3 or not any(a.endswith("/egress.py") for a in argv[:3]):
             continue
         if "--label" in argv[:-1]:
             label = argv[argv.index("--label") + 1]
             if _ID.fullmatch(label):
-                yield int(proc.name), label
+                yield process.pid, label
 
 
 def _stop(pid: int) -> None:

@@ -24,6 +24,7 @@ import signal
 from pathlib import Path
 
 from guest.waiting import Deadline, poll
+from orchestrator.hostprocs import argv_of, processes
 
 __all__ = ["end_qemu", "find_qemu"]
 
@@ -34,27 +35,23 @@ REAP_WAIT_S = 0.5
 200 ms steps), so this only keeps the fast path fast."""
 
 
-def _is_qemu_of(argv: bytes, domain: str, run: Path) -> bool:
+def _is_qemu_of(argv: tuple[bytes, ...] | None, domain: str, run: Path) -> bool:
+    if not argv:
+        return False
+    name = f"guest={domain},".encode()
     folder = str(run).rstrip("/").encode() + b"/"
-    program = argv.split(b"\0", 1)[0]
-    return b"qemu" in program and f"guest={domain},".encode() in argv and folder in argv
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
+    return (
+        b"qemu" in argv[0]
+        and any(name in arg for arg in argv)
+        and any(folder in arg for arg in argv)
+    )
 
 
 def find_qemu(domain: str, run: Path) -> int | None:
     """The pid of the QEMU process running ``domain`` from the run folder ``run``, or None."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return None
-    for entry in proc.iterdir():
-        if entry.name.isdigit() and _is_qemu_of(_cmdline(int(entry.name)), domain, run):
-            return int(entry.name)
+    for process in processes():
+        if _is_qemu_of(process.argv, domain, run):
+            return process.pid
     return None
 
 
@@ -70,7 +67,7 @@ def end_qemu(pid: int, domain: str, run: Path, timeout: float = 5.0) -> bool:
         return True
     try:
         # the pidfd pins the process: checked after opening it, the identity cannot change
-        if not _is_qemu_of(_cmdline(pid), domain, run):
+        if not _is_qemu_of(argv_of(pid), domain, run):
             return not Path(f"/proc/{pid}").exists()
         deadline = Deadline(timeout)
         with contextlib.suppress(ProcessLookupError):
