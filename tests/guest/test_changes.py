@@ -151,6 +151,26 @@ def test_the_same_place_changing_twice_is_seen_twice(client: AgentClient, effect
     assert second["settle_ms"] >= 150
 
 
+def test_a_panel_repainted_with_the_same_pixels_is_no_visible_change(
+    client: AgentClient, effects: None
+) -> None:
+    """tint2's clock tick: the whole panel is damaged, a digit's 10x11 pixels differ. A receipt
+    says what differs on screen, so the tick is no visible change (nor a stall reset)."""
+    first = client.call("keypress", {"keys": ["t"], "settle": SETTLE}).result["receipt"]
+    assert first["changed"] is True, first  # the strip appeared: that is a change
+    tick = client.call("keypress", {"keys": ["t"], "settle": SETTLE}).result["receipt"]
+    assert tick["damage_events"] >= 1 and tick["settled"] is True, tick
+    assert tick["changed"] is False, tick
+    assert tick["damage"] == {"x": 1280 - 22, "y": 800 - 26, "width": 10, "height": 11}, tick
+    real = client.call("keypress", {"keys": ["d"], "settle": SETTLE}).result["receipt"]
+    assert real["changed"] is True and real["damage"] == {
+        "x": 0,
+        "y": 0,
+        "width": 300,
+        "height": 200,
+    }, real
+
+
 def test_bad_settle_arguments_name_the_option_and_the_agent_keeps_serving(
     client: AgentClient,
 ) -> None:
