@@ -35,12 +35,13 @@ change). Smaller damage still counts for the quiet period (a caret that moved wa
 
 **Damage is confirmed with pixels.** A program may repaint more than changed: tint2 redraws its
 whole panel (1280x40) when its clock turns a minute, though only a digit or two differ. So when
-the damage says "visible", :class:`DamageTracker` compares the damaged places with a grab taken
-as the action began (:func:`pixel_changes`): ``changed`` and ``box`` are then what differs
-between the screen before the action and after the wait, by the same rule as frame polling and
-the bench's stale check. Repainted identical pixels never make a receipt say ``changed`` (nor
-reset the stall detector). Only the receipt is judged so: any damage still counts for the quiet
-period (finding that pixels are identical costs a grab per damage event).
+the damage says "visible", :class:`DamageTracker` compares the damaged places with a grab of the
+screen taken as the action began (:func:`pixel_changes`; ~2 ms, no conversion of its pixels):
+``changed`` and ``box`` are then what differs between the screen before the action and after
+the wait, by the same rule as frame polling and the bench's stale check. Repainted identical
+pixels never make a receipt say ``changed`` (nor reset the stall detector). Only the receipt is
+judged so: any damage still counts for the quiet period (finding that pixels are identical
+would cost a grab per damage event).
 
 **Idle programs end the quiet period early.** ``quiet_ms`` (400 ms) covers pauses inside one
 effect (a dialog that repaints, then closes). A pause while the app computes the next frame
@@ -212,8 +213,9 @@ class DamageTracker:
 
     Owns one X connection and one daemon thread; :meth:`close` stops both.
 
-    :param grab: returns the RGB image of a region (native pixels; ``None``: the whole screen) —
-        the agent's screen; an action's damage is confirmed with it (module docstring).
+    :param grab: returns an image of a region (native pixels; ``None``: the whole screen) —
+        the agent's screen, in any mode that compares (:meth:`guest.screen.Screen.grab_raw`);
+        an action's damage is confirmed with it (module docstring).
     :raises GuestError: ``x11_error`` when the display cannot be opened or has no DAMAGE.
     """
 
@@ -224,7 +226,7 @@ class DamageTracker:
     ) -> None:
         self._grab = grab
         self._before: tuple[float, Image.Image] | None = None
-        """The grab taken when the current action began, with its start time."""
+        """The grab taken as the current action began, with its start time."""
         try:
             self._display = xdisplay.Display(display_name)
         except (xerror.DisplayError, OSError) as exc:
@@ -488,7 +490,8 @@ def _idle_end(
 class PollingTracker:
     """Fallback without DAMAGE: hash grabs every 30 ms (see the module docstring).
 
-    :param grab: returns the RGB image of a region (native pixels) — the agent's screen.
+    :param grab: returns an image of a region (native pixels; ``None``: the whole screen) —
+        the agent's screen, in any mode that compares (:meth:`guest.screen.Screen.grab_raw`).
     """
 
     method = "poll"
@@ -596,10 +599,11 @@ def _difference_rects(difference: Image.Image, offset: tuple[int, int]) -> list[
 
 
 def pixel_changes(
-    before: Image.Image, grab: Callable[[Rect | None], Image.Image], damage: list[Rect]
+    before: Image.Image, grab: Callable[[Rect], Image.Image], damage: list[Rect]
 ) -> tuple[bool, Rect | None]:
     """What really differs where ``damage`` was reported: (a visible change, the bounding box
-    of the changed pixels or ``None``) between ``before`` (the whole screen) and the screen now.
+    of the changed pixels or ``None``) between ``before`` (the whole screen as the action began)
+    and ``grab(rect)`` (a region of the screen now, in ``before``'s mode).
 
     Each group of nearby damage (:func:`guest.geometry.clusters`) is grabbed again and compared
     with ``before``; as every group of changed pixels lies inside one group of damage, the verdict
@@ -607,7 +611,7 @@ def pixel_changes(
     changed pixels fit in :data:`protocol.VISIBLE_CHANGE_AREA` cannot hold a visible change, and
     a group with a :data:`CELL_PX` cell of :data:`DENSE_CELL_PIXELS` changed pixels holds one.
 
-    :raises GuestError: the grab failed.
+    :raises GuestError: a grab failed.
     """
     screen = Rect(0, 0, before.width, before.height)
     visible = False
@@ -644,15 +648,14 @@ def _grid_rects(difference: Image.Image, where: Rect) -> list[Rect]:
 def _has_dense_cell(difference: Image.Image) -> bool:
     """Whether some :data:`CELL_PX` cell of a difference image (zero: unchanged) has at least
     :data:`DENSE_CELL_PIXELS` changed pixels."""
-    mask = difference.convert("L").point(lambda value: 255 if value else 0)
-    width = -(-mask.width // CELL_PX) * CELL_PX
-    height = -(-mask.height // CELL_PX) * CELL_PX
-    padded = Image.new("F", (width, height), 0.0)
-    padded.paste(mask.convert("F"), (0, 0))
-    cells = padded.reduce(CELL_PX)
-    _, densest = cells.getextrema()  # one band: (min, max) of floats
-    assert isinstance(densest, float)
-    return densest * CELL_PX**2 / 255 >= DENSE_CELL_PIXELS
+    width = -(-difference.width // CELL_PX) * CELL_PX
+    height = -(-difference.height // CELL_PX) * CELL_PX
+    mask = Image.new("L", (width, height))  # 255 where changed, in whole cells
+    mask.paste(difference.convert("L").point(lambda value: 255 if value else 0), (0, 0))
+    _, densest = mask.reduce(CELL_PX).getextrema()  # per cell: 255 x the changed share, rounded
+    assert not isinstance(densest, tuple)  # one band
+    # rounding moves a level by at most 0.5: this level means at least DENSE_CELL_PIXELS changed
+    return densest - 0.5 >= DENSE_CELL_PIXELS * 255 / CELL_PX**2
 
 
 def _clip(rect: Rect, bounds: Rect) -> Rect | None:

@@ -54,10 +54,8 @@ def test_clusters_merge_chains_in_any_order() -> None:
     assert largest_cluster([]) is None
 
 
-def _grabber(image: Image.Image) -> Callable[[Rect | None], Image.Image]:
-    def grab(rect: Rect | None) -> Image.Image:
-        if rect is None:
-            return image.copy()
+def _grabber(image: Image.Image) -> Callable[[Rect], Image.Image]:
+    def grab(rect: Rect) -> Image.Image:
         return image.crop((rect.x, rect.y, rect.x + rect.width, rect.y + rect.height))
 
     return grab
@@ -70,7 +68,10 @@ PANEL_DAMAGE = [Rect(0, 760, 1280, 40), Rect(0, 760, 1280, 40)]
 def test_damage_over_identical_pixels_is_no_change() -> None:
     before = _screen()
     ImageDraw.Draw(before).rectangle((0, 760, 1279, 799), fill=(32, 36, 44))
-    assert pixel_changes(before, _grabber(before.copy()), PANEL_DAMAGE) == (False, None)
+    assert pixel_changes(before, _grabber(before.copy()), PANEL_DAMAGE) == (
+        False,
+        None,
+    )
 
 
 def test_a_clock_digit_inside_a_repainted_panel_is_its_own_small_box() -> None:
@@ -78,7 +79,10 @@ def test_a_clock_digit_inside_a_repainted_panel_is_its_own_small_box() -> None:
     ImageDraw.Draw(before).rectangle((0, 760, 1279, 799), fill=(32, 36, 44))
     after = before.copy()
     ImageDraw.Draw(after).rectangle((1258, 774, 1267, 784), fill=(236, 239, 244))  # 10x11
-    assert pixel_changes(before, _grabber(after), PANEL_DAMAGE) == (False, Rect(1258, 774, 10, 11))
+    assert pixel_changes(before, _grabber(after), PANEL_DAMAGE) == (
+        False,
+        Rect(1258, 774, 10, 11),
+    )
     # two small changes at both ends of one damaged strip are still two small changes
     ImageDraw.Draw(after).rectangle((10, 774, 19, 784), fill=(236, 239, 244))
     visible, box = pixel_changes(before, _grabber(after), PANEL_DAMAGE)
@@ -96,7 +100,6 @@ def test_pixel_changes_agree_with_changed_rects_on_dense_and_sparse_changes() ->
         after = before.copy()
         draw_change(ImageDraw.Draw(after))
         rects = changed_rects(before, after)
-        whole = Rect(0, 0, 1280, 800)
-        visible, box = pixel_changes(before, _grabber(after), [whole])
+        visible, box = pixel_changes(before, _grabber(after), [Rect(0, 0, 1280, 800)])
         assert visible is is_visible(rects) is True
         assert box == clusters(rects)[0]
