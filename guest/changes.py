@@ -46,9 +46,10 @@ would cost a grab per damage event).
 **Idle programs end the quiet period early.** ``quiet_ms`` (400 ms) covers pauses inside one
 effect (a dialog that repaints, then closes). A pause while the app computes the next frame
 shows as CPU use; the agent samples the CPU of the programs the action reached (an
-:class:`Activity`: :class:`guest.launches.CpuWatch`) and, when they used none over a window
-of :data:`IDLE_WINDOW_S` after the last change and no launch is pending or ended meanwhile,
-ends the wait ``idle_quiet_ms`` after the last change (:func:`_quiet_period`).
+:class:`Activity`: :class:`guest.launches.CpuWatch`) every :data:`IDLE_STEP_S` and, when they
+used none over a window of :data:`IDLE_WINDOW_S` (sliding with the samples) after the last change
+and no launch is pending or ended meanwhile, ends the wait at the first such sample from
+``idle_quiet_ms`` after the last change on (:func:`_quiet_period`).
 
 Times are ``time.monotonic()`` seconds inside, milliseconds in results; rectangles are native
 screen pixels.
@@ -112,6 +113,10 @@ HISTORY_EVENTS: Final = 20_000
 IDLE_WINDOW_S: Final = 0.05
 """The short quiet period (``idle_quiet_ms``) ends only after a CPU sample window this long, all
 of it after the last change, showed the programs the action reached idle."""
+IDLE_WINDOW_MIN_S: Final = 0.04
+"""...and that idle window must be at least this long (the first sample may come late)."""
+IDLE_STEP_S: Final = 0.02
+"""How often the CPU is sampled while the short quiet period waits for an idle window."""
 BUSY_POLL_S: Final = 0.05
 """While the focused application is busy, a wait that would end looks again this much later."""
 BUSY_LIMIT_QUIETS: Final = 5
@@ -137,11 +142,15 @@ class SettleOutcome:
     method: str
     quiet_ms: int | None = None
     """The quiet period that ended the wait (``None``: none did — nothing changed, or the cap)."""
+    last_change_ms: int | None = None
+    """When the last counted change came, milliseconds after the action's input began (``None``:
+    none came): how long the program took to show the effect, the rest of the wait is ours."""
 
     def result(self) -> dict[str, Any]:
         """The protocol's receipt fields (see :data:`guest.protocol.RECEIPT_FIELDS`)."""
         return {
             "quiet_ms": self.quiet_ms,
+            "last_change_ms": self.last_change_ms,
             "changed": self.changed,
             "settled": self.settled,
             "settle_ms": self.waited_ms,
@@ -162,9 +171,10 @@ class Activity(Protocol):
         """Using CPU right now (sampled at most every ~40 ms)."""
         ...
 
-    def idle_since(self, start: float) -> bool | None:
-        """No CPU used over the last sample window that began at or after ``start``
-        (``None``: cannot tell yet, ask again ~40 ms later)."""
+    def idle_since(self, start: float, window: float) -> bool | None:
+        """No CPU used over the last ``window`` seconds or more, all at or after ``start``;
+        each call samples, so the window slides with the calls (``None``: cannot tell yet, ask
+        again later)."""
         ...
 
     def watch(self, pid: int) -> None:
@@ -467,6 +477,7 @@ def _quiet_period(
                     events,
                     method,
                     spec.quiet_when_idle() if idle else ended_on,
+                    None if last is None else max(0, round((last - since) * 1000)),
                 ), rects
             condition.wait(timeout=max(0.001, deadline - now))
 
@@ -476,14 +487,17 @@ def _idle_end(
 ) -> tuple[bool, float]:
     """The short quiet period of :func:`_quiet_period`: (done, next deadline) at ``now`` for a
     wait whose screen is quiet from ``idle_at - idle_quiet`` and whose long period ends at
-    ``deadline``. The CPU is sampled from :data:`IDLE_WINDOW_S` before ``idle_at`` on."""
+    ``deadline``. The CPU is sampled every :data:`IDLE_STEP_S` from :data:`IDLE_WINDOW_S` before
+    ``idle_at`` on; the wait ends at the first sample from ``idle_at`` on that closes an idle
+    window of :data:`IDLE_WINDOW_S` (programs still working when the screen went quiet are
+    seen idle that long after they stop, not a whole window later)."""
     window_at = idle_at - IDLE_WINDOW_S
     if now < window_at:
         return False, min(deadline, window_at)
-    verdict = activity.idle_since(window_at)
+    verdict = activity.idle_since(window_at, IDLE_WINDOW_MIN_S)
     if verdict and now >= idle_at:
         return True, now
-    later = idle_at if now < idle_at else now + IDLE_WINDOW_S
+    later = min(idle_at, now + IDLE_STEP_S) if now < idle_at else now + IDLE_STEP_S
     return False, min(deadline, max(later, now + 0.001))
 
 
@@ -563,6 +577,7 @@ class PollingTracker:
             events,
             self.method,
             spec.quiet_ms if settled and last_change is not None else None,
+            None if last_change is None else round((last_change - since) * 1000),
         )
 
     def close(self) -> None:
@@ -629,8 +644,9 @@ def pixel_changes(
         box = changed if box is None else box.union(changed)
         if visible or changed.area <= protocol.VISIBLE_CHANGE_AREA:
             continue
-        inside = difference.crop(found)
-        visible = _has_dense_cell(inside) or is_visible(_grid_rects(inside, changed))
+        visible = _has_dense_cell(difference) or is_visible(
+            _grid_rects(difference.crop(found), changed)
+        )
     return visible, box
 
 
@@ -647,14 +663,15 @@ def _grid_rects(difference: Image.Image, where: Rect) -> list[Rect]:
 
 def _has_dense_cell(difference: Image.Image) -> bool:
     """Whether some :data:`CELL_PX` cell of a difference image (zero: unchanged) has at least
-    :data:`DENSE_CELL_PIXELS` changed pixels."""
-    width = -(-difference.width // CELL_PX) * CELL_PX
-    height = -(-difference.height // CELL_PX) * CELL_PX
-    mask = Image.new("L", (width, height))  # 255 where changed, in whole cells
-    mask.paste(difference.convert("L").point(lambda value: 255 if value else 0), (0, 0))
-    _, densest = mask.reduce(CELL_PX).getextrema()  # per cell: 255 x the changed share, rounded
-    assert not isinstance(densest, tuple)  # one band
-    # rounding moves a level by at most 0.5: this level means at least DENSE_CELL_PIXELS changed
+    :data:`DENSE_CELL_PIXELS` changed pixels in one band (cells cut by the edges are left out)."""
+    width = difference.width - difference.width % CELL_PX
+    height = difference.height - difference.height % CELL_PX
+    if not width or not height:
+        return False
+    changed = difference.point(lambda value: 255 if value else 0)  # every band
+    levels = changed.reduce(CELL_PX, box=(0, 0, width, height)).getextrema()
+    # a cell's level is 255 x its changed share, rounded (at most 0.5 off)
+    densest = max(high for _, high in levels)  # type: ignore[misc]
     return densest - 0.5 >= DENSE_CELL_PIXELS * 255 / CELL_PX**2
 
 

@@ -92,7 +92,7 @@ def test_a_delayed_effect_is_in_the_receipt_and_on_screen_when_the_action_return
 ) -> None:
     receipt = client.call("keypress", {"keys": ["d"], "settle": SETTLE}).result["receipt"]
     assert _pixel(client, 150, 100) == (255, 0, 0), "the red block was not painted yet"
-    assert receipt["changed"] is True and receipt["settled"] is True
+    assert receipt["changed"] is True and receipt["settled"] is True, receipt
     assert receipt["settle_ms"] >= 250
     box = receipt["damage"]
     assert box["x"] <= 0 + 10 and box["y"] <= 10 and box["width"] >= 290 and box["height"] >= 190
