@@ -67,6 +67,9 @@ class Receipt:
     :param quiet_ms: the quiet period that ended the wait (``quiet_ms``, ``typing_quiet_ms`` or
         ``idle_quiet_ms`` of the settle spec; ``None``: none did — nothing changed, the cap cut
         it, or an agent that does not say).
+    :param last_change_ms: when the last change came, milliseconds after the action's input
+        began (``None``: none, or an agent that does not say): the program's own time; the rest
+        of ``settle_ms`` is the agent's quiet period.
     """
 
     changed: bool
@@ -78,6 +81,7 @@ class Receipt:
     focus_before: FocusedWindow | None
     focus_after: FocusedWindow | None
     quiet_ms: int | None = None
+    last_change_ms: int | None = None
 
     @property
     def focus_changed(self) -> bool:
@@ -111,7 +115,8 @@ class Receipt:
                 method=str(value.get("method") or "?"),
                 focus_before=FocusedWindow.parse(value.get("focus_before")),
                 focus_after=FocusedWindow.parse(value.get("focus_after")),
-                quiet_ms=None if value.get("quiet_ms") is None else _int(value["quiet_ms"]),
+                quiet_ms=_optional_int(value.get("quiet_ms")),
+                last_change_ms=_optional_int(value.get("last_change_ms")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ActionFailed(
@@ -130,6 +135,7 @@ class Receipt:
             "focus_before": None if self.focus_before is None else self.focus_before.as_dict(),
             "focus_after": None if self.focus_after is None else self.focus_after.as_dict(),
             "quiet_ms": self.quiet_ms,
+            "last_change_ms": self.last_change_ms,
         }
 
 
@@ -143,3 +149,7 @@ def _int(value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"expected an integer, got {value!r:.40}")
     return value
+
+
+def _optional_int(value: object) -> int | None:
+    return None if value is None else _int(value)

@@ -33,12 +33,23 @@ damage rectangles since the action began has a bounding box larger than
 are judged apart, so a caret moving from one end of the screen to the other is not a visible
 change). Smaller damage still counts for the quiet period (a caret that moved was drawn).
 
+**Damage is confirmed with pixels.** A program may repaint more than changed: tint2 redraws its
+whole panel (1280x40) when its clock turns a minute, though only a digit or two differ. So when
+the damage says "visible", :class:`DamageTracker` compares the damaged places with a grab of the
+screen taken as the action began (:func:`pixel_changes`; ~2 ms, no conversion of its pixels):
+``changed`` and ``box`` are then what differs between the screen before the action and after
+the wait, by the same rule as frame polling and the bench's stale check. Repainted identical
+pixels never make a receipt say ``changed`` (nor reset the stall detector). Only the receipt is
+judged so: any damage still counts for the quiet period (finding that pixels are identical
+would cost a grab per damage event).
+
 **Idle programs end the quiet period early.** ``quiet_ms`` (400 ms) covers pauses inside one
 effect (a dialog that repaints, then closes). A pause while the app computes the next frame
 shows as CPU use; the agent samples the CPU of the programs the action reached (an
-:class:`Activity`: :class:`guest.launches.CpuWatch`) and, when they used none over a window
-of :data:`IDLE_WINDOW_S` after the last change and no launch is pending or ended meanwhile,
-ends the wait ``idle_quiet_ms`` after the last change (:func:`_quiet_period`).
+:class:`Activity`: :class:`guest.launches.CpuWatch`) every :data:`IDLE_STEP_S` and, when they
+used none over a window of :data:`IDLE_WINDOW_S` (sliding with the samples) after the last change
+and no launch is pending or ended meanwhile, ends the wait at the first such sample from
+``idle_quiet_ms`` after the last change on (:func:`_quiet_period`).
 
 Times are ``time.monotonic()`` seconds inside, milliseconds in results; rectangles are native
 screen pixels.
@@ -47,6 +58,7 @@ screen pixels.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import os
 import select
@@ -64,7 +76,7 @@ from Xlib.ext import damage
 
 from guest import protocol
 from guest.errors import GuestError
-from guest.geometry import CELL_PX, Rect, largest_cluster
+from guest.geometry import CELL_PX, Rect, clusters, largest_cluster
 from guest.launches import LaunchWatcher
 
 __all__ = [
@@ -75,6 +87,7 @@ __all__ = [
     "changed_rects",
     "is_visible",
     "open_tracker",
+    "pixel_changes",
 ]
 
 log = logging.getLogger("guest.changes")
@@ -100,12 +113,19 @@ HISTORY_EVENTS: Final = 20_000
 IDLE_WINDOW_S: Final = 0.05
 """The short quiet period (``idle_quiet_ms``) ends only after a CPU sample window this long, all
 of it after the last change, showed the programs the action reached idle."""
+IDLE_WINDOW_MIN_S: Final = 0.04
+"""...and that idle window must be at least this long (the first sample may come late)."""
+IDLE_STEP_S: Final = 0.02
+"""How often the CPU is sampled while the short quiet period waits for an idle window."""
 BUSY_POLL_S: Final = 0.05
 """While the focused application is busy, a wait that would end looks again this much later."""
 BUSY_LIMIT_QUIETS: Final = 5
 """Busy CPU alone keeps a wait going for at most this many ``max(expect_ms, quiet_ms)`` after
 the action (2 s by default): an animated page keeps its program busy for ever, and must not
 hold every action until the cap."""
+DENSE_CELL_PIXELS: Final = protocol.VISIBLE_CHANGE_AREA + 1
+"""A :data:`CELL_PX` cell with this many changed pixels is a visible change by itself (its
+changed box is at least that large): :func:`pixel_changes` needs no finer look then."""
 POLL_INTERVAL_S: Final = 0.03
 """Frame polling period of the fallback tracker (seconds)."""
 
@@ -122,11 +142,15 @@ class SettleOutcome:
     method: str
     quiet_ms: int | None = None
     """The quiet period that ended the wait (``None``: none did — nothing changed, or the cap)."""
+    last_change_ms: int | None = None
+    """When the last counted change came, milliseconds after the action's input began (``None``:
+    none came): how long the program took to show the effect, the rest of the wait is ours."""
 
     def result(self) -> dict[str, Any]:
         """The protocol's receipt fields (see :data:`guest.protocol.RECEIPT_FIELDS`)."""
         return {
             "quiet_ms": self.quiet_ms,
+            "last_change_ms": self.last_change_ms,
             "changed": self.changed,
             "settled": self.settled,
             "settle_ms": self.waited_ms,
@@ -147,9 +171,10 @@ class Activity(Protocol):
         """Using CPU right now (sampled at most every ~40 ms)."""
         ...
 
-    def idle_since(self, start: float) -> bool | None:
-        """No CPU used over the last sample window that began at or after ``start``
-        (``None``: cannot tell yet, ask again ~40 ms later)."""
+    def idle_since(self, start: float, window: float) -> bool | None:
+        """No CPU used over the last ``window`` seconds or more, all at or after ``start``;
+        each call samples, so the window slides with the calls (``None``: cannot tell yet, ask
+        again later)."""
         ...
 
     def watch(self, pid: int) -> None:
@@ -198,12 +223,20 @@ class DamageTracker:
 
     Owns one X connection and one daemon thread; :meth:`close` stops both.
 
+    :param grab: returns an image of a region (native pixels; ``None``: the whole screen) —
+        the agent's screen, in any mode that compares (:meth:`guest.screen.Screen.grab_raw`);
+        an action's damage is confirmed with it (module docstring).
     :raises GuestError: ``x11_error`` when the display cannot be opened or has no DAMAGE.
     """
 
     method = "damage"
 
-    def __init__(self, display_name: str | None) -> None:
+    def __init__(
+        self, display_name: str | None, grab: Callable[[Rect | None], Image.Image]
+    ) -> None:
+        self._grab = grab
+        self._before: tuple[float, Image.Image] | None = None
+        """The grab taken as the current action began, with its start time."""
         try:
             self._display = xdisplay.Display(display_name)
         except (xerror.DisplayError, OSError) as exc:
@@ -266,13 +299,21 @@ class DamageTracker:
     # -- ChangeTracker ----------------------------------------------------------------------
 
     def begin_input(self) -> float:
+        try:
+            image: Image.Image | None = self._grab(None)
+        except GuestError as exc:  # receipts then judge by damage alone
+            log.warning("no grab before the action: %s", exc)
+            image = None
         with self._changed:
             self._busy += 1
-        return time.monotonic()
+            now = time.monotonic()
+            self._before = None if image is None else (now, image)
+        return now
 
     def end_input(self) -> None:
         with self._changed:
             self._busy = max(0, self._busy - 1)
+            self._before = None
 
     def _background(self, before: float) -> set[tuple[int, int]]:
         """Cells with ongoing, repeated idle damage just before ``before`` (module docstring)."""
@@ -305,13 +346,14 @@ class DamageTracker:
     ) -> SettleOutcome:
         with self._changed:
             background = self._background(since)
+            before = self._before[1] if self._before and self._before[0] == since else None
 
         def counts(item: _Damage) -> bool:
             if region is not None and not item.rect.intersects(region):
                 return False
             return not background or not item.rect.cells() <= background
 
-        return _quiet_period(
+        outcome, rects = _quiet_period(
             self._changed,
             self._history,
             since,
@@ -320,6 +362,14 @@ class DamageTracker:
             launches=self._launches,
             activity=activity,
         )
+        if before is None or not outcome.changed:
+            return outcome  # pixels can only show less than damage that is not visible
+        try:
+            changed, box = pixel_changes(before, self._grab, rects)
+        except GuestError as exc:
+            log.warning("cannot confirm the damage with pixels: %s", exc)
+            return outcome
+        return dataclasses.replace(outcome, changed=changed, box=box)
 
     def close(self) -> None:
         if self._launches is not None:
@@ -345,8 +395,9 @@ def _quiet_period(
     *,
     launches: LaunchWatcher | None = None,
     activity: Activity | None = None,
-) -> SettleOutcome:
-    """Wait on ``condition`` (which guards ``history``) per ``spec`` (module docstring).
+) -> tuple[SettleOutcome, list[Rect]]:
+    """Wait on ``condition`` (which guards ``history``) per ``spec`` (module docstring);
+    return what it saw and the damage rectangles it counted.
 
     * While ``launches`` has one pending, keep waiting (up to the cap); a launch's end counts as
       a change for the quiet period (:mod:`guest.launches`) and its program joins ``activity``.
@@ -426,7 +477,8 @@ def _quiet_period(
                     events,
                     method,
                     spec.quiet_when_idle() if idle else ended_on,
-                )
+                    None if last is None else max(0, round((last - since) * 1000)),
+                ), rects
             condition.wait(timeout=max(0.001, deadline - now))
 
 
@@ -435,21 +487,25 @@ def _idle_end(
 ) -> tuple[bool, float]:
     """The short quiet period of :func:`_quiet_period`: (done, next deadline) at ``now`` for a
     wait whose screen is quiet from ``idle_at - idle_quiet`` and whose long period ends at
-    ``deadline``. The CPU is sampled from :data:`IDLE_WINDOW_S` before ``idle_at`` on."""
+    ``deadline``. The CPU is sampled every :data:`IDLE_STEP_S` from :data:`IDLE_WINDOW_S` before
+    ``idle_at`` on; the wait ends at the first sample from ``idle_at`` on that closes an idle
+    window of :data:`IDLE_WINDOW_S` (programs still working when the screen went quiet are
+    seen idle that long after they stop, not a whole window later)."""
     window_at = idle_at - IDLE_WINDOW_S
     if now < window_at:
         return False, min(deadline, window_at)
-    verdict = activity.idle_since(window_at)
+    verdict = activity.idle_since(window_at, IDLE_WINDOW_MIN_S)
     if verdict and now >= idle_at:
         return True, now
-    later = idle_at if now < idle_at else now + IDLE_WINDOW_S
+    later = min(idle_at, now + IDLE_STEP_S) if now < idle_at else now + IDLE_STEP_S
     return False, min(deadline, max(later, now + 0.001))
 
 
 class PollingTracker:
     """Fallback without DAMAGE: hash grabs every 30 ms (see the module docstring).
 
-    :param grab: returns the RGB image of a region (native pixels) — the agent's screen.
+    :param grab: returns an image of a region (native pixels; ``None``: the whole screen) —
+        the agent's screen, in any mode that compares (:meth:`guest.screen.Screen.grab_raw`).
     """
 
     method = "poll"
@@ -521,6 +577,7 @@ class PollingTracker:
             events,
             self.method,
             spec.quiet_ms if settled and last_change is not None else None,
+            None if last_change is None else round((last_change - since) * 1000),
         )
 
     def close(self) -> None:
@@ -535,7 +592,13 @@ def changed_rects(
     in the images' pixels plus ``offset`` (screen pixels when the images are screen regions)."""
     if before.size != after.size:
         raise ValueError(f"cannot compare images of sizes {before.size} and {after.size}")
-    difference = ImageChops.difference(before.convert("RGB"), after.convert("RGB"))
+    return _difference_rects(
+        ImageChops.difference(before.convert("RGB"), after.convert("RGB")), offset
+    )
+
+
+def _difference_rects(difference: Image.Image, offset: tuple[int, int]) -> list[Rect]:
+    """:func:`changed_rects` of a difference image (zero where unchanged)."""
     if difference.getbbox() is None:
         return []
     width, height = difference.size
@@ -548,6 +611,76 @@ def changed_rects(
                 x0, y0, x1, y1 = found
                 rects.append(Rect(offset[0] + left + x0, offset[1] + top + y0, x1 - x0, y1 - y0))
     return rects
+
+
+def pixel_changes(
+    before: Image.Image, grab: Callable[[Rect], Image.Image], damage: list[Rect]
+) -> tuple[bool, Rect | None]:
+    """What really differs where ``damage`` was reported: (a visible change, the bounding box
+    of the changed pixels or ``None``) between ``before`` (the whole screen as the action began)
+    and ``grab(rect)`` (a region of the screen now, in ``before``'s mode).
+
+    Each group of nearby damage (:func:`guest.geometry.clusters`) is grabbed again and compared
+    with ``before``; as every group of changed pixels lies inside one group of damage, the verdict
+    is :func:`is_visible` of :func:`changed_rects` — computed only where needed: a group whose
+    changed pixels fit in :data:`protocol.VISIBLE_CHANGE_AREA` cannot hold a visible change, and
+    a group with a :data:`CELL_PX` cell of :data:`DENSE_CELL_PIXELS` changed pixels holds one.
+
+    :raises GuestError: a grab failed.
+    """
+    screen = Rect(0, 0, before.width, before.height)
+    visible = False
+    box: Rect | None = None
+    for group in sorted(clusters(damage), key=lambda rect: -rect.area):
+        area = _clip(group, screen)
+        if area is None:
+            continue
+        difference = ImageChops.difference(before.crop(_box(area)), grab(area))
+        found = difference.getbbox()
+        if found is None:
+            continue
+        x0, y0, x1, y1 = found
+        changed = Rect(area.x + x0, area.y + y0, x1 - x0, y1 - y0)
+        box = changed if box is None else box.union(changed)
+        if visible or changed.area <= protocol.VISIBLE_CHANGE_AREA:
+            continue
+        visible = _has_dense_cell(difference) or is_visible(
+            _grid_rects(difference.crop(found), changed)
+        )
+    return visible, box
+
+
+def _grid_rects(difference: Image.Image, where: Rect) -> list[Rect]:
+    """:func:`changed_rects` of a difference image that lies at ``where`` on the screen, in the
+    screen's :data:`CELL_PX` grid (as a whole-screen comparison cuts it)."""
+    left, top = where.x - where.x % CELL_PX, where.y - where.y % CELL_PX
+    right = where.x + where.width + -(where.x + where.width) % CELL_PX
+    bottom = where.y + where.height + -(where.y + where.height) % CELL_PX
+    canvas = Image.new(difference.mode, (right - left, bottom - top))
+    canvas.paste(difference, (where.x - left, where.y - top))
+    return _difference_rects(canvas, (left, top))
+
+
+def _has_dense_cell(difference: Image.Image) -> bool:
+    """Whether some :data:`CELL_PX` cell of a difference image (zero: unchanged) has at least
+    :data:`DENSE_CELL_PIXELS` changed pixels in one band (cells cut by the edges are left out)."""
+    width = difference.width - difference.width % CELL_PX
+    height = difference.height - difference.height % CELL_PX
+    if not width or not height:
+        return False
+    changed = difference.point(lambda value: 255 if value else 0)  # every band
+    levels = changed.reduce(CELL_PX, box=(0, 0, width, height)).getextrema()
+    # a cell's level is 255 x its changed share, rounded (at most 0.5 off)
+    densest = max(high for _, high in levels)  # type: ignore[misc]
+    return densest - 0.5 >= DENSE_CELL_PIXELS * 255 / CELL_PX**2
+
+
+def _clip(rect: Rect, bounds: Rect) -> Rect | None:
+    """The part of ``rect`` inside ``bounds`` (``None``: none)."""
+    left, top = max(rect.x, bounds.x), max(rect.y, bounds.y)
+    right = min(rect.x + rect.width, bounds.x + bounds.width)
+    bottom = min(rect.y + rect.height, bounds.y + bounds.height)
+    return Rect(left, top, right - left, bottom - top) if right > left and bottom > top else None
 
 
 def is_visible(rects: list[Rect]) -> bool:
@@ -579,7 +712,7 @@ def open_tracker(
     or ``force_poll`` is set."""
     if not force_poll:
         try:
-            return DamageTracker(display_name)
+            return DamageTracker(display_name, grab)
         except GuestError as exc:
             log.warning("no DAMAGE change tracking (%s): falling back to frame polling", exc)
     return PollingTracker(grab)

@@ -113,6 +113,10 @@ def parse_startup_message(text: str) -> tuple[str, dict[str, str]]:
 
 BUSY_SAMPLE_S: Final = 0.04
 """:meth:`CpuWatch.busy` samples at most this often."""
+IDLE_MIN_STEP_S: Final = 0.005
+""":meth:`CpuWatch.idle_since` reads the CPU at most this often."""
+IDLE_SAMPLES_KEPT: Final = 32
+""":meth:`CpuWatch.idle_since` keeps at most this many samples (a window needs two)."""
 BUSY_MIN_CPU_S: Final = 0.002
 BACKGROUND_MIN_S: Final = 0.5
 """The idle period before an action must be at least this long to give a background rate."""
@@ -128,6 +132,11 @@ an idle GTK dialog uses about 1 %)."""
 
 def process_tree(root: int) -> list[int]:
     """``root`` and its descendants (from ``/proc/*/stat``'s parent pids)."""
+    return process_trees([root])
+
+
+def process_trees(roots: Sequence[int]) -> list[int]:
+    """The ``roots`` and their descendants, each once (one pass over ``/proc``)."""
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -138,12 +147,14 @@ def process_tree(root: int) -> list[int]:
         except (OSError, IndexError, ValueError):
             continue
         children.setdefault(parent, []).append(int(name))
-    found, queue = [], [root]
+    found: dict[int, None] = {}
+    queue = list(roots)
     while queue:
         pid = queue.pop()
-        found.append(pid)
-        queue.extend(children.get(pid, ()))
-    return found
+        if pid not in found:
+            found[pid] = None
+            queue.extend(children.get(pid, ()))
+    return list(found)
 
 
 def _cpu_ns(pid: int) -> int | None:
@@ -233,8 +244,8 @@ class CpuWatch:
             rate = self._grown(before, common) / 1e9 / (self._sampled - idle_before[0])
             self.background = min(rate, BACKGROUND_MAX)
         self._busy = False
-        self._mark = (self._sampled, self._used)
-        """The sample :meth:`idle_since` took last (time, CPU per pid)."""
+        self._samples = [(self._sampled, self._used)]
+        """The samples :meth:`idle_since` took (time, CPU per pid), oldest first."""
         self.available = (
             len(known) == len(pids)
             and bool(self._used)
@@ -259,15 +270,14 @@ class CpuWatch:
         if pid not in now:
             self.available = False
         self._used = {**now, **self._used}
-        self._mark = (self._mark[0], {**now, **self._mark[1]})
+        self._samples = [(taken, {**now, **used}) for taken, used in self._samples]
 
     def _read(self) -> dict[int, int]:
         used: dict[int, int] = {}
-        for root in self._roots:
-            for pid in process_tree(root):
-                ns = _cpu_ns(pid)
-                if ns is not None:
-                    used[pid] = ns
+        for pid in process_trees(self._roots):
+            ns = _cpu_ns(pid)
+            if ns is not None:
+                used[pid] = ns
         return used
 
     @staticmethod
@@ -279,8 +289,14 @@ class CpuWatch:
         return grown_ns / 1e9 > limit * elapsed
 
     def snapshot(self) -> tuple[float, dict[int, int]]:
-        """Now, and the CPU (ns) of every watched process: the next action's ``idle_before``."""
-        return time.monotonic(), self._read()
+        """Now, and the CPU (ns) of every watched process: the next action's ``idle_before``
+        (the last sample when it is younger than :data:`BUSY_SAMPLE_S`: a wait that just saw
+        the programs idle has read them, and the agent's reads compete with them for a CPU)."""
+        now = time.monotonic()
+        latest = max((self._sampled, self._used), self._samples[-1], key=lambda sample: sample[0])
+        if now - latest[0] < BUSY_SAMPLE_S:
+            return latest
+        return now, self._read()
 
     def busy(self) -> bool:
         """True when the program used CPU above the threshold since the previous sample (or
@@ -294,31 +310,32 @@ class CpuWatch:
         self._used, self._sampled = used, now
         return self._busy
 
-    def idle_since(self, start: float) -> bool | None:
+    def idle_since(self, start: float, window: float) -> bool | None:
         """Whether the watched programs used no CPU (none above :data:`BUSY_MIN_CPU_S` per
-        :data:`BUSY_SAMPLE_S`, the busy threshold; no new process either) between the previous
-        call's sample, when it was taken at or after ``start`` (monotonic seconds), and now.
-        Consecutive calls judge consecutive windows.
+        :data:`BUSY_SAMPLE_S`, the busy threshold; no new process either) over the last
+        ``window`` seconds or more: from the latest earlier sample taken at or after ``start``
+        (monotonic seconds) that is at least ``window`` old, until now. Each call takes a
+        sample, so calls every few milliseconds judge a window that slides with them: programs
+        that worked a while after ``start`` are seen idle ``window`` after they stopped.
 
-        ``None``: cannot tell yet — the previous sample is older than ``start`` (one is taken
-        now: ask again :data:`BUSY_SAMPLE_S` later) or younger than :data:`BUSY_SAMPLE_S`.
+        ``None``: cannot tell yet — no sample since ``start`` is ``window`` old (ask again
+        later), or the last one is younger than :data:`IDLE_MIN_STEP_S` (none taken).
         Always ``False`` when :attr:`available` is false.
         """
         if not self.available:
             return False
         now = time.monotonic()
-        base_t, base = self._mark
-        if base_t < start:
-            self._mark = (now, self._read())
-            return None
-        elapsed = now - base_t
-        if elapsed < BUSY_SAMPLE_S:
+        samples = [sample for sample in self._samples if sample[0] >= start]
+        if samples and now - samples[-1][0] < IDLE_MIN_STEP_S:
             return None
         used = self._read()
-        self._mark = (now, used)
-        if self._over(self._grown(base, used), elapsed):
+        base = next((sample for sample in reversed(samples) if now - sample[0] >= window), None)
+        self._samples = [*samples[-IDLE_SAMPLES_KEPT:], (now, used)]
+        if base is None:
+            return None
+        if self._over(self._grown(base[1], used), now - base[0]):
             return False
-        return set(used) <= set(base)
+        return set(used) <= set(base[1])
 
 
 def client_window(display: xdisplay.Display, frame: Window) -> Window | None:

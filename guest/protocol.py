@@ -411,6 +411,8 @@ RECEIPT_FIELDS: Final = (
     "quiet_ms",  # int: the quiet period that ended the wait (quiet_ms, typing_quiet_ms or
     # idle_quiet_ms: feature idle_quiet), or null when it did not end on one (nothing changed,
     # the cap)
+    "last_change_ms",  # int: when the last change counted came, ms after the action's input
+    # began (null: none) — the program's time; the rest of settle_ms is the agent's quiet period
 )
 """The fields of an action's ``receipt`` (the reply of an action sent with ``settle``)."""
 

@@ -122,6 +122,13 @@ class Screen:
         shot = self._grab(area)
         return Image.frombuffer("RGB", shot.size, shot.bgra, "raw", "BGRX", 0, 1)
 
+    def grab_raw(self, region: Mapping[str, int] | None = None) -> Image.Image:
+        """The (validated) region as X delivers it, without converting a pixel: an ``RGBX``
+        image whose bands hold blue, green, red and padding (~2 ms for 1280x800, a third of
+        :meth:`grab_image`). For comparing grabs with each other, not for showing."""
+        shot = self._grab(self.region(region))
+        return Image.frombuffer("RGBX", shot.size, shot.raw, "raw", "RGBX", 0, 1)
+
     def screenshot(
         self,
         *,

@@ -70,7 +70,7 @@ class Agent:
         try:
             self.changes: ChangeTracker = open_tracker(
                 display_name,
-                lambda rect: self.screen.grab_image(None if rect is None else rect.as_region()),
+                lambda rect: self.screen.grab_raw(None if rect is None else rect.as_region()),
                 force_poll=force_poll,
             )
         except BaseException:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 import os
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -98,6 +99,7 @@ def _scenario(
 ) -> None:
     """Measure ``act`` both ways; ``before`` runs untimed before each, ``reset`` after each."""
     ours, baseline = [], []
+    timeline: list[tuple[float, ...]] = []
     capped = short = stale_ours = stale_baseline = 0
     settle, repeat = how.settle, how.repeat
     quiet = settle["quiet_ms"]
@@ -105,9 +107,12 @@ def _scenario(
         before()
         started = time.perf_counter()
         result = act(settle)
+        answered = time.perf_counter()
         seen = _shot(client)
         ours.append(time.perf_counter() - started)
         receipt = result.get("receipt", {})
+        if receipt.get("last_change_ms") is not None:  # an agent that says it, and a change
+            timeline.append(_timeline(receipt, answered - started, ours[-1] - (answered - started)))
         capped += int(not receipt.get("settled", True))
         short += int((receipt.get("quiet_ms") or quiet) < quiet)
         stale_ours += int(_stale(client, seen))
@@ -132,9 +137,27 @@ def _scenario(
         f"{'':<58} settles that hit the cap: {capped}/{repeat}; "
         f"ended on a shorter quiet period (idle or typing): {short}/{repeat}"
     )
+    if timeline:
+        app, after, overhead, shot = (
+            statistics.median(column) for column in zip(*timeline, strict=True)
+        )
+        report.line(
+            f"{'':<58} p50 timeline: the app's last change {app:.0f} ms after the input; "
+            f"the wait ended {after:.0f} ms after it; agent + transport {overhead:.0f} ms; "
+            f"screenshot {shot:.0f} ms"
+        )
     report.ratio(mine, peer)
     if how.target:
         report.target(mine, 0.3)
+
+
+def _timeline(receipt: dict[str, Any], answered_s: float, shot_s: float) -> tuple[float, ...]:
+    """Where one action -> settled screenshot went, in ms: the program's last change after the
+    input (the receipt's ``last_change_ms``), the rest of the agent's wait, the action's round trip
+    beyond the wait (the agent's own work and the transport), the screenshot's round trip."""
+    settle_ms = receipt["settle_ms"]
+    app = min(receipt["last_change_ms"], settle_ms)
+    return app, settle_ms - app, answered_s * 1000 - settle_ms, shot_s * 1000
 
 
 def _call(client: AgentClient, op: str, args: dict[str, Any]) -> Callable[..., dict[str, Any]]:

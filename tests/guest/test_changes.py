@@ -93,7 +93,7 @@ def test_a_delayed_effect_is_in_the_receipt_and_on_screen_when_the_action_return
 ) -> None:
     receipt = client.call("keypress", {"keys": ["d"], "settle": SETTLE}).result["receipt"]
     assert _pixel(client, 150, 100) == (255, 0, 0), "the red block was not painted yet"
-    assert receipt["changed"] is True and receipt["settled"] is True
+    assert receipt["changed"] is True and receipt["settled"] is True, receipt
     assert receipt["settle_ms"] >= 250
     box = receipt["damage"]
     assert box["x"] <= 0 + 10 and box["y"] <= 10 and box["width"] >= 290 and box["height"] >= 190
@@ -150,6 +150,26 @@ def test_the_same_place_changing_twice_is_seen_twice(client: AgentClient, effect
     second = client.call("keypress", {"keys": ["s"], "settle": SETTLE}).result["receipt"]
     assert first["changed"] and second["changed"], (first, second)
     assert second["settle_ms"] >= 150
+
+
+def test_a_panel_repainted_with_the_same_pixels_is_no_visible_change(
+    client: AgentClient, effects: None
+) -> None:
+    """tint2's clock tick: the whole panel is damaged, a digit's 10x11 pixels differ. A receipt
+    says what differs on screen, so the tick is no visible change (nor a stall reset)."""
+    first = client.call("keypress", {"keys": ["t"], "settle": SETTLE}).result["receipt"]
+    assert first["changed"] is True, first  # the strip appeared: that is a change
+    tick = client.call("keypress", {"keys": ["t"], "settle": SETTLE}).result["receipt"]
+    assert tick["damage_events"] >= 1 and tick["settled"] is True, tick
+    assert tick["changed"] is False, tick
+    assert tick["damage"] == {"x": 1280 - 22, "y": 800 - 26, "width": 10, "height": 11}, tick
+    real = client.call("keypress", {"keys": ["d"], "settle": SETTLE}).result["receipt"]
+    assert real["changed"] is True and real["damage"] == {
+        "x": 0,
+        "y": 0,
+        "width": 300,
+        "height": 200,
+    }, real
 
 
 def test_bad_settle_arguments_name_the_option_and_the_agent_keeps_serving(

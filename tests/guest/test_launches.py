@@ -132,3 +132,40 @@ def test_a_program_using_cpu_is_busy_and_a_sleeping_one_is_not() -> None:
         for process in (spinning, sleeping):
             process.kill()
             process.wait()
+
+
+WORK_THEN_SLEEP = """
+import sys, time
+end = time.perf_counter() + 0.3
+while time.perf_counter() < end:
+    pass
+print("done", flush=True)
+time.sleep(30)
+"""
+
+
+def test_the_idle_window_slides_with_the_samples() -> None:
+    """A program that worked after ``start`` is idle once the last ``window`` was, although
+    every earlier sample since ``start`` saw it work."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", WORK_THEN_SLEEP], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        watch = CpuWatch([process.pid])
+        start = time.monotonic()
+        assert watch.idle_since(start, 0.04) is None, "no sample 40 ms old yet"
+        time.sleep(0.05)
+        assert watch.idle_since(start, 0.04) is False, "working"
+        assert process.stdout is not None and process.stdout.readline().strip() == "done"
+        stopped = time.monotonic()
+        verdicts = []
+        while time.monotonic() < stopped + 0.5 and True not in verdicts:
+            time.sleep(0.01)
+            verdicts.append(watch.idle_since(start, 0.04))
+        assert True in verdicts, verdicts
+        assert watch.idle_since(start, 10.0) is None, "no sample since start is 10 s old"
+    finally:
+        process.kill()
+        process.wait()
+        assert process.stdout is not None
+        process.stdout.close()

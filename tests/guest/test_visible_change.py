@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PIL import Image, ImageDraw
 
-from guest.changes import changed_rects, is_visible
+from guest.changes import changed_rects, is_visible, pixel_changes
 from guest.geometry import Rect, clusters, largest_cluster
 from guest.protocol import VISIBLE_CHANGE_AREA
 
@@ -50,3 +52,54 @@ def test_clusters_merge_chains_in_any_order() -> None:
     assert clusters(chain, gap=32) == [Rect(0, 0, 90, 10)]
     assert len(clusters(chain, gap=5)) == 3
     assert largest_cluster([]) is None
+
+
+def _grabber(image: Image.Image) -> Callable[[Rect], Image.Image]:
+    def grab(rect: Rect) -> Image.Image:
+        return image.crop((rect.x, rect.y, rect.x + rect.width, rect.y + rect.height))
+
+    return grab
+
+
+PANEL_DAMAGE = [Rect(0, 760, 1280, 40), Rect(0, 760, 1280, 40)]
+"""What tint2 reports when its clock turns a minute (measured with python-xlib DAMAGE)."""
+
+
+def test_damage_over_identical_pixels_is_no_change() -> None:
+    before = _screen()
+    ImageDraw.Draw(before).rectangle((0, 760, 1279, 799), fill=(32, 36, 44))
+    assert pixel_changes(before, _grabber(before.copy()), PANEL_DAMAGE) == (
+        False,
+        None,
+    )
+
+
+def test_a_clock_digit_inside_a_repainted_panel_is_its_own_small_box() -> None:
+    before = _screen()
+    ImageDraw.Draw(before).rectangle((0, 760, 1279, 799), fill=(32, 36, 44))
+    after = before.copy()
+    ImageDraw.Draw(after).rectangle((1258, 774, 1267, 784), fill=(236, 239, 244))  # 10x11
+    assert pixel_changes(before, _grabber(after), PANEL_DAMAGE) == (
+        False,
+        Rect(1258, 774, 10, 11),
+    )
+    # two small changes at both ends of one damaged strip are still two small changes
+    ImageDraw.Draw(after).rectangle((10, 774, 19, 784), fill=(236, 239, 244))
+    visible, box = pixel_changes(before, _grabber(after), PANEL_DAMAGE)
+    assert not visible and box == Rect(10, 774, 1258, 11)
+
+
+def test_pixel_changes_agree_with_changed_rects_on_dense_and_sparse_changes() -> None:
+    before = _screen()
+    for draw_change in (
+        lambda draw: draw.rectangle((300, 200, 799, 599), fill=(200, 0, 0)),  # a dialog
+        lambda draw: [  # a typed word: sparse glyphs, no dense cell
+            draw.rectangle((101 + i * 10, 50, 101 + i * 10, 61), fill=(0, 0, 0)) for i in range(6)
+        ],
+    ):
+        after = before.copy()
+        draw_change(ImageDraw.Draw(after))
+        rects = changed_rects(before, after)
+        visible, box = pixel_changes(before, _grabber(after), [Rect(0, 0, 1280, 800)])
+        assert visible is is_visible(rects) is True
+        assert box == clusters(rects)[0]

@@ -6,7 +6,11 @@ without a window manager, wherever the pointer is) and prints ``ready``.
 Keys: ``d`` paints a 300x200 red block 250 ms later; ``s`` paints a blue block at once and a
 green one 150 ms after it; ``b`` and Return paint a 200x200 block at once, yellow and purple in
 turn; ``w`` paints an orange block at once, then works (a thread spins a CPU) for 250 ms
-and paints a cyan block when done; ``c`` clears the canvas; any other key does nothing. With
+and paints a cyan block when done; ``t`` ticks a panel clock 100 ms later, as tint2 does when
+its clock turns a minute: it repaints a full-width 40 px strip at the bottom (drawn by the first
+``t``) with identical pixels but for one 10x11 "digit", which flips colour (tint2 damages its
+whole 1280x40 panel and changes 10x11 pixels, measured with python-xlib DAMAGE); ``c`` clears
+the canvas; any other key does nothing. With
 ``--animate`` a 40x40 square moves along the top right corner every 40 ms, forever (with
 ``--animate-cpu`` each frame also uses 8 ms of CPU: an animated page's program). With
 ``--dialog`` the window's EWMH type is ``dialog`` (otherwise unset: ``normal``). With ``--pid``
@@ -106,6 +110,8 @@ def main() -> None:
                 0.25,
                 lambda: canvas.create_rectangle(800, 200, 900, 300, fill="cyan", width=0),
             )
+        elif event.char == "t":
+            root.after(100, tick)
         elif event.char == "c":
             canvas.delete("block")
             canvas.delete("all")
@@ -113,6 +119,18 @@ def main() -> None:
                 canvas.create_rectangle(*coords, fill="black", width=0, tags="square")
 
     flip = [False]
+    ticks = [0]
+
+    def tick() -> None:
+        canvas.delete("panel")  # drawn anew whole: the whole strip is damaged
+        canvas.create_rectangle(
+            0, height - 40, width, height, fill="#20242c", width=0, tags="panel"
+        )
+        ticks[0] += 1
+        digit = "#eceff4" if ticks[0] % 2 else "#d8dee9"
+        x, y = width - 22, height - 26
+        canvas.create_rectangle(x, y, x + 10, y + 11, fill=digit, width=0, tags="panel")
+
     if "--dialog" in sys.argv:
         root.wm_attributes("-type", "dialog")
     root.bind_all("<Key>", key)
