@@ -117,7 +117,7 @@ def test_the_agent_answers_once_the_desktop_is_drawn_and_runs_programs_privately
     with connect_unix(desktop.socket, timeout=START_S) as client:
         client.hello(timeout=30)
         log = desktop.log()
-        # hello came after the gate opened, i.e. after the checker saw openbox, then the panel
+        # hello came after the first agent saw openbox, then the panel, drawn
         assert re.search(r"openbox ready in .*panel ready in .*desktop ready in", log, re.S), log
         made = tmp_path / "made-by-the-user"
         done = client.call(
