@@ -1,13 +1,14 @@
 """Wait until a piece of the guest desktop is up: ``python desktop_ready.py wm|panel [TIMEOUT_S]``
 (or ``wm panel``: both in turn, each announced on stdout; see :func:`main`).
 
-Run by the Docker supervisor and the VM's init, which start the desktop in this order:
+Run by the desktop supervisor (images/desktop/supervisor.py, both backends: imported in a forked
+child of it), which starts the desktop in this order:
 
 - ``wm``: openbox is managing the screen (the root window's ``_NET_SUPPORTING_WM_CHECK`` names a
   live window). The panel starts only then: a tint2 started before the window manager
   re-initialises itself when one appears, which costs about a second.
 - ``panel``: the panel is drawn, i.e. the screen's pixel just inside the bottom-left corner has
-  the panel's background colour (the first ``background_color`` of ``/etc/xdg/tint2/tint2rc``, a
+  the panel's background colour (the first ``background_color`` of :data:`TINT2RC`, a
   colour the root window's pattern never has). The agent starts only then, so the first
   screenshot a model receives shows the desktop it will drive, not a bare root window.
 
@@ -18,6 +19,7 @@ Uses ``DISPLAY`` and python-xlib (installed in the agent's venv).
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -25,7 +27,8 @@ from pathlib import Path
 
 from Xlib import X, display, error
 
-TINT2RC = Path("/etc/xdg/tint2/tint2rc")
+TINT2RC = Path(os.environ.get("CUBICLE_PANEL_CONFIG", "/etc/xdg/tint2/tint2rc"))
+"""The panel's configuration (``CUBICLE_PANEL_CONFIG``, as the supervisor's)."""
 POLL_S = 0.01
 
 
@@ -86,7 +89,7 @@ def wait_for(dpy: display.Display, what: str, timeout_s: float) -> bool:
 
 def main(argv: list[str]) -> int:
     """``wm|panel [TIMEOUT_S]``, or ``wm panel [TIMEOUT_S]``: both in turn in one process (the
-    Docker supervisor's way: one start-up instead of two), each at most ``TIMEOUT_S`` and each
+    supervisor's way: one start-up instead of two), each at most ``TIMEOUT_S`` and each
     announced on stdout as ``<what> ready`` or ``<what> late`` when its wait ends, so the caller
     starts the panel once the window manager runs."""
     args = argv[1:]

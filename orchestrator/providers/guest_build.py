@@ -87,8 +87,12 @@ def guest_packages(extra: Iterable[str] = (), root: Path = REPO_ROOT) -> list[st
 
 def guest_files(root: Path = REPO_ROOT) -> dict[str, Path]:
     """Files that go into every guest, by their name in a build's staging folder: the package
-    list and the desktop's configuration (``desktop/<path in images/desktop>``)."""
-    files = {"guest-packages.txt": root / "images" / "guest-packages.txt"}
+    list, the set-up steps after it (``guest-setup``) and the desktop's configuration
+    (``desktop/<path in images/desktop>``)."""
+    files = {
+        "guest-packages.txt": root / "images" / "guest-packages.txt",
+        "guest-setup": root / "images" / "guest-setup",
+    }
     files.update((f"desktop/{name}", path) for name, path in desktop.desktop_files(root).items())
     return files
 

@@ -25,8 +25,10 @@ __all__ = [
     "assert_browser_launcher_starts_a_sandboxed_chromium",
     "assert_launchers_drawn",
     "assert_panel_drawn",
+    "assert_the_start_up_promises",
     "click_launcher",
     "colour_share",
+    "guest_pids",
     "renderer_namespaces",
     "saturated_pixels",
     "screenshot",
@@ -35,7 +37,7 @@ __all__ = [
 ]
 
 ROOT_COLOURS = {(0x3B, 0x42, 0x52), (0x2E, 0x34, 0x40)}
-"""The root window's pattern (images/docker/supervisor.py, images/vm/cubicle-init)."""
+"""The root window's pattern (images/desktop/supervisor.py, both backends)."""
 POLL_S = 0.1
 
 
@@ -188,3 +190,54 @@ def assert_browser_launcher_starts_a_sandboxed_chromium(sandbox: Sandbox, timeou
     for renderer in renderers:
         assert renderer["userns"] != browser["userns"], (browser, renderer)
         assert "--no-sandbox" not in renderer["argv"]
+
+
+PIDS_NAMED = """
+import os, sys
+found = []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        with open(f"/proc/{pid}/comm") as comm:
+            if comm.read().strip() == sys.argv[1]:
+                found.append(int(pid))
+    except OSError:
+        continue
+print(found)
+"""
+"""Prints the pids of the guest's processes named ``argv[1]`` (the guest has no procps)."""
+CHECKER = ["/opt/cubicle/venv/bin/python", "/opt/cubicle/desktop_ready.py"]
+"""The guest's desktop checker (images/desktop/desktop_ready.py)."""
+
+
+def guest_pids(sandbox: Sandbox, name: str) -> list[int]:
+    """The pids of the guest's processes whose command name is ``name``."""
+    done = sandbox.exec(["python3", "-c", PIDS_NAMED, name])
+    assert done.exit_code == 0, done.stderr
+    return cast(list[int], json.loads(done.stdout))
+
+
+def assert_the_start_up_promises(sandbox: Sandbox, timeout_s: float) -> None:
+    """The desktop start-up's promises, the same on every backend (images/desktop/supervisor.py):
+    programs the agent starts run in the user's home, in UTF-8, and create files only their user
+    can read (umask 077); openbox killed is started again (a new process) and manages the screen
+    again within ``timeout_s``."""
+    probe = sandbox.exec(
+        [
+            "sh",
+            "-c",
+            'pwd; echo "$LANG"; umask; f="$HOME/.umask-probe"; touch "$f"; stat -c %a "$f"; '
+            'rm "$f"',
+        ]
+    )
+    seen = probe.stdout.split()
+    assert seen == ["/home/cubicle", "C.UTF-8", "0077", "600"], (probe.stdout, probe.stderr)
+    (first,) = guest_pids(sandbox, "openbox")
+    killed = sandbox.exec(["sh", "-c", 'kill -KILL "$1"', "sh", str(first)])
+    assert killed.exit_code == 0, killed.stderr
+    deadline = time.monotonic() + timeout_s
+    while (now := guest_pids(sandbox, "openbox")) in ([], [first]):
+        assert time.monotonic() < deadline, f"openbox was not restarted within {timeout_s} s"
+        time.sleep(POLL_S)
+    assert len(now) == 1 and now[0] != first, now
+    managed = sandbox.exec([*CHECKER, "wm", f"{timeout_s:g}"], timeout=timeout_s + 30)
+    assert managed.exit_code == 0, managed.stderr

@@ -16,6 +16,7 @@ from tests.desktop.checks import (
     assert_browser_launcher_starts_a_sandboxed_chromium,
     assert_launchers_drawn,
     assert_panel_drawn,
+    assert_the_start_up_promises,
     click_launcher,
     colour_share,
     saturated_pixels,
@@ -157,3 +158,8 @@ def test_a_dialog_keeps_its_size_centred_over_its_application(sandbox: Sandbox) 
     assert abs(parent_centre - (dialog["x"] + dialog["width"] / 2)) <= 2, (editor, dialog)
     assert dialog["width"] < editor["width"] - 50, (editor, dialog)
     assert dialog["y"] >= 15, f"no title bar above the dialog: {dialog}"
+
+
+def test_the_user_files_are_private_and_openbox_comes_back(sandbox: Sandbox) -> None:
+    assert_the_start_up_promises(sandbox, APP_TIMEOUT_S)
+    assert "openbox exited with status -9; restarting in 0.5 s" in sandbox.logs(200)

@@ -51,10 +51,11 @@ def _append(relative: str) -> Callable[[Path], None]:
     [
         (_append("images/guest-packages.txt"), True, True),
         (_append("images/desktop/tint2rc"), True, True),
+        (_append("images/guest-setup"), True, True),
         (_append("guest/screen.py"), True, True),
         (_append("guest/pyproject.toml"), True, True),
         (lambda root: (root / "guest" / "extra_module.py").write_text("X = 1\n"), True, True),
-        (_append("images/docker/supervisor.py"), True, False),
+        (_append("images/desktop/supervisor.py"), True, True),
         (_append("images/docker/Dockerfile"), True, False),
         (_append("orchestrator/egress.py"), True, False),
         (_append("images/vm/cubicle-init"), False, True),
@@ -95,8 +96,8 @@ def test_the_wheelhouse_follows_the_agents_project_file(checkout: Path) -> None:
 
 
 def test_a_missing_input_is_named(checkout: Path) -> None:
-    (checkout / "images" / "docker" / "supervisor.py").unlink()
-    with pytest.raises(Exception, match=r"image sources are not available: .*supervisor\.py"):
+    (checkout / "orchestrator" / "egress.py").unlink()
+    with pytest.raises(Exception, match=r"image sources are not available: .*egress\.py"):
         docker_image.content_hash("sha256:base", checkout)
 
 
@@ -140,7 +141,8 @@ def test_the_wheelhouse_holds_the_agent_and_its_pinned_dependencies_for_the_gues
 @pytest.mark.slow
 def test_the_vm_staging_holds_every_file_provision_reads(tmp_path: Path) -> None:
     """Every ``$src/...`` path images/vm/provision reads (and the desktop's install script, run
-    on ``$src/desktop``) is in the folder the VM build gives it; its wheels are the manifest's."""
+    by images/guest-setup on ``$src/desktop``) is in the folder the VM build gives it; its wheels
+    are the manifest's."""
     staging = tmp_path / "stage"
     wheels = vm_build.provision_source(staging, lambda line: None)
     assert wheels == sorted(p.name for p in (staging / "wheels").iterdir())
@@ -149,7 +151,7 @@ def test_the_vm_staging_holds_every_file_provision_reads(tmp_path: Path) -> None
     install = (REPO / "images" / "desktop" / "install").read_text()
     read = list(re.findall(r'"\$src/([^"*]+)"', provision))
     read += [f"desktop/{m}" for m in re.findall(r'"\$src/([^"*]+)"', install)]
-    assert {"cubicle-init", "cubicle-reap", "wheels", "desktop/install", "desktop/tint2rc"} <= set(
-        read
-    )
+    read.append("desktop/install")  # guest-setup's desktop step runs it
+    assert {"cubicle-init", "cubicle-reap", "guest-setup", "wheels", "desktop"} <= set(read)
+    assert {"desktop/tint2rc", "desktop/supervisor.py"} <= set(read)
     assert [name for name in read if not (staging / name).exists()] == []

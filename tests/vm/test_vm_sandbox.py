@@ -4,6 +4,7 @@ failed start and after the creating process is SIGKILLed."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -18,6 +19,8 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from guest.errors import CubicleError
+from guest.waiting import Deadline, poll
 from orchestrator.errors import ProviderError, SandboxStartError
 from orchestrator.network import NetworkPolicy
 from orchestrator.provider import SandboxSpec
@@ -25,6 +28,7 @@ from orchestrator.providers.vm import VmProvider
 from orchestrator.providers.vm import image as vm_image
 from orchestrator.providers.vm.warm import slots_for
 from orchestrator.sandbox import Sandbox, wait_ready
+from tests.desktop.checks import guest_pids
 from tests.support.guest_probes import DIRECT_PROBE
 from tests.support.listener import Listener, host_addresses
 from tests.vm.conftest import REPO, assert_gone, qemu_pids_using
@@ -254,3 +258,24 @@ def test_a_busy_warm_slot_makes_the_next_sandbox_cold_boot(
             one_slot.destroy(second.id)
     finally:
         one_slot.destroy(first.id)
+
+
+def test_the_vm_powers_off_when_its_desktop_is_gone(
+    vm_provider: VmProvider, leak_check: list[str]
+) -> None:
+    """Xvfb killed: the desktop supervisor (images/desktop/supervisor.py) exits 1 and the guest's
+    init powers the VM off, as a Docker sandbox's container stops (before the two backends shared
+    the start-up, nothing watched Xvfb in a VM: it ran on without a desktop)."""
+    with Sandbox.create("vm", ready_timeout_s=240) as sandbox:
+        leak_check.append(sandbox.id)
+        (xvfb,) = guest_pids(sandbox, "Xvfb")
+        with contextlib.suppress(CubicleError):  # the agent may be stopped before it answers
+            sandbox.exec(["sh", "-c", 'kill -KILL "$1"', "sh", str(xvfb)])
+        for _ in poll(Deadline(60), 0.1):
+            if vm_provider.describe(sandbox.id) is None:
+                break
+        else:
+            raise AssertionError(f"the VM still runs without its desktop:\n{sandbox.logs(30)}")
+        logs = sandbox.logs(60)
+        assert "[supervisor] Xvfb exited with status -9; the desktop is gone" in logs, logs
+        assert "the desktop supervisor exited with status 1; powering off" in logs, logs

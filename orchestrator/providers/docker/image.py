@@ -9,7 +9,7 @@ Steps, each reported through ``progress`` one line at a time:
 2. **Tag.** The image tag is a hash of everything that goes into it: what every guest is built
    from (:func:`orchestrator.providers.guest_build.input_hash`: package list, desktop, agent
    sources and pinned dependencies, the wheelhouse recipe), this backend's own files
-   (Dockerfile, supervisor, egress proxy) and the base image id: ``cubicle-guest:<hash>``. When
+   (Dockerfile, egress proxy) and the base image id: ``cubicle-guest:<hash>``. When
    that tag exists the build is a no-op ("up to date").
 3. **Context.** A temporary folder with the files above plus the wheelhouse of the guest agent
    for the engine's machine (:func:`~orchestrator.providers.guest_build.build_wheelhouse`),
@@ -70,7 +70,6 @@ def own_inputs(root: Path = REPO_ROOT) -> dict[str, Path]:
     """This backend's files of the build context (name → source), beside the shared ones."""
     return {
         "Dockerfile": root / "images" / "docker" / "Dockerfile",
-        "supervisor.py": root / "images" / "docker" / "supervisor.py",
         "egress.py": root / "orchestrator" / "egress.py",
     }
 

@@ -9,7 +9,7 @@ Architecture (one sandbox ``dk-<10 hex>``):
   ``/home/cubicle``, ``/run`` and ``/run/cubicle`` (and ``/dev/shm`` of :data:`SHM_SIZE` for
   chromium), memory/CPU/pids limits from the :class:`SandboxSpec` (default CPU limit: one core,
   ``CUBICLE_CPUS``). No host folder is mounted: nothing the guest writes lands on the host. Its
-  supervisor (images/docker/supervisor.py) starts Xvfb at ``CUBICLE_SCREEN``, openbox, the panel
+  supervisor (images/desktop/supervisor.py) starts Xvfb at ``CUBICLE_SCREEN``, openbox, the panel
   and the agent, which listens on ``/run/cubicle/agent.sock`` *inside* the container.
 - **agent transport**: every connection is a ``docker exec`` of the stdio bridge
   (:mod:`guest.bridge`) through the engine's API; its stdin/stdout carry the protocol
@@ -102,7 +102,7 @@ IMAGE_ENV: Final = "CUBICLE_DOCKER_IMAGE"
 GUEST_UID: Final = 1000
 GUEST_PYTHON: Final = "/opt/cubicle/venv/bin/python"
 AGENT_SOCKET: Final = "/run/cubicle/agent.sock"
-"""Where the agent listens, inside the container (images/docker/supervisor.py)."""
+"""Where the agent listens, inside the container (images/desktop/supervisor.py)."""
 SHM_SIZE: Final = "512m"
 TMPFS: Final = {
     "/tmp": "rw,nosuid,nodev,size=512m,mode=1777",
