@@ -63,7 +63,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         metavar="FD",
         help="before opening the display, wait until this inherited file descriptor reads EOF "
-        "(the supervisor closes it once the desktop is drawn): the imports overlap its start",
+        "(a desktop starter closes it once the desktop is drawn): the imports overlap its start",
     )
     args = parser.parse_args(argv)
     if args.listen and not args.listen.startswith(("unix:", "virtio:")):
