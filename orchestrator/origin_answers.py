@@ -43,7 +43,7 @@ from orchestrator.origin_questions import (
     QuestionError,
     seconds_left,
 )
-from orchestrator.sandbox import Sandbox
+from orchestrator.sandbox import Sandbox, teardown_on_signals
 from orchestrator.trajectory.recorder import TrajectoryRecorder
 
 __all__ = [
@@ -253,10 +253,14 @@ def cmd_ask(args: argparse.Namespace) -> int:
             raise ConfigError("cubicle ask needs a terminal, or --list / --approve QID ...")
         terminal = TerminalQuestions(sys.stdin, sys.stderr)
         print(f"answering {sandbox.id} ({questions.policy}); Ctrl-C stops", file=sys.stderr)
-        for question in questions:
-            answer, why = terminal.ask(question)
-            try:
-                questions.answer(question.id, answer, by=f"{by}: {why}"[:MAX_BY_CHARS])
-            except QuestionClosed as exc:
-                print(f"too late: {exc}", file=sys.stderr, flush=True)
+        # Ctrl-C (and SIGTERM) stop the loop even when this process inherited SIGINT ignored (a
+        # background job of a non-interactive shell): the control connection is closed on the
+        # way out; the sandbox is not touched (no sandboxes are handed to the guard)
+        with teardown_on_signals():
+            for question in questions:
+                answer, why = terminal.ask(question)
+                try:
+                    questions.answer(question.id, answer, by=f"{by}: {why}"[:MAX_BY_CHARS])
+                except QuestionClosed as exc:
+                    print(f"too late: {exc}", file=sys.stderr, flush=True)
     return 0

@@ -476,18 +476,24 @@ def test_cubicle_run_without_a_terminal_denies_and_reports_it(
 def test_cubicle_ask_on_a_terminal_approves_with_y(
     sandboxes: Tracker, engine: docker.DockerClient, origin: OriginServer
 ) -> None:
-    """``cubicle ask ID`` on a (pseudo-)terminal prints each question and ``y`` approves it."""
+    """``cubicle ask ID`` on a (pseudo-)terminal prints each question and ``y`` approves it;
+    Ctrl-C stops it even when it inherited SIGINT ignored (a background job of a
+    non-interactive shell, as CI runners start things)."""
     sandbox = sandboxes.create(network=NetworkPolicy.parse("ask:", ask_timeout=60))
     resolve_in_proxy(engine, sandbox.id, origin)
     main, side = pty.openpty()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.cli", "ask", sandbox.id, "--by", "pty tester"],
-        cwd=Path(__file__).resolve().parents[2],
-        stdin=side,
-        stdout=subprocess.PIPE,
-        stderr=side,
-        text=True,
-    )
+    inherited = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the child starts with it ignored
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "ask", sandbox.id, "--by", "pty tester"],
+            cwd=Path(__file__).resolve().parents[2],
+            stdin=side,
+            stdout=subprocess.PIPE,
+            stderr=side,
+            text=True,
+        )
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     os.close(side)
     try:
         with ThreadPoolExecutor(1) as pool:
@@ -502,8 +508,14 @@ def test_cubicle_ask_on_a_terminal_approves_with_y(
             reply = held.result(WAIT_S)["GET http://asked.test/pty"]
     finally:
         process.send_signal(signal.SIGINT)
-        process.communicate(timeout=30)
-        os.close(main)
+        try:
+            process.communicate(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()  # the test's own child, by its pid
+                process.communicate()
+            os.close(main)
+    assert process.returncode == 130, "Ctrl-C did not stop cubicle ask"
     assert b"The guest wants to reach http://asked.test (GET http://asked.test/pty)" in shown
     assert reply[0] == 200
     assert origin.seen() == [("asked.test", 80, "/pty")]
