@@ -23,7 +23,7 @@ from orchestrator.sandbox import Sandbox
 __all__ = [
     "ROOT_COLOURS",
     "assert_browser_launcher_starts_a_sandboxed_chromium",
-    "assert_chromium_renders_webgl",
+    "assert_chromium_opens_a_page_without_gpu_failures",
     "assert_launchers_drawn",
     "assert_panel_drawn",
     "assert_the_start_up_promises",
@@ -193,36 +193,34 @@ def assert_browser_launcher_starts_a_sandboxed_chromium(sandbox: Sandbox, timeou
         assert "--no-sandbox" not in renderer["argv"]
 
 
-WEBGL_PAGE = b"""<!DOCTYPE html><html><head><title>loading</title></head><body><script>
+PROBE_PAGE = b"""<!DOCTYPE html><html><head><title>loading</title></head><body><script>
 const gl = document.createElement("canvas").getContext("webgl");
-const info = gl && gl.getExtension("WEBGL_debug_renderer_info");
-const renderer = gl && gl.getParameter(info ? info.UNMASKED_RENDERER_WEBGL : gl.RENDERER);
-document.title = "webgl: " + (renderer || "none");
+document.title = "probe ran; webgl " + (gl ? "on" : "off");
 </script></body></html>"""
-"""A page whose title says which renderer its WebGL context got ("webgl: none": no context)."""
+"""A page whose script titles it once it ran (and says whether it got a WebGL context)."""
 GPU_PROCESS_EXITED = "Exiting GPU process"
 """What Chromium logs each time its GPU process fails to start (then it starts another)."""
 
 
-def assert_chromium_renders_webgl(sandbox: Sandbox, timeout_s: float) -> None:
-    """With Chromium running (the browser launcher clicked), a page it opens gets a WebGL
-    context from SwiftShader, and the GPU process never failed to start (the sandbox's log,
-    which holds the output of the programs the panel started, never says so)."""
-    path = "/home/cubicle/webgl-probe.html"
+def assert_chromium_opens_a_page_without_gpu_failures(sandbox: Sandbox, timeout_s: float) -> None:
+    """With Chromium running (the browser launcher clicked), a page it is asked to open runs
+    its script, and the GPU process never failed to start: the sandbox's log, which holds the
+    output of the programs the panel started, never says so (images/desktop/chromium-flags)."""
+    path = "/home/cubicle/gpu-probe.html"
+    # one connection at a time: a VM's agent port takes one host connection
     with sandbox.connect(timeout=60) as client:
-        client.call("write_file", {"path": path}, blob=WEBGL_PAGE, timeout=30)
-        opened = sandbox.exec(["chromium", f"file://{path}"], timeout=timeout_s)
-        assert opened.exit_code == 0, opened.stderr
-        deadline = time.monotonic() + timeout_s
+        client.call("write_file", {"path": path}, blob=PROBE_PAGE, timeout=30)
+    opened = sandbox.exec(["chromium", f"file://{path}"], timeout=timeout_s)
+    assert opened.exit_code == 0, opened.stderr
+    deadline = time.monotonic() + timeout_s
+    with sandbox.connect(timeout=60) as client:
         while True:
             windows = client.call("windows", {}, timeout=30).result["windows"]
             titles = [str(w["title"]) for w in windows if "hromium" in str(w["wm_class"])]
-            probe = [t for t in titles if t.startswith("webgl: ")]
-            if probe:
+            if any(t.startswith("probe ran") for t in titles):
                 break
-            assert time.monotonic() < deadline, f"the WebGL page did not load: {titles}"
+            assert time.monotonic() < deadline, f"the probe page did not load: {titles}"
             time.sleep(POLL_S)
-    assert "SwiftShader" in probe[0], probe[0]
     log = sandbox.logs(5000)
     assert GPU_PROCESS_EXITED not in log, [line for line in log.splitlines() if "GPU" in line]
 

@@ -1,8 +1,7 @@
 """The desktop a model drives, in a fresh Docker sandbox: the panel is in the first screenshot,
 its launchers open their apps where a model would click them, emoji are drawn in colour, the
 window-manager keys work, and Chromium runs with its own sandbox (renderers in their own user
-namespace) under the guest's seccomp profile and gives pages WebGL (SwiftShader) without a GPU
-process that fails to start."""
+namespace) under the guest's seccomp profile, with no GPU process that fails to start."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ from orchestrator.sandbox import Sandbox
 from tests.desktop.checks import (
     ROOT_COLOURS,
     assert_browser_launcher_starts_a_sandboxed_chromium,
-    assert_chromium_renders_webgl,
+    assert_chromium_opens_a_page_without_gpu_failures,
     assert_launchers_drawn,
     assert_panel_drawn,
     assert_the_start_up_promises,
@@ -115,9 +114,11 @@ def test_window_manager_keys_switch_and_close_windows(sandbox: Sandbox) -> None:
     assert not any("XTerm" in c for c in classes), classes
 
 
-def test_the_browser_launcher_starts_a_sandboxed_chromium_with_webgl(sandbox: Sandbox) -> None:
+def test_the_browser_launcher_starts_a_sandboxed_chromium_without_gpu_failures(
+    sandbox: Sandbox,
+) -> None:
     assert_browser_launcher_starts_a_sandboxed_chromium(sandbox, APP_TIMEOUT_S)
-    assert_chromium_renders_webgl(sandbox, APP_TIMEOUT_S)
+    assert_chromium_opens_a_page_without_gpu_failures(sandbox, APP_TIMEOUT_S)
 
 
 def test_the_guest_may_make_user_namespaces_but_no_mount_namespace(sandbox: Sandbox) -> None:

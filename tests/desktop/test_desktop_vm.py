@@ -12,7 +12,7 @@ from orchestrator.providers.vm import VmProvider
 from orchestrator.sandbox import Sandbox
 from tests.desktop.checks import (
     assert_browser_launcher_starts_a_sandboxed_chromium,
-    assert_chromium_renders_webgl,
+    assert_chromium_opens_a_page_without_gpu_failures,
     assert_panel_drawn,
     assert_the_start_up_promises,
     screenshot,
@@ -24,7 +24,7 @@ BROWSER_TIMEOUT_S = 240.0
 """Chromium takes tens of seconds to start under TCG emulation."""
 
 
-def test_vm_desktop_shows_the_panel_and_runs_a_sandboxed_chromium_with_webgl(
+def test_vm_desktop_shows_the_panel_and_runs_a_sandboxed_chromium_without_gpu_failures(
     vm_provider: VmProvider, leak_check: list[str]
 ) -> None:
     with Sandbox.create("vm", ready_timeout_s=300) as sandbox:
@@ -32,7 +32,7 @@ def test_vm_desktop_shows_the_panel_and_runs_a_sandboxed_chromium_with_webgl(
         with sandbox.connect(timeout=60) as client:
             assert_panel_drawn(screenshot(client))
         assert_browser_launcher_starts_a_sandboxed_chromium(sandbox, BROWSER_TIMEOUT_S)
-        assert_chromium_renders_webgl(sandbox, BROWSER_TIMEOUT_S)
+        assert_chromium_opens_a_page_without_gpu_failures(sandbox, BROWSER_TIMEOUT_S)
 
 
 def test_vm_user_files_are_private_and_openbox_comes_back(
