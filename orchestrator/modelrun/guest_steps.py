@@ -208,19 +208,18 @@ class GuestSteps:
         self._timed("prepare", f"{len(task.setup.files)} files in {guest.workdir}", started)
         for app in task.setup.apps:
             argv = list(APP_COMMANDS[app])
+            url = None
             if app == "browser" and task.setup.url is not None:
-                argv.append(str(fill(task.setup.url, guest.values)))
+                url = str(fill(task.setup.url, guest.values))
+                argv.append(url)
             started = time.monotonic()
             self.launch(argv)
             timeout = BROWSER_WINDOW_TIMEOUT_MS if app == "browser" else DEFAULT_WINDOW_TIMEOUT_MS
-            self.wait_window(
-                wm_class=PANEL.launcher(app).wm_class,
-                timeout_ms=self._scaled(timeout),
-                focused=True,
-                # with a URL: until the page is loaded (it titles the window; measured on a TCG
-                # VM: "Untitled - Chromium" for seconds after the window is drawn)
-                loaded=app == "browser" and task.setup.url is not None,
-            )
+            wm_class = PANEL.launcher(app).wm_class
+            if url is None:
+                self.wait_window(wm_class=wm_class, timeout_ms=self._scaled(timeout), focused=True)
+            else:
+                self.wait_page(wm_class, url, self._scaled(timeout))
             self._timed("open", app, started)
         if task.setup.apps:
             # a long quiet period: the model's first screenshot is not settled by any action
@@ -228,6 +227,29 @@ class GuestSteps:
             # busy meanwhile: so the screen counts as quiet only once the programs are idle)
             self.settle(quiet_ms=1000, timeout_ms=15_000, until_idle=True)
         return guest
+
+    def wait_page(self, wm_class: str, url: str, timeout_ms: int) -> None:
+        """Wait until the browser just started with ``url`` shows a loaded page (it titles the
+        window; on a TCG VM "Untitled - Chromium" stays for seconds after the window is drawn).
+        If it has not within half of ``timeout_ms``, give ``url`` to the running browser once
+        more (it opens a tab) and wait the other half.
+
+        Why: under TCG, Chromium has lost the navigation given on its command line — its
+        network service was restarted during start-up, the tab stayed "Untitled" and no
+        request reached the server — while the same URL given to the running browser loaded.
+        This is set-up, before the model's first turn."""
+        first = timeout_ms // 2
+        try:
+            self.wait_window(wm_class=wm_class, timeout_ms=first, focused=True, loaded=True)
+            return
+        except GuestStepError:
+            pass
+        started = time.monotonic()
+        self.launch([*APP_COMMANDS["browser"], url])
+        self._timed("reopen", f"{url}: no page loaded after {first} ms; opened again", started)
+        self.wait_window(
+            wm_class=wm_class, timeout_ms=timeout_ms - first, focused=True, loaded=True
+        )
 
     def start_form_server(self, port: int) -> None:
         """Start the form server on guest loopback ``port``; wait until it accepts."""
