@@ -632,7 +632,7 @@ def pixel_changes(
     visible = False
     box: Rect | None = None
     for group in sorted(clusters(damage), key=lambda rect: -rect.area):
-        area = _clip(group, screen)
+        area = group.intersection(screen)
         if area is None:
             continue
         difference = ImageChops.difference(before.crop(_box(area)), grab(area))
@@ -673,14 +673,6 @@ def _has_dense_cell(difference: Image.Image) -> bool:
     # a cell's level is 255 x its changed share, rounded (at most 0.5 off)
     densest = max(high for _, high in levels)  # type: ignore[misc]
     return densest - 0.5 >= DENSE_CELL_PIXELS * 255 / CELL_PX**2
-
-
-def _clip(rect: Rect, bounds: Rect) -> Rect | None:
-    """The part of ``rect`` inside ``bounds`` (``None``: none)."""
-    left, top = max(rect.x, bounds.x), max(rect.y, bounds.y)
-    right = min(rect.x + rect.width, bounds.x + bounds.width)
-    bottom = min(rect.y + rect.height, bounds.y + bounds.height)
-    return Rect(left, top, right - left, bottom - top) if right > left and bottom > top else None
 
 
 def is_visible(rects: list[Rect]) -> bool:

@@ -52,6 +52,15 @@ class Rect:
             and other.y < self.y + self.height
         )
 
+    def intersection(self, other: Rect) -> Rect | None:
+        """The part of this rectangle inside ``other`` (``None``: they do not overlap)."""
+        left, top = max(self.x, other.x), max(self.y, other.y)
+        right = min(self.x + self.width, other.x + other.width)
+        bottom = min(self.y + self.height, other.y + other.height)
+        if right <= left or bottom <= top:
+            return None
+        return Rect(left, top, right - left, bottom - top)
+
     def cells(self) -> set[tuple[int, int]]:
         """The :data:`CELL_PX` grid cells this rectangle touches."""
         if self.width <= 0 or self.height <= 0:

@@ -97,9 +97,12 @@ class StaleCheck:
             draw = ImageDraw.Draw(image)
             for dock in docks:
                 draw.rectangle(self._to_view(dock), fill=(0, 0, 0))
-            for rect in moving:  # the whole cell: a spinner's frames differ in different pixels
-                left, top = rect.x - rect.x % CELL_PX, rect.y - rect.y % CELL_PX
-                draw.rectangle((left, top, left + CELL_PX - 1, top + CELL_PX - 1), fill=(0, 0, 0))
+            for rect in moving:  # whole cells: a spinner's frames differ in different pixels
+                for cx, cy in rect.cells():
+                    left, top = cx * CELL_PX, cy * CELL_PX
+                    draw.rectangle(
+                        (left, top, left + CELL_PX - 1, top + CELL_PX - 1), fill=(0, 0, 0)
+                    )
         animating = _bounds(moving)
         # judged in native screen pixels, group by group (a blinking caret is not a change)
         rects = [

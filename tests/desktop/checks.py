@@ -113,10 +113,11 @@ def wait_window(
     *,
     focused: bool = True,
     exclude: Collection[int] = (),
+    title: str = "",
 ) -> dict[str, Any]:
     """The first top-level window of class ``wm_class`` the agent's ``windows`` reports (with
-    the input focus when ``focused``; not one whose id is in ``exclude``), polled until
-    ``timeout_s``; fails naming what it saw."""
+    the input focus when ``focused``; not one whose id is in ``exclude``; whose title starts
+    with ``title``), polled until ``timeout_s``; fails naming what it saw."""
     deadline = time.monotonic() + timeout_s
     while True:
         windows = client.call("windows", {}, timeout=30).result["windows"]
@@ -125,11 +126,13 @@ def wait_window(
                 wm_class in window["wm_class"]
                 and (window["focused"] or not focused)
                 and window["id"] not in exclude
+                and str(window["title"]).startswith(title)
             ):
                 return dict(window)
         if time.monotonic() > deadline:
             seen = [(w["wm_class"], w["title"], w["focused"]) for w in windows]
-            raise AssertionError(f"no window of class {wm_class!r} within {timeout_s} s: {seen}")
+            wanted = f"of class {wm_class!r}" + (f" titled {title!r}..." if title else "")
+            raise AssertionError(f"no window {wanted} within {timeout_s} s: {seen}")
         time.sleep(POLL_S)
 
 
@@ -212,15 +215,9 @@ def assert_chromium_opens_a_page_without_gpu_failures(sandbox: Sandbox, timeout_
         client.call("write_file", {"path": path}, blob=PROBE_PAGE, timeout=30)
     opened = sandbox.exec(["chromium", f"file://{path}"], timeout=timeout_s)
     assert opened.exit_code == 0, opened.stderr
-    deadline = time.monotonic() + timeout_s
     with sandbox.connect(timeout=60) as client:
-        while True:
-            windows = client.call("windows", {}, timeout=30).result["windows"]
-            titles = [str(w["title"]) for w in windows if "hromium" in str(w["wm_class"])]
-            if any(t.startswith("probe ran") for t in titles):
-                break
-            assert time.monotonic() < deadline, f"the probe page did not load: {titles}"
-            time.sleep(POLL_S)
+        browser = PANEL.launcher("browser").wm_class
+        wait_window(client, browser, timeout_s, focused=False, title="probe ran")
     log = sandbox.logs(5000)
     assert GPU_PROCESS_EXITED not in log, [line for line in log.splitlines() if "GPU" in line]
 

@@ -103,3 +103,11 @@ def test_pixel_changes_agree_with_changed_rects_on_dense_and_sparse_changes() ->
         visible, box = pixel_changes(before, _grabber(after), [Rect(0, 0, 1280, 800)])
         assert visible is is_visible(rects) is True
         assert box == clusters(rects)[0]
+
+
+def test_the_intersection_of_two_rectangles_is_their_overlap_or_none() -> None:
+    screen = Rect(0, 0, 1280, 800)
+    assert Rect(1200, 760, 200, 100).intersection(screen) == Rect(1200, 760, 80, 40)
+    assert Rect(-10, 5, 20, 20).intersection(screen) == Rect(0, 5, 10, 20)
+    assert screen.intersection(Rect(1280, 0, 10, 10)) is None  # touching edges: no overlap
+    assert Rect(5, 5, 1, 1).intersection(screen) == Rect(5, 5, 1, 1)
