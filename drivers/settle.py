@@ -7,9 +7,10 @@
   ``typing_quiet_ms``, after typing into a normal window; 70, the ``idle_quiet_ms``, once the
   programs the action reached use no CPU), at most ``cap_ms`` (3000);
 * a :class:`~guest.protocol.SettleSpec`, or a mapping with any of ``expect_ms``, ``quiet_ms``,
-  ``cap_ms``, ``typing_quiet_ms``, ``idle_quiet_ms`` (milliseconds; the others keep their
-  defaults; ``typing_quiet_ms: None`` waits ``quiet_ms`` after typing too, ``idle_quiet_ms:
-  None`` waits it whether the programs are idle or not);
+  ``cap_ms``, ``typing_quiet_ms``, ``idle_quiet_ms``, ``launch_cap_ms`` (milliseconds; the others
+  keep their defaults; ``typing_quiet_ms: None`` waits ``quiet_ms`` after typing too,
+  ``idle_quiet_ms: None`` waits it whether the programs are idle or not; ``launch_cap_ms``, unset
+  by default, lets an action that launched a program wait past ``cap_ms`` for its first window);
 * ``False`` or ``None`` — off: actions return as soon as their input is sent, screenshots show
   whatever is on screen then, and records carry no receipt.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import Any
 
 from drivers.errors import SettleOptionError
 from guest.errors import GuestError
@@ -52,9 +54,10 @@ def check_settle(value: object) -> SettleSpec | None:
 
 
 def settle_for_agent(spec: SettleSpec, hello: Mapping[str, object], name: str) -> SettleSpec:
-    """``spec`` as the agent that said ``hello`` takes it: without ``typing_quiet_ms`` for an
-    agent that lacks the ``typing_quiet`` feature (it waits ``quiet_ms`` after typing too), without
-    ``idle_quiet_ms`` for one that lacks ``idle_quiet`` (it waits ``quiet_ms`` when idle too).
+    """``spec`` as the agent that said ``hello`` takes it: without each optional field whose
+    feature the agent lacks (:attr:`SettleSpec.FEATURE_OF`) — without ``typing_quiet_ms`` it waits
+    ``quiet_ms`` after typing too, without ``idle_quiet_ms`` it waits it when idle too, without
+    ``launch_cap_ms`` a pending launch holds an action only up to ``cap_ms``.
 
     :raises SettleOptionError: the agent cannot settle actions at all (no ``receipts``).
     """
@@ -65,12 +68,8 @@ def settle_for_agent(spec: SettleSpec, hello: Mapping[str, object], name: str) -
             f"{hello.get('protocol')}, feature 'receipts' needed)",
             hint="update the guest image (cubicle image build), or pass settle=False",
         )
-    if "typing_quiet" not in features:
-        spec = dataclasses.replace(
-            spec, typing_quiet_ms=None, unsupported=spec.unsupported | {"typing_quiet_ms"}
-        )
-    if "idle_quiet" not in features:
-        spec = dataclasses.replace(
-            spec, idle_quiet_ms=None, unsupported=spec.unsupported | {"idle_quiet_ms"}
-        )
+    for key, feature in SettleSpec.FEATURE_OF.items():
+        if feature not in features:
+            off: dict[str, Any] = {key: None}
+            spec = dataclasses.replace(spec, unsupported=spec.unsupported | {key}, **off)
     return spec

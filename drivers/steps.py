@@ -42,6 +42,8 @@ class ActionStep:
         self.geometry = view.geometry
         self.plan: PlannedAction | None = None
         self.receipt: Receipt | None = None
+        self.settle: SettleSpec | None = None
+        """The settle the action was sent with (``None``: none)."""
 
     def prepare(
         self, action: object, cancelled: Cancelled, settle: SettleSpec | None = None
@@ -57,14 +59,17 @@ class ActionStep:
         self.plan = plan_action(self.kind, action, self.geometry)
         if settle is not None and self.plan.op is not None:
             self.plan.args["settle"] = settle.as_args()
+            self.settle = settle
         if cancelled is not None and cancelled():
             raise ActionCancelled(self.kind, "before it was sent")
         return self.plan
 
     def timeout_s(self, action_timeout_s: float) -> float:
-        """The deadline of the action's request: ``action_timeout_s`` plus the settle cap."""
-        settle = self.plan.args.get("settle") if self.plan is not None else None
-        return action_timeout_s + (settle["cap_ms"] / 1000 if settle else 0.0)
+        """The deadline of the action's request: ``action_timeout_s`` plus the longest the settle
+        may wait (its launch cap when it has one)."""
+        if self.settle is None:
+            return action_timeout_s
+        return action_timeout_s + self.settle.longest_ms() / 1000
 
     def accept(self, reply: Reply) -> None:
         """Take the agent's reply: its receipt when the action was sent with ``settle``."""

@@ -77,7 +77,7 @@ from Xlib.ext import damage
 from guest import protocol
 from guest.errors import GuestError
 from guest.geometry import CELL_PX, Rect, clusters, largest_cluster
-from guest.launches import LaunchWatcher
+from guest.launches import LAUNCH_TIMEOUT_S, LaunchWatcher
 
 __all__ = [
     "ChangeTracker",
@@ -399,8 +399,9 @@ def _quiet_period(
     """Wait on ``condition`` (which guards ``history``) per ``spec`` (module docstring);
     return what it saw and the damage rectangles it counted.
 
-    * While ``launches`` has one pending, keep waiting (up to the cap); a launch's end counts as
-      a change for the quiet period (:mod:`guest.launches`) and its program joins ``activity``.
+    * While ``launches`` has one pending, keep waiting (up to ``launch_cap_ms`` when set, else the
+      cap); a launch's end counts as a change for the quiet period (:mod:`guest.launches`), its
+      program joins ``activity``, and the rest of the wait keeps the launch cap.
     * When the wait would end (not capped) while ``activity`` is busy, look again a little later
       (at most until :data:`BUSY_LIMIT_QUIETS` quiet periods after the action, or after the end
       of a launch it caused).
@@ -413,6 +414,8 @@ def _quiet_period(
     method = DamageTracker.method
     start = time.monotonic()
     cap_at = start + spec.cap_ms / 1000
+    launch_cap_at = start + spec.longest_ms() / 1000
+    pending_within_s = max(LAUNCH_TIMEOUT_S, spec.longest_ms() / 1000)
     expect_at = start + spec.expect_ms / 1000
     busy_span = BUSY_LIMIT_QUIETS * max(spec.expect_ms, spec.quiet_ms) / 1000
     busy_until = start + busy_span
@@ -443,17 +446,18 @@ def _quiet_period(
                     if activity is not None:
                         for pid in launches.ended_pids(since):
                             activity.watch(pid)  # a program this action started, once drawn
-                launching = launches.pending(now)
+                launching = launches.pending(now, within_s=pending_within_s)
+            cap = launch_cap_at if launching or launched else cap_at
             if launching:
-                deadline = cap_at
+                deadline = cap
                 done = now >= deadline
                 settled = False
             elif last is None:
-                deadline = min(expect_at, cap_at)
+                deadline = min(expect_at, cap)
                 done = now >= deadline
                 settled = True
             else:
-                deadline = min(last + quiet, cap_at)
+                deadline = min(last + quiet, cap)
                 done = now >= deadline
                 settled = last + quiet <= now
                 if not done and short and not launched and activity is not None:
@@ -462,11 +466,11 @@ def _quiet_period(
             if (
                 done
                 and not idle  # just seen idle after the last change: no need to look again
-                and now < min(cap_at, busy_until)
+                and now < min(cap, busy_until)
                 and activity is not None
                 and activity.busy()
             ):
-                done, deadline = False, min(cap_at, busy_until, now + BUSY_POLL_S)
+                done, deadline = False, min(cap, busy_until, now + BUSY_POLL_S)
             if done:
                 ended_on = None if last is None or not settled or launching else spec.quiet_ms
                 return SettleOutcome(

@@ -19,10 +19,12 @@ longer one flat colour (:func:`is_drawn`). While a launch waits on a mapped wind
 looks at it every :data:`DRAWN_POLL_S`; otherwise it sleeps in ``select``.
 
 :class:`LaunchWatcher` keeps that state on its own X connection and thread (idle: blocked in
-``select`` with no timeout, woken by a pipe on close). A launch counts as pending for at most
-:data:`LAUNCH_TIMEOUT_S` (a program that never shows a window). The change tracker
-(:mod:`guest.changes`) keeps an action's wait going while a launch is pending, bounded by the
-action's ``cap_ms``, and counts a launch's end as a change (its quiet period starts there).
+``select`` with no timeout, woken by a pipe on close). A launch is followed for
+:data:`LAUNCH_TRACK_S` (a program that never shows a window) and counts as pending, by default,
+for :data:`LAUNCH_TIMEOUT_S` of that. The change tracker (:mod:`guest.changes`) keeps an action's
+wait going while a launch is pending, bounded by the action's ``cap_ms`` (or its
+``launch_cap_ms``, which also lengthens how long a launch counts as pending), and counts a
+launch's end as a change (its quiet period starts there).
 """
 
 from __future__ import annotations
@@ -42,10 +44,12 @@ from Xlib import display as xdisplay
 from Xlib import error as xerror
 from Xlib.xobject.drawable import Window
 
+from guest.protocol import MAX_LAUNCH_CAP_MS
 from guest.windows import window_pid
 
 __all__ = [
     "LAUNCH_TIMEOUT_S",
+    "LAUNCH_TRACK_S",
     "CpuWatch",
     "LaunchWatcher",
     "client_window",
@@ -59,9 +63,12 @@ __all__ = [
 log = logging.getLogger("guest.launches")
 
 LAUNCH_TIMEOUT_S: Final = 60.0
-"""A launch still pending after this long is forgotten: the longest cap an action may wait
-(:data:`guest.protocol.MAX_SETTLE_CAP_MS`; under TCG Chromium drew its first frame 25-34 s after
-the click, past libstartup-notification's own 20 s). Actions only ever wait up to their cap."""
+"""By default a launch still pending after this long no longer holds actions: the longest cap an
+action may wait (:data:`guest.protocol.MAX_SETTLE_CAP_MS`; under TCG Chromium drew its first
+frame 25-34 s after the click, past libstartup-notification's own 20 s). An action with a
+``launch_cap_ms`` counts it pending for that long (:meth:`LaunchWatcher.pending`)."""
+LAUNCH_TRACK_S: Final = MAX_LAUNCH_CAP_MS / 1000
+"""How long a launch is followed at all (its window looked for), whatever an action's cap."""
 DRAWN_POLL_S: Final = 0.05
 """How often a mapped, not yet drawn window of a launch is looked at (seconds)."""
 FLAT_TOLERANCE: Final = 6
@@ -414,12 +421,14 @@ class LaunchWatcher:
 
     # -- queries (any thread) -----------------------------------------------------------------
 
-    def pending(self, now: float | None = None) -> bool:
-        """Whether some launch began less than :data:`LAUNCH_TIMEOUT_S` ago and has not ended."""
+    def pending(self, now: float | None = None, *, within_s: float = LAUNCH_TIMEOUT_S) -> bool:
+        """Whether some launch began less than ``within_s`` ago (capped at
+        :data:`LAUNCH_TRACK_S`) and has not ended."""
         now = time.monotonic() if now is None else now
+        within_s = min(within_s, LAUNCH_TRACK_S)
         with self._lock:
             return any(
-                launch.ended is None and now - launch.began < LAUNCH_TIMEOUT_S
+                launch.ended is None and now - launch.began < within_s
                 for launch in self._launches.values()
             )
 
@@ -471,7 +480,7 @@ class LaunchWatcher:
         now = time.monotonic()
         kind = getattr(event, "type", None)
         if kind == X.MapNotify:
-            if getattr(event, "override", False) or not self.pending(now):
+            if getattr(event, "override", False) or not self.pending(now, within_s=LAUNCH_TRACK_S):
                 return False
             client = self._client_of(event.window)  # type: ignore[attr-defined]
             if client is not None:
@@ -525,7 +534,7 @@ class LaunchWatcher:
         if not self._mapped:
             return False
         now = time.monotonic()
-        if not self.pending(now):
+        if not self.pending(now, within_s=LAUNCH_TRACK_S):
             self._mapped.clear()
             return False
         for window in list(self._mapped.values()):
@@ -551,7 +560,7 @@ class LaunchWatcher:
         old = [
             key
             for key, launch in self._launches.items()
-            if now - (launch.ended or launch.began) > 2 * LAUNCH_TIMEOUT_S
+            if now - (launch.ended or launch.began) > 2 * LAUNCH_TRACK_S
         ]
         for key in old:
             del self._launches[key]

@@ -43,7 +43,7 @@ import json
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from guest.errors import GuestError, ProtocolError
 
@@ -57,6 +57,7 @@ __all__ = [
     "MAX_BLOB_BYTES",
     "MAX_FILE_BYTES",
     "MAX_JSON_BYTES",
+    "MAX_LAUNCH_CAP_MS",
     "MAX_SETTLE_CAP_MS",
     "MAX_TEXT_CHARS",
     "OPS",
@@ -103,12 +104,16 @@ more than a blinking caret (2-3 px wide, one line high)."""
 MAX_SETTLE_CAP_MS: Final = 60_000
 """Largest ``cap_ms`` of a ``settle`` argument (milliseconds). 60 s: the drill's settle on a TCG
 guest (x10) must cover Chromium's cold start there (24-41 s measured) after a launcher click."""
-FEATURES: Final = ("receipts", "typing_quiet", "idle_quiet", "settle_until_idle")
+MAX_LAUNCH_CAP_MS: Final = 180_000
+"""Largest ``launch_cap_ms`` of a ``settle`` argument (milliseconds): how long the agent follows a
+launch at all. 180 s: under TCG on a slow host Chromium's first frame came over 60 s after a
+launcher click (``make conformance``, 2026-12-01)."""
+FEATURES: Final = ("receipts", "typing_quiet", "idle_quiet", "settle_until_idle", "launch_cap")
 """Optional protocol-v1 features this agent has, listed in ``hello``/``info`` ``features``.
 ``receipts``: input ops take ``settle`` and answer with a ``receipt``; ``typing_quiet``: the
 ``settle`` object also takes ``typing_quiet_ms``; ``idle_quiet``: it also takes
 ``idle_quiet_ms`` (:class:`SettleSpec`); ``settle_until_idle``: the ``settle`` op takes
-``until_idle``."""
+``until_idle``; ``launch_cap``: the ``settle`` object also takes ``launch_cap_ms``."""
 TYPING_QUIET_MS: Final = 150
 """Default ``typing_quiet_ms``: the quiet period after typing into a normal (non-dialog) window."""
 IDLE_QUIET_MS: Final = 70
@@ -297,6 +302,13 @@ class SettleSpec:
     was shown it still open). A program that, after drawing part of an effect, sleeps longer
     than ``idle_quiet_ms`` before drawing the rest is the known limit (``make bench`` and the
     drill count stale screenshots). It never exceeds ``quiet_ms``.
+
+    ``launch_cap_ms`` (feature ``launch_cap``; ``None``, the default: ``cap_ms``) is the cap while
+    a program launched from the panel has not drawn its first window yet
+    (:mod:`guest.launches`): the wait goes on past ``cap_ms`` up to it, and only then. It lies
+    from ``cap_ms`` to :data:`MAX_LAUNCH_CAP_MS`. For slow guests: under TCG a browser's cold
+    start outlasts any cap that ordinary actions can afford (an app that keeps drawing — a
+    blinking caret — holds an action until the cap).
     """
 
     expect_ms: int = 300
@@ -304,12 +316,19 @@ class SettleSpec:
     cap_ms: int = 3000
     typing_quiet_ms: int | None = TYPING_QUIET_MS
     idle_quiet_ms: int | None = IDLE_QUIET_MS
+    launch_cap_ms: int | None = None
     unsupported: frozenset[str] = frozenset()
     """Optional fields the agent does not know (no feature): :meth:`as_args` leaves them out
     (:func:`drivers.settle.settle_for_agent`); not part of the protocol."""
 
-    NAMES = ("expect_ms", "quiet_ms", "cap_ms", "typing_quiet_ms", "idle_quiet_ms")
-    OPTIONAL = ("typing_quiet_ms", "idle_quiet_ms")
+    NAMES = ("expect_ms", "quiet_ms", "cap_ms", "typing_quiet_ms", "idle_quiet_ms", "launch_cap_ms")
+    OPTIONAL = ("typing_quiet_ms", "idle_quiet_ms", "launch_cap_ms")
+    FEATURE_OF: ClassVar[Mapping[str, str]] = {
+        "typing_quiet_ms": "typing_quiet",
+        "idle_quiet_ms": "idle_quiet",
+        "launch_cap_ms": "launch_cap",
+    }
+    """The agent feature (:data:`FEATURES`) each optional field needs."""
     """The fields that may be ``None`` (off), each behind its own feature."""
 
     @classmethod
@@ -351,6 +370,7 @@ class SettleSpec:
             fields["cap_ms"],
             fields.get("typing_quiet_ms"),
             fields.get("idle_quiet_ms"),
+            fields.get("launch_cap_ms"),
         )
         if spec.cap_ms > MAX_SETTLE_CAP_MS:
             raise GuestError(
@@ -358,7 +378,16 @@ class SettleSpec:
                 f"{name}.cap_ms must be <= {MAX_SETTLE_CAP_MS}, got {spec.cap_ms}",
                 details={"option": "cap_ms", "limit": MAX_SETTLE_CAP_MS},
             )
-        for key in ("expect_ms", "quiet_ms", *cls.OPTIONAL):
+        if spec.launch_cap_ms is not None and not (
+            spec.cap_ms <= spec.launch_cap_ms <= MAX_LAUNCH_CAP_MS
+        ):
+            raise GuestError(
+                "bad_args",
+                f"{name}.launch_cap_ms must be from {name}.cap_ms ({spec.cap_ms}) to "
+                f"{MAX_LAUNCH_CAP_MS}, got {spec.launch_cap_ms}",
+                details={"option": "launch_cap_ms", "limit": MAX_LAUNCH_CAP_MS},
+            )
+        for key in ("expect_ms", "quiet_ms", "typing_quiet_ms", "idle_quiet_ms"):
             if (getattr(spec, key) or 0) > spec.cap_ms:
                 raise GuestError(
                     "bad_args",
@@ -369,15 +398,17 @@ class SettleSpec:
 
     def as_args(self) -> dict[str, int | None]:
         """The ``settle`` object to send: every field, ``None`` as ``null`` (off: an agent left
-        to its default would turn it on), except the :attr:`unsupported` ones."""
+        to its default would turn it on), except the :attr:`unsupported` ones and an unset
+        ``launch_cap_ms`` (its default)."""
         args: dict[str, int | None] = {
             "expect_ms": self.expect_ms,
             "quiet_ms": self.quiet_ms,
             "cap_ms": self.cap_ms,
         }
         for key in self.OPTIONAL:
-            if key not in self.unsupported:
-                args[key] = getattr(self, key)
+            value = getattr(self, key)
+            if key not in self.unsupported and (value is not None or key != "launch_cap_ms"):
+                args[key] = value
         return args
 
     def for_input(self, typing: bool, window_type: str | None = "normal") -> SettleSpec:
@@ -390,6 +421,10 @@ class SettleSpec:
         if not typing or self.typing_quiet_ms is None:
             return self
         return dataclasses.replace(self, quiet_ms=min(self.quiet_ms, self.typing_quiet_ms))
+
+    def longest_ms(self) -> int:
+        """The longest an action may wait: ``launch_cap_ms`` when set, else ``cap_ms``."""
+        return self.cap_ms if self.launch_cap_ms is None else max(self.cap_ms, self.launch_cap_ms)
 
     def quiet_when_idle(self) -> int:
         """The quiet period once the programs the action reached are idle (milliseconds):

@@ -6,7 +6,7 @@ import pytest
 
 from drivers.errors import SettleOptionError
 from drivers.settle import check_settle, settle_for_agent
-from guest.protocol import IDLE_QUIET_MS, TYPING_QUIET_MS, SettleSpec
+from guest.protocol import FEATURES, IDLE_QUIET_MS, TYPING_QUIET_MS, SettleSpec
 
 
 def test_the_default_types_with_the_short_quiet_period_and_never_longer_than_quiet() -> None:
@@ -45,9 +45,14 @@ def test_the_idle_quiet_period_applies_only_to_actions_into_a_normal_window() ->
         ({"idle_quiet_ms": -1}, "settle.idle_quiet_ms must be an integer >= 0"),
         ({"idle_quiet_ms": "short"}, "settle.idle_quiet_ms must be an integer >= 0"),
         ({"idle_quiet_ms": 4000}, r"settle.idle_quiet_ms \(4000\) is over settle.cap_ms"),
+        ({"launch_cap_ms": 2999}, r"settle.launch_cap_ms must be from settle.cap_ms \(3000\)"),
+        ({"launch_cap_ms": 180_001}, "settle.launch_cap_ms must be from .* to 180000, got"),
+        ({"launch_cap_ms": "1m"}, "settle.launch_cap_ms must be an integer >= 0"),
     ],
 )
-def test_a_bad_typing_or_idle_quiet_period_is_named(option: dict[str, object], named: str) -> None:
+def test_a_bad_typing_or_idle_quiet_period_or_launch_cap_is_named(
+    option: dict[str, object], named: str
+) -> None:
     with pytest.raises(SettleOptionError, match=named):
         check_settle(option)
 
@@ -60,7 +65,19 @@ def test_an_agent_without_the_feature_gets_the_spec_without_it() -> None:
     typing = settle_for_agent(spec, {"features": ["receipts", "typing_quiet"]}, "typing")
     assert typing.typing_quiet_ms == spec.typing_quiet_ms and typing.idle_quiet_ms is None
     assert "idle_quiet_ms" not in typing.as_args()
-    new = settle_for_agent(spec, {"features": ["receipts", "typing_quiet", "idle_quiet"]}, "new")
+    idle = settle_for_agent(spec, {"features": ["receipts", "typing_quiet", "idle_quiet"]}, "i")
+    assert idle.as_args()["idle_quiet_ms"] == IDLE_QUIET_MS
+    new = settle_for_agent(spec, {"features": list(FEATURES)}, "new")
     assert new == spec and new.as_args()["idle_quiet_ms"] == IDLE_QUIET_MS
+    launch = SettleSpec(launch_cap_ms=120_000)
+    assert settle_for_agent(launch, {"features": list(FEATURES)}, "new") == launch
+    assert settle_for_agent(launch, {"features": ["receipts"]}, "old").launch_cap_ms is None
     with pytest.raises(SettleOptionError, match="feature 'receipts' needed"):
         settle_for_agent(spec, {"features": []}, "older")
+
+
+def test_a_launch_cap_is_sent_only_when_set_and_is_the_longest_wait() -> None:
+    assert "launch_cap_ms" not in SettleSpec().as_args(), "unset: the agent's default (cap_ms)"
+    spec = check_settle({"cap_ms": 60_000, "launch_cap_ms": 180_000})
+    assert spec is not None and spec.as_args()["launch_cap_ms"] == 180_000
+    assert spec.longest_ms() == 180_000 and SettleSpec().longest_ms() == 3000

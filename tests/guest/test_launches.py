@@ -15,9 +15,9 @@ import pytest
 from PIL import Image
 from Xlib import X, Xatom
 from Xlib import display as xdisplay
-from Xlib.protocol import event
 
 from guest.launches import CpuWatch, LaunchWatcher, is_drawn, parse_startup_message, process_tree
+from tests.guest.late_launcher import broadcast
 from tests.support.xvfb import Xvfb
 
 pytestmark = [pytest.mark.x11]
@@ -51,22 +51,6 @@ def xserver() -> Iterator[Xvfb]:
         yield server
 
 
-def _broadcast(display: xdisplay.Display, text: str) -> None:
-    """Send a startup-notification message the way libstartup-notification does."""
-    root = display.screen().root
-    sender = root.create_window(0, 0, 1, 1, 0, X.CopyFromParent, override_redirect=True)
-    data = text.encode() + b"\0"
-    begin = display.intern_atom("_NET_STARTUP_INFO_BEGIN")
-    more = display.intern_atom("_NET_STARTUP_INFO")
-    for index in range(0, len(data), 20):
-        chunk = data[index : index + 20].ljust(20, b"\0")
-        message = event.ClientMessage(
-            window=sender, client_type=begin if index == 0 else more, data=(8, chunk)
-        )
-        root.send_event(message, event_mask=X.PropertyChangeMask)
-    display.flush()
-
-
 def _wait_for(condition: object, timeout: float = 5.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -83,7 +67,7 @@ def test_a_launch_is_pending_until_a_window_mapped_after_it_is_drawn(xserver: Xv
     try:
         assert not watcher.pending()
         began = time.monotonic()
-        _broadcast(app, 'new: ID="test/app-1" NAME=App BIN=app')
+        broadcast(app, 'new: ID="test/app-1" NAME=App BIN=app')
         assert _wait_for(watcher.pending), "the new: message makes a launch pending"
         root = app.screen().root
         window = root.create_window(
