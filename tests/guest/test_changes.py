@@ -10,17 +10,15 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
-from io import BytesIO
 from pathlib import Path
 from typing import Any
 
 import pytest
-from PIL import Image
 
 from guest import protocol
 from guest.client import AgentClient
 from guest.errors import GuestError
-from tests.support.agent import RunningAgent, start_agent
+from tests.support.agent import RunningAgent, pixel_at, start_agent
 from tests.support.processes import stop_process
 from tests.support.xvfb import Xvfb
 
@@ -74,14 +72,6 @@ def effects(xserver: Xvfb, client: AgentClient) -> Iterator[None]:
     stop_process(process)
 
 
-def _pixel(client: AgentClient, x: int, y: int) -> tuple[int, ...]:
-    reply = client.call(
-        "screenshot", {"format": "png", "region": {"x": x, "y": y, "width": 1, "height": 1}}
-    )
-    with Image.open(BytesIO(reply.blob)) as image:
-        return tuple(image.convert("RGB").getpixel((0, 0)))  # type: ignore[arg-type]
-
-
 def test_hello_says_which_method_tracks_changes(client: AgentClient, agent: RunningAgent) -> None:
     hello = client.hello_result or {}
     assert "receipts" in hello["features"]
@@ -92,7 +82,7 @@ def test_a_delayed_effect_is_in_the_receipt_and_on_screen_when_the_action_return
     client: AgentClient, effects: None
 ) -> None:
     receipt = client.call("keypress", {"keys": ["d"], "settle": SETTLE}).result["receipt"]
-    assert _pixel(client, 150, 100) == (255, 0, 0), "the red block was not painted yet"
+    assert pixel_at(client, 150, 100) == (255, 0, 0), "the red block was not painted yet"
     assert receipt["changed"] is True and receipt["settled"] is True, receipt
     assert receipt["settle_ms"] >= 250
     box = receipt["damage"]
@@ -103,8 +93,8 @@ def test_a_two_stage_effect_is_waited_out_across_its_gap(
     client: AgentClient, effects: None
 ) -> None:
     receipt = client.call("keypress", {"keys": ["s"], "settle": SETTLE}).result["receipt"]
-    assert _pixel(client, 75, 300) == (0, 0, 255)
-    assert _pixel(client, 225, 300) == (0, 128, 0), "the second stage came after the answer"
+    assert pixel_at(client, 75, 300) == (0, 0, 255)
+    assert pixel_at(client, 225, 300) == (0, 128, 0), "the second stage came after the answer"
     assert receipt["changed"] is True and receipt["settle_ms"] >= 150
 
 
@@ -120,7 +110,7 @@ def test_nothing_happening_returns_after_the_expect_window(
 def test_settling_off_answers_before_the_effect(client: AgentClient, effects: None) -> None:
     result = client.call("keypress", {"keys": ["d"]}).result
     assert "receipt" not in result
-    assert _pixel(client, 150, 100) == (255, 255, 255), "answered after the delayed effect"
+    assert pixel_at(client, 150, 100) == (255, 255, 255), "answered after the delayed effect"
     client.call("settle", {"quiet_ms": 400, "timeout_ms": 3000})
 
 
@@ -139,7 +129,7 @@ def test_a_running_animation_does_not_hold_actions_but_new_effects_still_count(
         assert again["changed"] is False
         effect = client.call("keypress", {"keys": ["s"], "settle": SETTLE}).result["receipt"]
         assert effect["changed"] is True and effect["settle_ms"] >= 150
-        assert _pixel(client, 225, 300) == (0, 128, 0)
+        assert pixel_at(client, 225, 300) == (0, 128, 0)
     finally:
         stop_process(process)
 
@@ -260,8 +250,8 @@ def test_a_program_still_working_after_its_first_change_is_waited_for(
     settle = {**protocol.SettleSpec().as_args(), "typing_quiet_ms": None}
     assert settle["idle_quiet_ms"] < 250 < settle["quiet_ms"]  # type: ignore[operator]
     receipt = client.call("keypress", {"keys": ["w"], "settle": settle}).result["receipt"]
-    assert _pixel(client, 750, 250) == (255, 165, 0)
-    assert _pixel(client, 850, 250) == (0, 255, 255), "answered while the program still worked"
+    assert pixel_at(client, 750, 250) == (255, 165, 0)
+    assert pixel_at(client, 850, 250) == (0, 255, 255), "answered while the program still worked"
     assert receipt["changed"] is True and receipt["settle_ms"] >= 250
 
 
@@ -276,8 +266,8 @@ def test_the_settle_op_until_idle_waits_for_the_focused_program_to_finish_its_wo
     client.call("keypress", {"keys": ["w"]})  # orange now, then 250 ms of work, then cyan
     result = client.call("settle", {"quiet_ms": 100, "timeout_ms": 5000, "until_idle": True})
     assert result.result["settled"] is True
-    assert _pixel(client, 750, 250) == (255, 165, 0)
-    assert _pixel(client, 850, 250) == (0, 255, 255), "answered while the program still worked"
+    assert pixel_at(client, 750, 250) == (255, 165, 0)
+    assert pixel_at(client, 850, 250) == (0, 255, 255), "answered while the program still worked"
     with pytest.raises(GuestError, match="until_idle"):
         client.call("settle", {"quiet_ms": 100, "until_idle": "yes"})
     assert client.call("settle", {"quiet_ms": 0, "timeout_ms": 0}).result["settled"] is True
@@ -323,8 +313,8 @@ def test_a_click_waits_for_the_program_under_the_pointer_not_only_the_focused_on
         settle = {**protocol.SettleSpec().as_args(), "typing_quiet_ms": None}
         receipt = client.call("click", {"x": 1100, "y": 600, "settle": settle}).result["receipt"]
         assert receipt["focus_before"]["title"] == "tk", "the effects window keeps the focus"
-        assert _pixel(client, 1050, 600) == (255, 165, 0)
-        assert _pixel(client, 1150, 600) == (0, 255, 255), "answered while the clicked one worked"
+        assert pixel_at(client, 1050, 600) == (255, 165, 0)
+        assert pixel_at(client, 1150, 600) == (0, 255, 255), "answered while the clicked one worked"
     finally:
         stop_process(process)
 
@@ -345,7 +335,7 @@ def test_a_program_busy_all_the_time_gets_the_idle_quiet_period_above_its_backgr
         client.call("wait", {"ms": 1000})
         settle = {**protocol.SettleSpec().as_args(), "typing_quiet_ms": None}
         worked = client.call("keypress", {"keys": ["w"], "settle": settle}).result["receipt"]
-        assert _pixel(client, 850, 250) == (0, 255, 255), "answered while the program worked"
+        assert pixel_at(client, 850, 250) == (0, 255, 255), "answered while the program worked"
         assert worked["settle_ms"] >= 250
     finally:
         stop_process(process)

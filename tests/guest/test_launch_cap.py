@@ -12,16 +12,14 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
-from io import BytesIO
 from pathlib import Path
 
 import pytest
-from PIL import Image
 
 from guest import protocol
 from guest.client import AgentClient
 from tests.guest import late_launcher
-from tests.support.agent import RunningAgent, start_agent
+from tests.support.agent import RunningAgent, pixel_at, start_agent
 from tests.support.processes import stop_process
 from tests.support.xvfb import Xvfb
 
@@ -71,14 +69,6 @@ def launcher(xserver: Xvfb, client: AgentClient) -> Iterator[None]:
     stop_process(process)
 
 
-def _pixel(client: AgentClient, x: int, y: int) -> tuple[int, ...]:
-    reply = client.call(
-        "screenshot", {"format": "png", "region": {"x": x, "y": y, "width": 1, "height": 1}}
-    )
-    with Image.open(BytesIO(reply.blob)) as image:
-        return tuple(image.convert("RGB").getpixel((0, 0)))  # type: ignore[arg-type]
-
-
 def _click(client: AgentClient, settle: Mapping[str, object]) -> dict[str, object]:
     x, y = LAUNCHER_PIXEL
     reply = client.call("click", {"x": x, "y": y, "settle": settle})
@@ -90,7 +80,7 @@ def test_a_click_that_launched_a_program_waits_past_its_cap_for_the_first_frame(
     client: AgentClient, launcher: None
 ) -> None:
     receipt = _click(client, {**SHORT_CAP, "launch_cap_ms": 10_000})
-    assert _pixel(client, *FRAME_PIXEL) == (0, 0, 0), f"first frame not drawn yet: {receipt}"
+    assert pixel_at(client, *FRAME_PIXEL) == (0, 0, 0), f"first frame not drawn yet: {receipt}"
     assert receipt["settled"] is True and receipt["changed"] is True, receipt
     settle_ms = receipt["settle_ms"]
     assert isinstance(settle_ms, int) and FIRST_FRAME_S * 1000 <= settle_ms < 10_000, receipt
@@ -103,7 +93,7 @@ def test_without_a_launch_cap_the_click_ends_at_its_cap_and_says_unsettled(
     assert receipt["settled"] is False, receipt
     settle_ms = receipt["settle_ms"]
     assert isinstance(settle_ms, int) and 1000 <= settle_ms < FIRST_FRAME_S * 1000, receipt
-    assert _pixel(client, *FRAME_PIXEL) == (255, 255, 255), "the program's window, still blank"
+    assert pixel_at(client, *FRAME_PIXEL) == (255, 255, 255), "the program's window, still blank"
 
 
 def test_an_action_that_launched_nothing_keeps_its_own_cap(

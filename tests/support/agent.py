@@ -14,14 +14,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from io import BytesIO
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from PIL import Image
+
 from guest.client import AgentClient, connect_unix
 from tests.support.processes import stop_process
 
-__all__ = ["AgentStartError", "RunningAgent", "start_agent"]
+__all__ = ["AgentStartError", "RunningAgent", "pixel_at", "start_agent"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MAX_UNIX_PATH = 107
@@ -151,3 +154,12 @@ def start_agent(
         )
     agent = RunningAgent(display, socket_path, socket_dir / "agent.log", extra_env)
     return agent.start(timeout=timeout)
+
+
+def pixel_at(client: AgentClient, x: int, y: int) -> tuple[int, ...]:
+    """The RGB colour of screen pixel (``x``, ``y``), read through the agent's ``screenshot``."""
+    reply = client.call(
+        "screenshot", {"format": "png", "region": {"x": x, "y": y, "width": 1, "height": 1}}
+    )
+    with Image.open(BytesIO(reply.blob)) as image:
+        return tuple(image.convert("RGB").getpixel((0, 0)))  # type: ignore[arg-type]
