@@ -114,6 +114,40 @@ def test_window_manager_keys_switch_and_close_windows(sandbox: Sandbox) -> None:
     assert not any("XTerm" in c for c in classes), classes
 
 
+CARET_PAGE = b"""<!DOCTYPE html><html><head><title>loading</title></head><body>
+<input id="field" style="font-size: 24px" value="caret">
+<script>
+const field = document.getElementById("field");
+field.focus();
+document.title = "caret probe " + (document.activeElement === field ? "focused" : "not focused");
+</script></body></html>"""
+"""A page whose text field takes the focus, titled once it has it."""
+STILL = {"quiet_ms": 2100, "timeout_ms": 8000}
+"""A settle that needs 2.1 s without a changed pixel: a blinking caret redraws every ~0.6 s."""
+
+
+def test_a_focused_text_field_shows_a_steady_caret(sandbox: Sandbox) -> None:
+    """No caret blinks (images/desktop/gtk-settings.ini), in the editor nor in the browser (which
+    takes the blink from GTK's settings): with a text field focused, the screen keeps still."""
+    page = "/home/cubicle/caret-probe.html"
+    editor, browser = PANEL.launcher("editor").wm_class, PANEL.launcher("browser").wm_class
+    with sandbox.connect() as client:
+        click_launcher(client, "editor")
+        wait_window(client, editor, APP_TIMEOUT_S)
+        client.call("type", {"text": "caret"}, timeout=60)
+        still = client.call("settle", STILL, timeout=60).result
+        assert still["settled"], ("the editor's caret", still)
+        client.call("write_file", {"path": page}, blob=CARET_PAGE, timeout=30)
+        click_launcher(client, "browser")
+        wait_window(client, browser, APP_TIMEOUT_S)
+    opened = sandbox.exec(["chromium", f"file://{page}"], timeout=APP_TIMEOUT_S)
+    assert opened.exit_code == 0, opened.stderr
+    with sandbox.connect() as client:
+        wait_window(client, browser, APP_TIMEOUT_S, title="caret probe focused")
+        still = client.call("settle", STILL, timeout=60).result
+        assert still["settled"], ("the browser's caret", still)
+
+
 def test_the_browser_launcher_starts_a_sandboxed_chromium_without_gpu_failures(
     sandbox: Sandbox,
 ) -> None:
