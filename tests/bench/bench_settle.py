@@ -163,7 +163,7 @@ def _timeline(receipt: dict[str, Any], answered_s: float, shot_s: float) -> tupl
 def _call(client: AgentClient, op: str, args: dict[str, Any]) -> Callable[..., dict[str, Any]]:
     def act(settle: dict[str, Any] | None) -> dict[str, Any]:
         full = {**args, "settle": settle} if settle else dict(args)
-        return client.call(op, full, timeout=protocol.MAX_SETTLE_CAP_MS / 1000 + 30).result
+        return client.call(op, full, timeout=protocol.MAX_LAUNCH_CAP_MS / 1000 + 30).result
 
     return act
 
