@@ -323,13 +323,13 @@ class SettleSpec:
 
     NAMES = ("expect_ms", "quiet_ms", "cap_ms", "typing_quiet_ms", "idle_quiet_ms", "launch_cap_ms")
     OPTIONAL = ("typing_quiet_ms", "idle_quiet_ms", "launch_cap_ms")
+    """The fields that may be ``None`` (off), each behind its own feature."""
     FEATURE_OF: ClassVar[Mapping[str, str]] = {
         "typing_quiet_ms": "typing_quiet",
         "idle_quiet_ms": "idle_quiet",
         "launch_cap_ms": "launch_cap",
     }
     """The agent feature (:data:`FEATURES`) each optional field needs."""
-    """The fields that may be ``None`` (off), each behind its own feature."""
 
     @classmethod
     def parse(cls, value: object, *, name: str = "settle") -> SettleSpec:
@@ -398,8 +398,8 @@ class SettleSpec:
 
     def as_args(self) -> dict[str, int | None]:
         """The ``settle`` object to send: every field, ``None`` as ``null`` (off: an agent left
-        to its default would turn it on), except the :attr:`unsupported` ones and an unset
-        ``launch_cap_ms`` (its default)."""
+        to its default would turn it on), except the :attr:`unsupported` ones and a ``None``
+        whose default is ``None`` too (``launch_cap_ms``: the agent's default is the same)."""
         args: dict[str, int | None] = {
             "expect_ms": self.expect_ms,
             "quiet_ms": self.quiet_ms,
@@ -407,7 +407,8 @@ class SettleSpec:
         }
         for key in self.OPTIONAL:
             value = getattr(self, key)
-            if key not in self.unsupported and (value is not None or key != "launch_cap_ms"):
+            default = self.__dataclass_fields__[key].default
+            if key not in self.unsupported and (value is not None or default is not None):
                 args[key] = value
         return args
 
