@@ -6,12 +6,15 @@ the aspect ratio (never upscaled). PNG favours speed over size: a screenshot's r
 every model step.
 
 PNG is written by :mod:`guest.png` (filter None, zlib level 1, bands deflated in parallel), which
-is several times faster than Pillow's encoder; JPEG by Pillow.
+is several times faster than Pillow's encoder; JPEG by Pillow. A full-screen PNG at native size
+(what a driver asks for on every step) re-encodes only the rows drawn on since the previous one
+(:mod:`guest.framecache`), when the X server has DAMAGE.
 """
 
 from __future__ import annotations
 
 import io
+import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,12 +22,16 @@ from typing import Any, Final
 
 import mss
 from PIL import Image, JpegImagePlugin
+from Xlib import error as xerror
 
 from guest.errors import GuestError
+from guest.framecache import DamageRows, FrameCache
 from guest.geometry import fit_size
 from guest.png import encode_png
 
 __all__ = ["Screen", "Shot"]
+
+log = logging.getLogger("guest.screen")
 
 assert JpegImagePlugin  # registered at import, not on the first JPEG request
 
@@ -60,10 +67,16 @@ class Screen:
     :param display_name: X display; ``None`` uses ``$DISPLAY``.
     :param width: screen width, pixels (the agent's XInput knows it).
     :param height: screen height, pixels.
+    :param incremental: keep the last full-screen PNG and re-encode only what changed
+        (:mod:`guest.framecache`); without DAMAGE, or with ``False``, every PNG is encoded whole.
     """
 
-    def __init__(self, display_name: str | None, width: int, height: int) -> None:
+    def __init__(
+        self, display_name: str | None, width: int, height: int, *, incremental: bool = True
+    ) -> None:
         self._lock = threading.Lock()
+        self._cache_lock = threading.Lock()
+        self._cache: FrameCache | None = None
         try:
             factory = getattr(mss, "MSS", None) or mss.mss  # mss >= 10.2 deprecates mss.mss
             self._mss = factory(display=display_name) if display_name else factory()
@@ -71,8 +84,25 @@ class Screen:
             raise GuestError("x11_error", f"cannot grab X display {display_name!r}: {exc}") from exc
         self.width = width
         self.height = height
+        if incremental:
+            try:
+                self._cache = FrameCache(DamageRows(display_name), width, height)
+            except GuestError as exc:
+                log.info("every screenshot is encoded whole: %s", exc.reason)
+            except BaseException:
+                self._mss.close()
+                raise
+
+    @property
+    def frame_cache(self) -> FrameCache | None:
+        """The incremental full-screen PNG, or None when every PNG is encoded whole."""
+        return self._cache
 
     def close(self) -> None:
+        with self._cache_lock:
+            if self._cache is not None:
+                self._cache.close()
+                self._cache = None
         with self._lock:
             self._mss.close()
 
@@ -113,6 +143,25 @@ class Screen:
                 return self._mss.grab(monitor)
         except mss.exception.ScreenShotError as exc:
             raise GuestError("x11_error", f"screen grab of {monitor} failed: {exc}") from exc
+
+    def _grab_rows(self, top: int, bottom: int) -> bytearray:
+        """Rows ``top..bottom-1`` of the whole screen's width, BGRX, from one X request."""
+        area = {"x": 0, "y": top, "width": self.width, "height": bottom - top}
+        raw: bytearray = self._grab(area).raw
+        return raw
+
+    def _full_screen_png(self) -> bytes | None:
+        """The whole screen from the frame cache; None without one (or once it failed)."""
+        with self._cache_lock:
+            if self._cache is None:
+                return None
+            try:
+                return self._cache.png(self._grab_rows)
+            except (xerror.XError, xerror.ConnectionClosedError, OSError) as exc:
+                log.warning("frame cache stopped, every screenshot is encoded whole: %s", exc)
+                self._cache.close()
+                self._cache = None
+                return None
 
     # -- operations -----------------------------------------------------------------------
 
@@ -160,7 +209,9 @@ class Screen:
         target = fit_size(area["width"], area["height"], max_width, max_height)
         if format == "png" and target == (area["width"], area["height"]):
             # the hot path: BGRX straight from the grab into the banded PNG writer
-            data = encode_png(self._grab(area).raw, area["width"], area["height"], bgrx=True)
+            data = self._full_screen_png() if area == self.region(None) else None
+            if data is None:
+                data = encode_png(self._grab(area).raw, area["width"], area["height"], bgrx=True)
             return Shot(
                 data,
                 format,

@@ -36,6 +36,10 @@ Handler = Callable[[dict[str, Any], bytes], tuple[dict[str, Any], bytes]]
 SETTLE_METHOD_ENV = "CUBICLE_SETTLE_METHOD"
 """``poll`` forces the frame-polling change tracker (for tests and X servers whose DAMAGE
 misbehaves); anything else uses DAMAGE when the server has it."""
+FRAME_CACHE_ENV = "CUBICLE_FRAME_CACHE"
+"""``off`` encodes every full-screen PNG whole (today's path before the frame cache; for
+benchmarks and X servers whose DAMAGE misbehaves); anything else re-encodes only what changed
+(:mod:`guest.framecache`) when the server has DAMAGE."""
 DEFAULT_SETTLE_OP_QUIET_MS = 300
 DEFAULT_SETTLE_OP_TIMEOUT_MS = 5000
 MAX_SETTLE_OP_TIMEOUT_MS = 60_000
@@ -61,7 +65,12 @@ class Agent:
         """The CPU of the programs the last settled action watched, when it ended."""
         self.input = XInput(display_name)
         try:
-            self.screen = Screen(display_name, self.input.width, self.input.height)
+            self.screen = Screen(
+                display_name,
+                self.input.width,
+                self.input.height,
+                incremental=os.environ.get(FRAME_CACHE_ENV) != "off",
+            )
         except BaseException:
             self.input.close()
             raise
@@ -180,6 +189,7 @@ class Agent:
             "pid": os.getpid(),
             "features": list(protocol.FEATURES),
             "settle_method": self.changes.method,
+            "screenshot_method": "whole" if self.screen.frame_cache is None else "incremental",
         }
 
     def _hello(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:

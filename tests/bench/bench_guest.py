@@ -10,6 +10,7 @@ to a file and open it with Pillow.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -18,10 +19,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageOps
 
 from guest import protocol
 from guest.client import AgentClient
+from guest.server import FRAME_CACHE_ENV
 from tests.bench.report import Report
 from tests.support.agent import start_agent
 from tests.support.xvfb import Xvfb, XvfbUnavailable
@@ -64,35 +66,66 @@ def _desktop_image(width: int, height: int) -> Image.Image:
     return image
 
 
-def _show_on_root(display_name: str, image: Image.Image) -> None:
-    """Make ``image`` the root window's background (stays until the server stops)."""
-    from Xlib import X, display  # noqa: PLC0415 - only the bench needs an extra X client
+class _RootBackgrounds:
+    """Root window backgrounds, uploaded once, shown by turns: ``show(i)`` repaints the whole
+    screen with image ``i`` (server-side, no pixels on the wire). Owns one X connection."""
 
-    connection = display.Display(display_name)
-    try:
-        screen = connection.screen()
-        raw = image.convert("RGBX").tobytes("raw", "BGRX")
-        pixmap = screen.root.create_pixmap(image.width, image.height, screen.root_depth)
-        gc = screen.root.create_gc()
-        rows = max(1, 200_000 // (image.width * 4))  # stay under the core request size limit
-        for top in range(0, image.height, rows):
-            band = min(rows, image.height - top)
-            pixmap.put_image(
-                gc,
-                0,
-                top,
-                image.width,
-                band,
-                X.ZPixmap,
-                24,
-                0,
-                raw[top * image.width * 4 : (top + band) * image.width * 4],
-            )
-        screen.root.change_attributes(background_pixmap=pixmap)
-        screen.root.clear_area()
-        connection.sync()
-    finally:
-        connection.close()
+    def __init__(self, display_name: str, images: list[Image.Image]) -> None:
+        from Xlib import X, display  # noqa: PLC0415 - only the bench needs an extra X client
+
+        self.connection = display.Display(display_name)
+        screen = self.connection.screen()
+        self.root = screen.root
+        self.pixmaps = []
+        gc = self.root.create_gc()
+        for image in images:
+            raw = image.convert("RGBX").tobytes("raw", "BGRX")
+            pixmap = self.root.create_pixmap(image.width, image.height, screen.root_depth)
+            rows = max(1, 200_000 // (image.width * 4))  # under the core request size limit
+            for top in range(0, image.height, rows):
+                band = min(rows, image.height - top)
+                pixmap.put_image(
+                    gc,
+                    0,
+                    top,
+                    image.width,
+                    band,
+                    X.ZPixmap,
+                    24,
+                    0,
+                    raw[top * image.width * 4 : (top + band) * image.width * 4],
+                )
+            self.pixmaps.append(pixmap)
+        self.show(0)
+
+    def show(self, index: int) -> None:
+        self.root.change_attributes(background_pixmap=self.pixmaps[index])
+        self.root.clear_area()
+        self.connection.sync()
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+class _Word:
+    """A word-sized window (120x16 px) that :meth:`change` repaints in the other of two colours:
+    what a typed word or a ticking clock changes between two model steps."""
+
+    def __init__(self, display_name: str) -> None:
+        from tests.guest.paint import Painter  # noqa: PLC0415 - bench-only X client
+
+        self.painter = Painter(display_name)
+        self.window = self.painter.rect(300, 200, 120, 16, 0x202020)
+        self.turn = 0
+
+    def change(self) -> int:
+        """Repaint the word; return how many times it was."""
+        self.turn += 1
+        self.painter.recolor(self.window, 0x202020 if self.turn % 2 else 0xE0E0E0)
+        return self.turn
+
+    def close(self) -> None:
+        self.painter.close()
 
 
 def _framing_round_trip(result: dict[str, Any], blob: bytes, *, base64_json: bool) -> bytes:
@@ -147,16 +180,64 @@ def _bench_clicks(report: Report, client: AgentClient, xserver: Xvfb) -> None:
 
 
 def _bench_screenshots(
-    report: Report, client: AgentClient, xserver: Xvfb, scratch: Path, width: int, height: int
+    report: Report,
+    client: AgentClient,
+    xserver: Xvfb,
+    scratch: Path,
+    backgrounds: _RootBackgrounds,
 ) -> None:
+    """Our screenshot in three cases (a word changed, nothing, everything), against every PNG
+    encoded whole (a second agent with the frame cache off), and the peers' screenshots."""
+    width, height = xserver.width, xserver.height
     size = f"{width}x{height}"
-    ours = report.measure(
-        f"screenshot {size} ours PNG lossless (binary frame)",
+    word = _Word(xserver.display)
+    try:
+        ours = report.measure(
+            f"screenshot {size} ours PNG lossless, a word changed since the last",
+            lambda: (word.change(), client.call("screenshot")),
+            repeat=40,
+        )
+        if (width, height) == (1280, 800):
+            report.target(ours, SCREENSHOT_TARGET_S)
+        with (
+            start_agent(
+                xserver.display, scratch / f"whole-{size}", extra_env={FRAME_CACHE_ENV: "off"}
+            ) as whole_agent,
+            whole_agent.client() as whole_client,
+        ):
+            today = report.measure(
+                f"screenshot {size} every PNG encoded whole (the path before the frame cache), "
+                "a word changed",
+                lambda: (word.change(), whole_client.call("screenshot")),
+                repeat=40,
+            )
+            report.ratio(ours, today)
+            whole_still = report.measure(
+                f"screenshot {size} every PNG encoded whole, nothing changed",
+                lambda: whole_client.call("screenshot"),
+                repeat=40,
+            )
+    finally:
+        word.close()
+    still = report.measure(
+        f"screenshot {size} ours PNG lossless, nothing changed since the last",
         lambda: client.call("screenshot"),
         repeat=40,
     )
-    if (width, height) == (1280, 800):
-        report.target(ours, SCREENSHOT_TARGET_S)
+    report.ratio(still, whole_still)
+    turn = [0]
+
+    def whole_screen_changed() -> object:
+        turn[0] += 1
+        backgrounds.show(turn[0] % 2)
+        return client.call("screenshot")
+
+    everything = report.measure(
+        f"screenshot {size} ours PNG lossless, the whole screen changed since the last",
+        whole_screen_changed,
+        repeat=40,
+    )
+    report.ratio(everything, today)
     reply = client.call("screenshot")
     jpeg = report.measure(
         f"screenshot {size} ours JPEG q80",
@@ -221,14 +302,20 @@ def run(report: Report) -> None:
             except XvfbUnavailable as exc:
                 raise Report.Skip(str(exc)) from exc
             try:
-                _show_on_root(xserver.display, _desktop_image(width, height))
+                desktop = _desktop_image(width, height)
+                backgrounds = _RootBackgrounds(xserver.display, [desktop, ImageOps.mirror(desktop)])
                 with (
+                    contextlib.closing(backgrounds),
                     start_agent(xserver.display, scratch / f"agent-{width}") as agent,
                     agent.client() as client,
                 ):
                     if (width, height) == (1280, 800):
                         _bench_clicks(report, client, xserver)
-                    _bench_screenshots(report, client, xserver, scratch, width, height)
-                    report.line(f"agent info: {json.dumps(client.call('info').result['screen'])}")
+                    _bench_screenshots(report, client, xserver, scratch, backgrounds)
+                    info = client.call("info").result
+                    report.line(
+                        f"agent info: {json.dumps(info['screen'])}, "
+                        f"screenshots {info['screenshot_method']}"
+                    )
             finally:
                 xserver.stop()

@@ -31,6 +31,7 @@ def test_hello_and_info_describe_the_agent(client: AgentClient, agent: RunningAg
     assert hello["screen"] == {"width": 1280, "height": 800}
     assert sorted(hello["ops"]) == sorted(protocol.OPS)
     assert hello["pid"] == agent.pid
+    assert hello["screenshot_method"] == "incremental"  # this Xvfb has DAMAGE
     info = client.call("info").result
     assert info["uptime_ms"] > 0 and isinstance(info["keysyms_remapped"], int)
 

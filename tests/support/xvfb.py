@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Self
 
@@ -28,10 +29,14 @@ class Xvfb:
     :param width: screen width, pixels.
     :param height: screen height, pixels.
     :param depth: colour depth, bits.
+    :param arguments: more Xvfb arguments (``["-extension", "DAMAGE"]``: a server without it).
     """
 
-    def __init__(self, width: int = 1280, height: int = 800, depth: int = 24) -> None:
+    def __init__(
+        self, width: int = 1280, height: int = 800, depth: int = 24, arguments: Sequence[str] = ()
+    ) -> None:
         self.width, self.height, self.depth = width, height, depth
+        self.arguments = list(arguments)
         self._process: subprocess.Popen[bytes] | None = None
         self.display = ""
 
@@ -54,6 +59,7 @@ class Xvfb:
                 "+extension",
                 "XTEST",
                 "-ac",
+                *self.arguments,
             ],
             pass_fds=(write_fd,),
             stdout=subprocess.DEVNULL,

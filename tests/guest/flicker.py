@@ -1,0 +1,54 @@
+"""A real X client that keeps repainting windows, as fast as the server takes it, for the frame
+cache's tearing test: ``python -m tests.guest.flicker DISPLAY X,Y,W,H[@N][:RGB,RGB] ...``.
+
+Each window is an override-redirect window at its rectangle; each repaint fills a whole window
+in ONE request (PolyFillRectangle), every turn or, with ``@N``, every N-th turn (one turn per
+round trip), alternating between the window's two colours (default: red and blue), so at any
+moment the server holds each window in one of its colours, never a mix.
+Prints ``ready`` once every window is mapped and painted; runs until killed.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from Xlib import X, display
+
+
+def main(argv: list[str]) -> None:
+    connection = display.Display(argv[0])
+    screen = connection.screen()
+    windows = []
+    for spec in argv[1:]:
+        box, _, colours = spec.partition(":")
+        box, _, every = box.partition("@")
+        x, y, width, height = (int(part) for part in box.split(","))
+        pair = [int(c, 16) for c in colours.split(",")] if colours else [0xFF0000, 0x0000FF]
+        window = screen.root.create_window(
+            x,
+            y,
+            width,
+            height,
+            0,
+            screen.root_depth,
+            X.InputOutput,
+            X.CopyFromParent,
+            background_pixel=pair[0],
+            override_redirect=True,
+        )
+        window.map()
+        gcs = [window.create_gc(foreground=colour) for colour in pair]
+        windows.append((window, width, height, gcs, int(every or 1)))
+    connection.sync()
+    print("ready", flush=True)
+    turn = 0
+    while True:
+        turn += 1
+        for window, width, height, gcs, every in windows:
+            if turn % every == 0:
+                window.fill_rectangle(gcs[turn // every % 2], 0, 0, width, height)
+        connection.sync()  # one turn at a time: the server paces the loop
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
