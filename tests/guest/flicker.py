@@ -11,6 +11,7 @@ Prints ``ready`` once every window is mapped and painted; runs until killed.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from Xlib import X, display
 
@@ -18,10 +19,10 @@ from Xlib import X, display
 def main(argv: list[str]) -> None:
     connection = display.Display(argv[0])
     screen = connection.screen()
-    windows = []
+    windows: list[tuple[Any, int, int, list[Any], int]] = []
     for spec in argv[1:]:
-        box, _, colours = spec.partition(":")
-        box, _, every = box.partition("@")
+        place, _, colours = spec.partition(":")
+        box, _, period = place.partition("@")
         x, y, width, height = (int(part) for part in box.split(","))
         pair = [int(c, 16) for c in colours.split(",")] if colours else [0xFF0000, 0x0000FF]
         window = screen.root.create_window(
@@ -38,7 +39,7 @@ def main(argv: list[str]) -> None:
         )
         window.map()
         gcs = [window.create_gc(foreground=colour) for colour in pair]
-        windows.append((window, width, height, gcs, int(every or 1)))
+        windows.append((window, width, height, gcs, int(period or 1)))
     connection.sync()
     print("ready", flush=True)
     turn = 0

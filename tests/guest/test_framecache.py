@@ -217,7 +217,9 @@ def test_a_client_repainting_flat_out_is_never_shown_half_repainted(
                     assert colours is not None and len(colours) == 1, (
                         f"screenshot {shot_number}: window at {(x, y, w, h)} shows {colours}"
                     )
-                    seen.add(colours[0][1])
+                    colour = colours[0][1]
+                    assert isinstance(colour, tuple)
+                    seen.add(colour)
     finally:
         stop_process(flicker)
     assert seen == {(255, 0, 0), (0, 0, 255)}  # the windows did change between screenshots
