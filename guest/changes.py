@@ -70,7 +70,6 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from PIL import Image, ImageChops
-from Xlib import display as xdisplay
 from Xlib import error as xerror
 from Xlib.ext import damage
 
@@ -78,6 +77,7 @@ from guest import protocol
 from guest.errors import GuestError
 from guest.geometry import CELL_PX, Rect, clusters, largest_cluster
 from guest.launches import LAUNCH_TIMEOUT_S, LaunchWatcher
+from guest.xdamage import open_root_damage
 
 __all__ = [
     "ChangeTracker",
@@ -237,21 +237,11 @@ class DamageTracker:
         self._grab = grab
         self._before: tuple[float, Image.Image] | None = None
         """The grab taken as the current action began, with its start time."""
-        try:
-            self._display = xdisplay.Display(display_name)
-        except (xerror.DisplayError, OSError) as exc:
-            raise GuestError("x11_error", f"cannot open X display {display_name!r}: {exc}") from exc
-        try:
-            if not self._display.has_extension("DAMAGE"):
-                raise GuestError("x11_error", "the X server has no DAMAGE extension")
-            self._display.damage_query_version()
-            self._event_type = self._display.query_extension("DAMAGE").first_event
-            root = self._display.screen().root
-            self._damage = root.damage_create(damage.DamageReportRawRectangles)
-            self._display.sync()
-        except BaseException:
-            self._display.close()
-            raise
+        opened = open_root_damage(display_name, damage.DamageReportRawRectangles)
+        self._display = opened.display
+        self._damage = opened.damage
+        self._event_type = opened.event_type
+        root = opened.root
         self._history: collections.deque[_Damage] = collections.deque(maxlen=HISTORY_EVENTS)
         self._changed = threading.Condition()
         self._busy = 0

@@ -32,12 +32,11 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Final
 
-from Xlib import display as xdisplay
 from Xlib import error as xerror
 from Xlib.ext import damage
 
-from guest.errors import GuestError
 from guest.png import Band, assemble_png, deflate_bands
+from guest.xdamage import open_root_damage
 
 __all__ = ["BAND_ROWS", "GRAB_TRIES", "DamageRows", "FrameCache"]
 
@@ -63,21 +62,10 @@ class DamageRows:
     """
 
     def __init__(self, display_name: str | None) -> None:
-        try:
-            self._display = xdisplay.Display(display_name)
-        except (xerror.DisplayError, OSError) as exc:
-            raise GuestError("x11_error", f"cannot open X display {display_name!r}: {exc}") from exc
-        try:
-            if not self._display.has_extension("DAMAGE"):
-                raise GuestError("x11_error", "the X server has no DAMAGE extension")
-            self._display.damage_query_version()
-            self._event_type = self._display.query_extension("DAMAGE").first_event
-            root = self._display.screen().root
-            self._damage = root.damage_create(damage.DamageReportDeltaRectangles)
-            self._display.sync()
-        except BaseException:
-            self._display.close()
-            raise
+        opened = open_root_damage(display_name, damage.DamageReportDeltaRectangles)
+        self._display = opened.display
+        self._damage = opened.damage
+        self._event_type = opened.event_type
 
     def take(self) -> list[tuple[int, int]]:
         """Row spans ``(top, bottom)`` (``bottom`` excluded; screen pixels, not clipped) drawn on
