@@ -28,7 +28,6 @@ changes nothing here.
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Callable, Iterable
 from typing import Final
 
@@ -39,8 +38,6 @@ from guest.png import Band, assemble_png, deflate_bands
 from guest.xdamage import open_root_damage
 
 __all__ = ["BAND_ROWS", "GRAB_TRIES", "DamageRows", "FrameCache"]
-
-log = logging.getLogger("guest.framecache")
 
 BAND_ROWS: Final = 32
 """Rows per kept band: a change re-encodes at least this many full-width rows (a 1280-pixel

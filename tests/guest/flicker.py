@@ -13,34 +13,21 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from Xlib import X, display
+from tests.guest.paint import Painter
 
 
 def main(argv: list[str]) -> None:
-    connection = display.Display(argv[0])
-    screen = connection.screen()
+    painter = Painter(argv[0])  # its windows: override-redirect, mapped, painted, synced
+    connection = painter.display
     windows: list[tuple[Any, int, int, list[Any], int]] = []
     for spec in argv[1:]:
         place, _, colours = spec.partition(":")
         box, _, period = place.partition("@")
         x, y, width, height = (int(part) for part in box.split(","))
         pair = [int(c, 16) for c in colours.split(",")] if colours else [0xFF0000, 0x0000FF]
-        window = screen.root.create_window(
-            x,
-            y,
-            width,
-            height,
-            0,
-            screen.root_depth,
-            X.InputOutput,
-            X.CopyFromParent,
-            background_pixel=pair[0],
-            override_redirect=True,
-        )
-        window.map()
+        window = painter.rect(x, y, width, height, pair[0])
         gcs = [window.create_gc(foreground=colour) for colour in pair]
         windows.append((window, width, height, gcs, int(period or 1)))
-    connection.sync()
     print("ready", flush=True)
     turn = 0
     while True:
