@@ -2,7 +2,9 @@
 
 "Ours" is the warm start (restore of a saved golden state onto a fresh overlay); the peer is a
 cold boot of the same image (PVH vmlinux + tiny initramfs + init script). Both run in this one
-run, side by side; read the ratio. An ``allow:`` sandbox (its own libvirt network, firewall
+run, side by side; read the ratio. "warm copy" is a warm start while the saved state's own
+domain runs (another sandbox holds the slot): restored from a copy of the state made for it,
+where it used to cold-boot. An ``allow:`` sandbox (its own libvirt network, firewall
 rules and egress proxy; always a cold boot) is measured too, for its teardown. Teardown is the
 time until everything of the sandbox is gone (domain, QEMU, overlay, network, rules, proxy):
 ``destroy`` returns only then. The accelerator used (kvm/tcg/hvf) and why is printed first.
@@ -30,8 +32,10 @@ from tests.bench.report import Report, Sample
 ALLOW = NetworkPolicy.parse("allow:example.invalid")
 TARGETS = {
     "warm": 1.0,
+    "warm copy": 1.0,
     "cold": 10.0,
     "warm teardown": 1.0,
+    "warm copy teardown": 1.0,
     "cold teardown": 1.0,
     "allow: teardown": 1.0,
 }
@@ -55,14 +59,41 @@ def _to_painted(provider: VmProvider, sandbox_id: str, started: float) -> tuple[
             time.sleep(0.05)
 
 
+def _measure(
+    kind: str,
+    provider: VmProvider,
+    spec: SandboxSpec,
+    timings: dict[str, list[float]],
+    report: Report,
+) -> None:
+    """One sandbox of ``kind``: create -> painted screenshot, then its teardown."""
+    started = time.perf_counter()
+    info = provider.create(spec)
+    created = time.perf_counter() - started
+    try:
+        ready, painted = _to_painted(provider, info.id, started)
+        timings[kind].append(painted)
+        if kind == "warm":
+            timings["warm create"].append(created)
+            timings["warm hello"].append(ready)
+    finally:
+        started = time.perf_counter()
+        provider.destroy(info.id)
+        timings[f"{kind} teardown"].append(time.perf_counter() - started)
+    expected = {"warm": "warm:", "warm copy": "warm-copy:"}.get(kind, info.detail["start"])
+    if not info.detail["start"].startswith(expected):
+        report.line(f"note: {info.id} ({kind}) started {info.detail['start']}")
+
+
 def run(report: Report) -> None:
     if os.geteuid() != 0:
         raise report.Skip("needs root (qemu:///system and the VM image under /var/lib/cubicle)")
     warm = VmProvider()
     cold = VmProvider(warm_slots=0)
+    one_slot = VmProvider(warm_slots=1)  # held by one sandbox: the next restores from a copy
     try:
         warm.conn.getLibVersion()
-        warm.image = cold.image = warm.build_image(progress=report.line)
+        warm.image = cold.image = one_slot.image = warm.build_image(progress=report.line)
         warm.warm_up(SandboxSpec(), slots=1, progress=report.line)
     except CubicleError as exc:
         raise report.Skip(f"libvirt/VM image unavailable: {exc}") from None
@@ -70,30 +101,22 @@ def run(report: Report) -> None:
     report.line(f"VM image {warm.image}: base disk {base_bytes / 1e6:.0f} MB (qcow2)")
     report.line(f"accelerator: {warm.accelerator.kind} ({warm.accelerator.reason})")
     repeat = int(os.environ.get("CUBICLE_BENCH_VM_REPEAT", "3"))
-    names = ("cold", "warm", "warm create", "warm hello", "allow:")
+    names = ("cold", "warm", "warm create", "warm hello", "warm copy", "allow:")
     timings: dict[str, list[float]] = {k: [] for k in names}
-    timings.update({f"{k} teardown": [] for k in ("cold", "warm", "allow:")})
+    timings.update({f"{k} teardown": [] for k in ("cold", "warm", "warm copy", "allow:")})
     for _ in range(repeat):
         for kind, provider, spec in (
             ("cold", cold, SandboxSpec()),
             ("warm", warm, SandboxSpec()),
+            ("warm copy", one_slot, SandboxSpec()),
             ("allow:", cold, SandboxSpec(network=ALLOW)),
         ):
-            started = time.perf_counter()
-            info = provider.create(spec)
-            created = time.perf_counter() - started
+            holder = one_slot.create(SandboxSpec()) if kind == "warm copy" else None
             try:
-                ready, painted = _to_painted(provider, info.id, started)
-                timings[kind].append(painted)
-                if kind == "warm":
-                    timings["warm create"].append(created)
-                    timings["warm hello"].append(ready)
+                _measure(kind, provider, spec, timings, report)
             finally:
-                started = time.perf_counter()
-                provider.destroy(info.id)
-                timings[f"{kind} teardown"].append(time.perf_counter() - started)
-            if kind == "warm" and not info.detail["start"].startswith("warm"):
-                report.line(f"note: {info.id} was not restored warm ({info.detail['start']})")
+                if holder is not None:
+                    one_slot.destroy(holder.id)
     samples = {}
     for name, seconds in timings.items():
         if "teardown" in name:

@@ -12,6 +12,8 @@ wrapped: at the chosen point it prints ``at POINT SANDBOX_ID`` and waits for a l
 ``before-container`` Docker: just before the guest container is created (network/proxy made).
                     VM: just before the domain is created or restored (run folder, overlay and
                     any network pieces made)
+``state-copy``      VM: every warm slot busy, the copy of a slot's saved state for this sandbox
+                    is made in its run folder (before its restore)
 ``container``       Docker: the guest container runs (its agent not yet asked). VM: the domain runs
                     (cold boot or warm restore)
 ``ready``           the ready mark is set (``cubicle up`` is then about to print and exit)
@@ -110,6 +112,13 @@ else:
         return vm_retarget(saved, **kwargs)
 
     vm_warm_start.retarget_saved_xml = retarget_saved_xml
+    vm_clone = vm_warm_start.clone_saved_state
+
+    def clone_saved_state(source, target, **kwargs):
+        vm_clone(source, target, **kwargs)
+        pause("state-copy", target.parent.name)  # the run folder's name is the sandbox id
+
+    vm_warm_start.clone_saved_state = clone_saved_state
     vm_warm_create = vm_warm_start.WarmStarter.create
 
     def warm_create(self, sandbox_id, *args, **kwargs):

@@ -21,6 +21,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from orchestrator import labels as L
+from orchestrator.provider import SandboxSpec
 from orchestrator.providers.vm import VmProvider
 from orchestrator.providers.vm import network as vm_network
 from orchestrator.providers.vm.domain import METADATA_NS
@@ -117,6 +118,36 @@ def test_kill9_of_run_and_drill_mid_start_then_gc_leaves_nothing(
     _gc()  # on a shared host another process's gc may collect the orphan first: judge the effect
     assert _pieces(vm_provider, sandbox_id) == []
     assert_gone(vm_provider, sandbox_id)
+
+
+def test_kill9_before_a_restore_from_a_copy_then_gc_leaves_nothing(
+    vm_provider: VmProvider, leak_check: list[str]
+) -> None:
+    """With its one warm slot held, ``up`` copies the slot's saved state (~200 MB) into the new
+    sandbox's run folder and is killed there, before the restore: the copy is in that labelled
+    folder, so ``gc`` removes it with the folder."""
+    one_slot = VmProvider(warm_slots=1)
+    one_slot.image = vm_provider.image
+    holder = one_slot.create(SandboxSpec())
+    leak_check.append(holder.id)
+    try:
+        assert holder.detail["start"] == "warm:0"
+        env = {"CUBICLE_VM_WARM_SLOTS": "1", "CUBICLE_VM_IMAGE": str(vm_provider.image)}
+        with paused_at("state-copy", "up", "--backend", "vm", env=env, timeout=300) as paused:
+            sandbox_id = paused.sandbox_id
+            leak_check.append(sandbox_id)
+            copy = vm_provider.home / "run" / sandbox_id / "state.save"
+            assert copy.stat().st_size > 50_000_000, "no copy of the saved state was made"
+            assert _pieces(vm_provider, sandbox_id) == ["run"]
+            assert sandbox_id not in _gc().stdout.split(), "gc took a sandbox being created"
+            paused.kill9()
+        assert copy.exists(), "kill -9 left no chance to clean up"
+        _gc()
+        assert _pieces(vm_provider, sandbox_id) == []
+        assert_gone(vm_provider, sandbox_id)
+        assert one_slot.describe(holder.id) is not None, "gc took the live holder's sandbox"
+    finally:
+        one_slot.destroy(holder.id)
 
 
 def _bad_domain_xml(name: str, labels: dict[str, str]) -> str:

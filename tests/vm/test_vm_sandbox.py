@@ -5,6 +5,7 @@ failed start and after the creating process is SIGKILLed."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
 import os
@@ -26,6 +27,7 @@ from orchestrator.network import NetworkPolicy
 from orchestrator.provider import SandboxSpec
 from orchestrator.providers.vm import VmProvider
 from orchestrator.providers.vm import image as vm_image
+from orchestrator.providers.vm import warm_start as vm_warm_start
 from orchestrator.providers.vm.warm import slots_for
 from orchestrator.sandbox import Sandbox, wait_ready
 from tests.desktop.checks import guest_pids
@@ -236,28 +238,91 @@ def test_sigkill_of_creator_then_gc_leaves_nothing(
     assert_gone(vm_provider, sandbox_id)
 
 
-def test_a_busy_warm_slot_makes_the_next_sandbox_cold_boot(
+def _painted_png(provider: VmProvider, sandbox_id: str) -> Image.Image:
+    """The sandbox's first painted full-screen PNG (waits for the agent)."""
+    wait_ready(provider, sandbox_id, timeout=240, painted=True)
+    with provider.connect(sandbox_id, timeout=30) as client:
+        client.hello(timeout=30)
+        blob = client.call("screenshot", {"format": "png"}).blob
+    image = Image.open(io.BytesIO(blob))
+    assert image.getcolors(1) is None, f"{sandbox_id}: the screen is one colour"
+    return image
+
+
+def test_every_sandbox_restores_warm_however_many_run_at_once(
     vm_provider: VmProvider, leak_check: list[str]
 ) -> None:
-    """One saved state runs as one live domain (libvirt keeps its name): with one slot, the
-    second concurrent sandbox cold-boots, and both work."""
+    """One saved state runs as one live domain (libvirt keeps its name and UUID): a second slot
+    is a copy of the first, renamed (no boot: its golden disk is the first's, hard-linked), and
+    a sandbox that finds every slot busy is restored from a copy of a slot's state made for it
+    (domain ``cubicle-<id>``), which is removed once restored. Three run at once, each its own
+    guest: its own disk, its own VM generation ID, the desktop drawn."""
+    two_slots = VmProvider(warm_slots=2)
+    two_slots.image = vm_provider.image
+    spec = SandboxSpec()
+    assert two_slots.warm_up(spec) == 2
+    image = vm_image.load_image(vm_provider.image, vm_provider.home)
+    first_slot, second_slot = slots_for(vm_provider.home, image, vm_provider.warm_key(spec), 2)
+    assert first_slot.golden.stat().st_ino == second_slot.golden.stat().st_ino
+    saved = ET.fromstring(vm_provider.conn.saveImageGetXMLDesc(str(second_slot.state), 0))
+    assert saved.findtext("name") == second_slot.name
+    meta = second_slot.meta()
+    assert meta is not None and saved.findtext("uuid") == meta["uuid"]
+
+    infos = []
+    try:
+        for _ in range(3):
+            infos.append(two_slots.create(spec))
+            leak_check.append(infos[-1].id)
+        assert [info.detail["start"] for info in infos] == ["warm:0", "warm:1", "warm-copy:0"]
+        assert infos[2].detail["domain"] == f"cubicle-{infos[2].id}"
+        assert not (vm_provider.home / "run" / infos[2].id / "state.save").exists()
+        genids = set()
+        for info in infos:
+            _painted_png(two_slots, info.id)
+            genids.add(_genid(two_slots.conn.lookupByName(info.detail["domain"]).XMLDesc(0)))
+            wrote = two_slots.exec(
+                info.id, ["sh", "-c", 'echo "$1" > ~/who.txt', "sh", info.id], timeout=90
+            )
+            assert wrote.exit_code == 0, wrote.stderr
+        assert len(genids) == 3
+        for info in infos:
+            done = two_slots.exec(info.id, ["sh", "-c", "hostname; cat ~/who.txt"], timeout=90)
+            assert done.stdout.split() == ["cubicle", info.id]
+    finally:
+        for info in infos:
+            two_slots.destroy(info.id)
+    for info in infos:
+        assert_gone(vm_provider, info.id)
+    assert first_slot.valid_for(image) and second_slot.valid_for(image)
+
+
+def test_a_sandbox_cold_boots_when_the_copy_of_a_busy_slot_fails(
+    vm_provider: VmProvider, leak_check: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copy of a busy slot's state cannot be written (the disk is full, made so by failing
+    the copy): the sandbox cold-boots instead, works, and no partial copy is left."""
     one_slot = VmProvider(warm_slots=1)
     one_slot.image = vm_provider.image
-    first = one_slot.create(SandboxSpec())
-    leak_check.append(first.id)
+    holder = one_slot.create(SandboxSpec())
+    leak_check.append(holder.id)
     try:
+
+        def disk_full(source: Path, target: Path, **_: str) -> None:
+            target.write_bytes(b"partial")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target))
+
+        monkeypatch.setattr(vm_warm_start, "clone_saved_state", disk_full)
         second = one_slot.create(SandboxSpec())
         leak_check.append(second.id)
         try:
-            assert (first.detail["start"], second.detail["start"]) == ("warm:0", "cold")
-            for info in (first, second):
-                wait_ready(one_slot, info.id, timeout=240)
-                done = one_slot.exec(info.id, ["hostname"])
-                assert (done.exit_code, done.stdout.strip()) == (0, "cubicle")
+            assert (holder.detail["start"], second.detail["start"]) == ("warm:0", "cold")
+            assert not (vm_provider.home / "run" / second.id / "state.save").exists()
+            _painted_png(one_slot, second.id)
         finally:
             one_slot.destroy(second.id)
     finally:
-        one_slot.destroy(first.id)
+        one_slot.destroy(holder.id)
 
 
 def test_the_vm_powers_off_when_its_desktop_is_gone(

@@ -13,6 +13,8 @@ path (under ``<home>``)                 mode
 ``run/``, ``run/<id>/``                 ``0750`` root:QEMU
 ``run/<id>/overlay.qcow2``              ``0660`` root:QEMU (libvirt hands it to QEMU's user
                                         while the domain runs)
+``run/<id>/state.save``                 ``0440`` root:QEMU: a copy of a warm slot's state, only
+                                        while the sandbox is restored from it
 other ``run/<id>/`` files               ``0640`` root:QEMU or ``0600`` (labels, proxy log)
 ``warm/`` … ``slotN/``                  ``0750`` root:QEMU
 ``golden.qcow2``, ``state.save``        ``0440`` root:QEMU (frozen once saved)

@@ -2,9 +2,14 @@
 
 Design (libvirt refuses a different ``<name>``/``<uuid>`` on restore, so one saved state can run
 as one live domain at a time): a *slot* is one saved state with its own domain name. A sandbox
-takes the first slot whose domain is not running and is restored from it (~1 s under TCG); when
-every slot is busy it cold-boots (~10-15 s under TCG). Slots are per (image, screen, memory,
-vCPUs, pids limit, accelerator) — a different screen size needs its own golden state.
+takes the first slot whose domain is not running and is restored from it (~1 s under TCG). Slot 0
+is made by booting a guest and saving it; the other slots are copies of slot 0 renamed to their
+own domain (:func:`orchestrator.providers.vm.saved_state.clone_saved_state`, ~0.1 s, the golden
+disk hard-linked). When every slot is busy, the sandbox is restored from a copy of a slot's
+state made for it in its run folder (domain ``cubicle-<id>``), removed once restored; it
+cold-boots (~10-20 s under TCG) only when no valid slot exists or the copy fails. Slots are per
+(image, screen, memory, vCPUs, pids limit, accelerator) — a different screen size needs its own
+golden state.
 
 Files of a slot, ``<home>/warm/<image ref>/<key>/slot<N>/``::
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import secrets
 import shutil
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -24,6 +26,7 @@ from orchestrator.provider import Progress, SandboxInfo, SandboxSpec
 from orchestrator.providers.vm import image as vm_image
 from orchestrator.providers.vm.domain import DomainPlan, domain_xml, retarget_saved_xml
 from orchestrator.providers.vm.files import FileAccess
+from orchestrator.providers.vm.saved_state import SavedStateError, clone_saved_state
 from orchestrator.providers.vm.virt import libvirt_module, map_libvirt_errors, unless_gone
 from orchestrator.providers.vm.warm import WarmKey, WarmSlot, slots_for
 
@@ -35,6 +38,14 @@ GOLDEN_TTL_S = 900.0
 """Expiry of a golden guest being booted and saved (gc removes one left by a killed process)."""
 GOLDEN_ID_PREFIX = "vm-golden"
 """Sandbox ids of golden guests (``vm-`` like every VM sandbox id, so gc and destroy know them)."""
+
+
+class SlotBusy(ProviderError):
+    """A saved state's domain runs already (its one live restore)."""
+
+
+class SlotUnusable(ProviderError):
+    """libvirt refused to restore a saved state (for another reason than a live domain)."""
 
 
 class WarmHost(Protocol):
@@ -126,54 +137,104 @@ class WarmStarter:
                 # another process is making it, or it failed: cold boot this one
                 log.warning("no warm state for %s (%s); cold boot", sandbox_id, exc)
                 return None
-        libvirt = libvirt_module()
         for slot in slots:
             if not slot.valid_for(image):
                 continue
-            labels = self.provider.labels_for(sandbox_id, spec, image, f"warm:{slot.index}")
-            run = self.provider.run_dir(sandbox_id)
-            if not run.exists():
-                self.provider.new_run_dir(sandbox_id, labels)
-            files = self.provider.files
-            files.directories(self.provider.home, slot.directory)  # slots saved by older versions
-            slot.freeze(files)
-            overlay = run / "overlay.qcow2"
-            overlay.unlink(missing_ok=True)
-            vm_image.create_overlay(slot.golden, overlay, files)
             try:
-                saved = self.provider.conn.saveImageGetXMLDesc(str(slot.state), 0)
-                xml = retarget_saved_xml(
-                    saved,
-                    overlay=overlay,
-                    agent_socket=run / "agent.sock",
-                    console_log=run / "console.log",
-                    labels=labels,
-                )
-                self.provider.conn.restoreFlags(
-                    str(slot.state), xml, libvirt.VIR_DOMAIN_SAVE_RUNNING
-                )
-            except libvirt.libvirtError as exc:
+                return self.restore(sandbox_id, spec, image, slot, state=slot.state, name=slot.name)
+            except SlotBusy:
+                continue
+            except SlotUnusable as exc:
                 log.info("restoring %s from %s failed: %s", sandbox_id, slot.name, exc)
-                busy = exc.get_error_code() == libvirt.VIR_ERR_OPERATION_INVALID
-                if not busy and not self.slot_live(slot):
+                if not self.slot_live(slot):
                     # not "in use" but unusable (e.g. QEMU/libvirt upgraded since the save):
                     # drop the slot and cold-boot; the next warm_up/create makes it again
                     slot.reset()
-                continue
-            self.provider.write_labels(run, labels)
-            self.provider.seal_socket(run)
-            with map_libvirt_errors(f"look up the restored domain {slot.name}"):
-                dom = self.provider.conn.lookupByName(slot.name)
-            info = self.provider.sandbox_info(dom, labels)
-            assert info is not None  # our own labels parse
-            return info
-        log.info(
-            "every warm slot of %s is busy; cold boot of %s", slots[0].directory.parent, sandbox_id
-        )
+        source = next((slot for slot in slots if slot.valid_for(image)), None)
+        if source is not None:
+            info = self.restore_copy(sandbox_id, spec, image, source)
+            if info is not None:
+                return info
         shutil.rmtree(
             self.provider.run_dir(sandbox_id), ignore_errors=True
         )  # the cold boot starts afresh
         return None
+
+    def restore_copy(
+        self, sandbox_id: str, spec: SandboxSpec, image: vm_image.VmImage, slot: WarmSlot
+    ) -> SandboxInfo | None:
+        """Restore from a copy of ``slot``'s state made for this sandbox (every slot is busy):
+        the copy names the domain ``cubicle-<id>`` with a new UUID, so it runs beside the slot's
+        own restore; it is removed once QEMU has read it. None (→ cold boot) when the copy
+        cannot be made or restored."""
+        start = f"warm-copy:{slot.index}"
+        run = self.provider.run_dir(sandbox_id)
+        if not run.exists():
+            self.provider.new_run_dir(
+                sandbox_id, self.provider.labels_for(sandbox_id, spec, image, start)
+            )
+        copy = run / "state.save"
+        copy.unlink(missing_ok=True)
+        name = f"cubicle-{sandbox_id}"
+        try:
+            clone_saved_state(slot.state, copy, name=name, uuid=str(uuid.uuid4()))
+            self.provider.files.restrict(copy, 0o440)
+            return self.restore(sandbox_id, spec, image, slot, state=copy, name=name, start=start)
+        except (SavedStateError, OSError, SlotBusy, SlotUnusable) as exc:
+            log.warning("no copy of %s for %s (%s); cold boot", slot.name, sandbox_id, exc)
+            return None
+        finally:
+            copy.unlink(missing_ok=True)
+
+    def restore(
+        self,
+        sandbox_id: str,
+        spec: SandboxSpec,
+        image: vm_image.VmImage,
+        slot: WarmSlot,
+        *,
+        state: Path,
+        name: str,
+        start: str | None = None,
+    ) -> SandboxInfo:
+        """Restore the domain ``name`` saved in ``state`` (the slot's or a copy of it) onto a new
+        overlay of the slot's golden disk, as sandbox ``sandbox_id``.
+
+        :raises SlotBusy: a domain of that name runs (the slot's other restore).
+        :raises SlotUnusable: libvirt refused the state for another reason.
+        """
+        libvirt = libvirt_module()
+        labels = self.provider.labels_for(sandbox_id, spec, image, start or f"warm:{slot.index}")
+        run = self.provider.run_dir(sandbox_id)
+        if not run.exists():
+            self.provider.new_run_dir(sandbox_id, labels)
+        files = self.provider.files
+        files.directories(self.provider.home, slot.directory)  # slots saved by older versions
+        slot.freeze(files)
+        overlay = run / "overlay.qcow2"
+        overlay.unlink(missing_ok=True)
+        vm_image.create_overlay(slot.golden, overlay, files)
+        try:
+            saved = self.provider.conn.saveImageGetXMLDesc(str(state), 0)
+            xml = retarget_saved_xml(
+                saved,
+                overlay=overlay,
+                agent_socket=run / "agent.sock",
+                console_log=run / "console.log",
+                labels=labels,
+            )
+            self.provider.conn.restoreFlags(str(state), xml, libvirt.VIR_DOMAIN_SAVE_RUNNING)
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() == libvirt.VIR_ERR_OPERATION_INVALID:
+                raise SlotBusy(str(exc)) from None
+            raise SlotUnusable(str(exc)) from None
+        self.provider.write_labels(run, labels)
+        self.provider.seal_socket(run)
+        with map_libvirt_errors(f"look up the restored domain {name}"):
+            dom = self.provider.conn.lookupByName(name)
+        info = self.provider.sandbox_info(dom, labels)
+        assert info is not None  # our own labels parse
+        return info
 
     def slot_live(self, slot: WarmSlot) -> bool:
         """Whether the slot's domain (its one live restore) is running now."""
@@ -195,12 +256,43 @@ class WarmStarter:
             self.provider.home, image, self.provider.warm_key(spec), self.provider.warm_slots
         )[: slots or self.provider.warm_slots]
         for slot in wanted:
-            if not slot.valid_for(image):
-                started = time.monotonic()
-                say(f"warm state: booting and saving golden guest {slot.name}")
-                self.make_golden(slot, spec, image)
-                say(f"warm state: {slot.name} saved in {time.monotonic() - started:.0f} s")
+            if slot.valid_for(image):
+                continue
+            started = time.monotonic()
+            first = wanted[0]
+            if slot is not first and first.valid_for(image):
+                self.copy_slot(first, slot, spec, image)
+                say(f"warm state: {slot.name} copied from {first.name}")
+                continue
+            say(f"warm state: booting and saving golden guest {slot.name}")
+            self.make_golden(slot, spec, image)
+            say(f"warm state: {slot.name} saved in {time.monotonic() - started:.0f} s")
         return sum(slot.valid_for(image) for slot in wanted)
+
+    def copy_slot(
+        self, source: WarmSlot, slot: WarmSlot, spec: SandboxSpec, image: vm_image.VmImage
+    ) -> None:
+        """Make ``slot`` a copy of the valid ``source`` (no boot: ~0.1 s): the same golden disk
+        (a hard link, both read-only) and its state renamed to ``slot``'s domain, new UUID."""
+        if self.slot_live(slot):
+            raise ProviderError(
+                f"warm slot {slot.name} is running: another process is saving it or uses it"
+            )
+        slot.reset()
+        self.provider.files.directories(self.provider.home, slot.directory)
+        new_uuid = str(uuid.uuid4())
+        try:
+            os.link(source.golden, slot.golden)
+            clone_saved_state(source.state, slot.state, name=slot.name, uuid=new_uuid)
+            slot.commit(image, self.provider.warm_key(spec), new_uuid, self.provider.files)
+        except OSError as exc:
+            slot.reset()
+            raise ProviderError(
+                f"cannot copy warm slot {source.name} to {slot.name}: {exc}"
+            ) from None
+        except BaseException:
+            slot.reset()
+            raise
 
     def make_golden(self, slot: WarmSlot, spec: SandboxSpec, image: vm_image.VmImage) -> None:
         """Cold-boot the slot's domain, wait for a painted desktop, save it (which stops it)."""
