@@ -32,9 +32,10 @@ creating, whatever it listed before. It decides sandbox by sandbox, never "every
 snapshot", and removes a doomed sandbox with the provider's ``destroy`` (its per-sandbox
 clean-up steps).
 
-For later users of the same mechanism: a **warm pool** keeps ready, detached sandboxes and a
-claim is one more atomic mark change (Docker: a rename that fails for the second claimer with a
-conflict; VM: another ``O_EXCL`` file) that names the claimer; **remote engines** already work:
+Other users of the same mechanism: a **warm pool** keeps ready, detached sandboxes and a claim
+is one more atomic mark that names the claimer (Docker: a claim marker container whose create
+conflicts for the second claimer; VM: ``claim.json`` hard-linked into the run folder, which
+fails for the second; :mod:`orchestrator.pool`); **remote engines** already work:
 the stamp carries the owner's host, and pids are only judged on that host.
 
 Objects whose stamp does not parse (:class:`MalformedStamp`) are skipped by ``gc`` and ``ls``

@@ -221,6 +221,20 @@ class Provider(abc.ABC):
 
     name: ClassVar[str]
 
+    @abc.abstractmethod
+    def validate(self, spec: SandboxSpec) -> None:
+        """Refuse a spec this backend cannot create, before anything is made.
+
+        :raises ConfigError: naming what is wrong with ``spec``.
+        """
+
+    @abc.abstractmethod
+    def default_image(self) -> str:
+        """The image new sandboxes use when their spec names none.
+
+        :raises ImageMissing: it is not built (naming how to build it).
+        """
+
     def keeps_spare_connection(self) -> bool:
         """Whether a new sandbox may keep the connection its readiness check opened, for
         :class:`orchestrator.sandbox.Sandbox`'s first ``connect()``: only where the agent takes

@@ -10,9 +10,11 @@ How it stays safe (:mod:`orchestrator.ownership` is the one rule):
 - A member is a *detached* sandbox whose ready mark is its pool name
   (:func:`orchestrator.pool.marks.member_name`); it expires with its pool, and ``gc`` takes it
   then like any expired sandbox.
-- A claim is one atomic act on the engine that names the claimer: creating the member's *claim
-  marker* (a never-started container ``cubicle-<id>-claim`` labelled with the claimer's stamp).
-  A second claimer's create conflicts, so two claims never get the same member. From then on the
+- A claim is one atomic act that names the claimer. Docker: creating the member's *claim
+  marker* (a never-started container ``cubicle-<id>-claim`` labelled with the claimer's stamp);
+  a second claimer's create conflicts. VM: hard-linking ``claim.json`` (the claimer's stamp)
+  into the member's run folder (:mod:`orchestrator.providers.vm.run_marks`); a second link
+  fails. So two claims never get the same member. From then on the
   marker's stamp is the sandbox's stamp (owner, lifetime, expiry of the claim), so ``gc`` treats
   a claimed sandbox exactly as one the claimer created.
 - Members are never used before their claim (the filler only waits for the agent's hello and
@@ -22,7 +24,8 @@ How it stays safe (:mod:`orchestrator.ownership` is the one rule):
   KEY``) tops the pool up; ``pool drain`` and ``gc`` end it by pid.
 
 Modules: :mod:`.marks` (names and stamps on the engine), :mod:`.registry` (pool records on the
-host), :mod:`.docker_pool` (members on Docker), :mod:`.fill` (making members), :mod:`.refill`
+host), :mod:`.backends` (each backend's pool functions), :mod:`.docker_pool` (members on
+Docker), :mod:`.vm_pool` (members on VMs), :mod:`.fill` (making members), :mod:`.refill`
 (the background process), :mod:`.claim` (the claimer :mod:`orchestrator.claims` loads by name
 for ``Sandbox.create``: ``orchestrator.sandbox`` imports nothing of this package), :mod:`.cli`.
 This package's ``__init__`` imports nothing: providers import :mod:`.marks` without a cycle.

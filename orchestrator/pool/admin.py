@@ -15,18 +15,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Final
 
 from orchestrator import labels as L
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, EngineUnavailable, ImageMissing
 from orchestrator.hostprocs import argv_of
-from orchestrator.pool import docker_pool, fill, refill, registry
-from orchestrator.pool.registry import PoolRecord, PoolShape
-from orchestrator.provider import Progress, SandboxSpec
+from orchestrator.pool import fill, marks, refill, registry
+from orchestrator.pool.backends import BACKENDS, pool_backend
+from orchestrator.pool.registry import PoolRecord
+from orchestrator.provider import Progress, Provider, SandboxSpec
 from orchestrator.providers.docker.provider import DockerProvider
-from orchestrator.providers.docker.provider import _validate as validate
 
 __all__ = ["PoolStatus", "drain", "gc", "start", "status"]
 
@@ -41,12 +42,13 @@ class PoolStatus:
     refillers: list[int]
 
 
-def _provider(shape: PoolShape) -> DockerProvider:
-    if shape.backend != "docker":
-        raise ConfigError(
-            f"pools on the {shape.backend} backend are not supported yet (Docker only)",
-            hint="use --backend docker",
-        )
+def _provider(backend: str) -> Provider:
+    """A provider of ``backend`` (:raises ConfigError: a backend without pools)."""
+    pool_backend(backend)  # raises, naming the backend
+    if backend == "vm":
+        from orchestrator.providers.vm import VmProvider  # noqa: PLC0415 — only for VM pools
+
+        return VmProvider()
     return DockerProvider()
 
 
@@ -66,17 +68,15 @@ def start(
     """
     if size < 1:
         raise ConfigError(f"a pool holds at least 1 member, got {size}")
-    if spec.ttl_s <= docker_pool.CLAIM_MARGIN_S:
+    if spec.ttl_s <= marks.CLAIM_MARGIN_S:
         raise ConfigError(
             f"pool ttl {spec.ttl_s:.0f} s is too short: members are not claimed in their last "
-            f"{docker_pool.CLAIM_MARGIN_S:.0f} s"
+            f"{marks.CLAIM_MARGIN_S:.0f} s"
         )
     from orchestrator.pool.claim import shape_for  # noqa: PLC0415
 
-    if backend != "docker":
-        _provider(PoolShape.of(backend, "", "", spec))  # raises, naming the backend
-    provider = DockerProvider()
-    validate(spec, provider._cpu_count())  # before anything is recorded
+    provider = _provider(backend)
+    provider.validate(spec)  # before anything is recorded
     shape = shape_for(provider, spec)
     record = PoolRecord(shape=shape, size=size, expires_at=time.time() + spec.ttl_s)
     registry.write(record)
@@ -91,11 +91,12 @@ def status() -> list[PoolStatus]:
     """Every recorded pool, with its ready members and fillers."""
     found = []
     for record in registry.records():
-        provider = _provider(record.shape)
+        backend = pool_backend(record.shape.backend)
+        provider = _provider(record.shape.backend)
         found.append(
             PoolStatus(
                 record=record,
-                ready=sum(m.state == "running" for m in docker_pool.members(provider, record.key)),
+                ready=sum(m.state == "running" for m in backend.members(provider, record.key)),
                 filling=not registry.lock_free(record.key),
                 refillers=refill.refill_pids(record.key),
             )
@@ -110,17 +111,29 @@ def drain(key: str) -> list[str]:
     """
     record = registry.read(key)
     registry.remove(key)
-    provider = _provider(record.shape) if record else DockerProvider()
+    if record is None:  # unknown: drain whatever members of it any backend has
+        removed = []
+        for name in BACKENDS:
+            with contextlib.suppress(EngineUnavailable, ImageMissing):
+                removed += _drain(key, name)
+        return removed
+    return _drain(key, record.shape.backend)
+
+
+def _drain(key: str, backend_name: str) -> list[str]:
+    """Drain pool ``key``'s members on ``backend_name`` (its record is already removed)."""
+    backend = pool_backend(backend_name)
+    provider = _provider(backend_name)
     owners = {(pid, L.process_start_ticks(pid) or 0) for pid in refill.refill_pids(key)}
     refill.stop_refills(key)
     removed: list[str] = []
     with registry.fill_lock(key, wait_s=DRAIN_LOCK_WAIT_S):
-        for sandbox_id in docker_pool.creating_by(provider, owners):
+        for sandbox_id in backend.creating_by(provider, owners):
             provider.destroy(sandbox_id)
             removed.append(sandbox_id)
         drainer = SandboxSpec(ttl_s=600.0)
-        for member in docker_pool.members(provider, key):
-            if docker_pool.take(provider, member, drainer):
+        for member in backend.members(provider, key):
+            if backend.take(provider, member, drainer):
                 provider.destroy(member.sandbox_id)
                 removed.append(member.sandbox_id)
     return removed

@@ -25,7 +25,7 @@ def engine_of(provider: Provider) -> str:
 
 def shape_for(provider: Provider, spec: SandboxSpec) -> registry.PoolShape:
     """The pool shape a request for ``spec`` on ``provider`` matches."""
-    image = spec.image or provider.default_image()  # type: ignore[attr-defined]
+    image = spec.image or provider.default_image()
     return registry.PoolShape.of(provider.name, engine_of(provider), str(image), spec)
 
 
@@ -35,14 +35,14 @@ def claim(provider: Provider, spec: SandboxSpec) -> Claim | None:
     refiller is asked to top it up. (A :data:`orchestrator.claims.Claimer`.)"""
     if not registry.has_pools():
         return None
-    from orchestrator.pool import docker_pool, refill  # noqa: PLC0415 — only with pools
-    from orchestrator.providers.docker.provider import DockerProvider  # noqa: PLC0415
+    from orchestrator.pool import marks, refill  # noqa: PLC0415 — only with pools
+    from orchestrator.pool.backends import BACKENDS, pool_backend  # noqa: PLC0415
 
-    if not isinstance(provider, DockerProvider):
-        return None  # pools are Docker-only for now (README: Warm pools)
-    record = registry.read(shape_for(provider, spec).key)
-    if record is None or record.expires_at < time.time() + docker_pool.CLAIM_MARGIN_S:
+    if provider.name not in BACKENDS:
         return None
-    claimed = docker_pool.claim(provider, record.key, spec)
+    record = registry.read(shape_for(provider, spec).key)
+    if record is None or record.expires_at < time.time() + marks.CLAIM_MARGIN_S:
+        return None
+    claimed = pool_backend(provider.name).claim(provider, record.key, spec)
     refill.request(record.key)
     return claimed

@@ -4,9 +4,8 @@ atomic claim and the drain (:mod:`orchestrator.pool.marks` for the names).
 
 from __future__ import annotations
 
+import functools
 import logging
-import random
-import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from orchestrator import labels as L
 from orchestrator import ownership
 from orchestrator.claims import Claim
 from orchestrator.pool import marks
+from orchestrator.pool.backends import claim_first
 from orchestrator.provider import AgentStream, SandboxInfo, SandboxSpec
 from orchestrator.providers.docker.errors import map_docker_errors
 from orchestrator.providers.docker.provider import (
@@ -35,13 +35,12 @@ __all__ = [
     "PoolMemberProvider",
     "claim",
     "claim_member",
+    "creating_by",
     "members",
     "take",
 ]
 
-CLAIM_MARGIN_S: Final = 60.0
-"""A member this close to its expiry is never claimed (so ``gc``, which takes it once expired,
-cannot race a claim)."""
+CLAIM_MARGIN_S: Final = marks.CLAIM_MARGIN_S
 WARMUP_TIMEOUT_S: Final = 30.0
 CONNECT_S: Final = 10.0
 """How long a claimed member's bridge waits for its agent (a ready member's listens already)."""
@@ -143,19 +142,7 @@ def take(provider: DockerProvider, member: Member, spec: SandboxSpec) -> bool:
     """The atomic claim: create ``member``'s claim marker, labelled with this process's stamp
     for ``spec`` (lifetime, ttl). False when another process claimed it first (the name is taken).
     """
-    return _take(provider, member, _claim_labels(member, spec))
-
-
-def _claim_labels(member: Member, spec: SandboxSpec) -> dict[str, str]:
-    return L.create_labels(
-        member.sandbox_id,
-        "claim",
-        owner=L.Owner.current(),
-        ttl_s=spec.ttl_s,
-        lifetime=ownership.lifetime_of(spec.detached),
-        network=str(spec.network),
-        screen=spec.screen,
-    )
+    return _take(provider, member, marks.claim_labels(member.sandbox_id, spec))
 
 
 def _take(provider: DockerProvider, member: Member, labels: dict[str, str]) -> bool:
@@ -182,18 +169,7 @@ def claim(provider: DockerProvider, key: str, spec: SandboxSpec) -> Claim | None
     connection (hello done), or None when there is none. Two concurrent claims never get the
     same member (:func:`take`). The member is then renamed ``cubicle-<id>`` (cosmetic: the
     marker is the claim)."""
-    now = time.time()
-    candidates = [
-        m
-        for m in members(provider, key)
-        if m.state == "running" and m.expires_at > now + CLAIM_MARGIN_S
-    ]
-    random.shuffle(candidates)  # concurrent claimers rarely collide
-    for member in candidates:
-        claimed = claim_member(provider, member, spec)
-        if claimed is not None:
-            return claimed
-    return None
+    return claim_first(members(provider, key), functools.partial(claim_member, provider, spec=spec))
 
 
 def claim_member(provider: DockerProvider, member: Member, spec: SandboxSpec) -> Claim | None:
@@ -206,7 +182,7 @@ def claim_member(provider: DockerProvider, member: Member, spec: SandboxSpec) ->
     as soon as it is open: nothing of this claimer stays in the member. Once won, the rename
     runs beside the hello, and the info is made from what the listing and the marker say (the
     hello proves the member runs)."""
-    labels = _claim_labels(member, spec)
+    labels = marks.claim_labels(member.sandbox_id, spec)
     stream = _background(
         provider.open_stream_in, member.container_id, member.sandbox_id, timeout=CONNECT_S
     )

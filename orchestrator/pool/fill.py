@@ -15,8 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
 from guest.errors import CubicleError
-from orchestrator.errors import ConfigError, ProviderError
-from orchestrator.pool import docker_pool, registry
+from orchestrator.errors import ProviderError
+from orchestrator.pool import marks, registry
+from orchestrator.pool.backends import pool_backend
 from orchestrator.pool.registry import PoolRecord
 from orchestrator.provider import Progress, SandboxSpec
 from orchestrator.sandbox import Sandbox
@@ -48,9 +49,7 @@ def member_spec(record: PoolRecord) -> SandboxSpec:
 
 def _make_one(record: PoolRecord, ready_timeout_s: float) -> str | None:
     """Start one member; its id, or None when the pool was drained meanwhile (then removed)."""
-    if record.shape.backend != "docker":
-        raise ConfigError(f"pools on the {record.shape.backend} backend are not supported yet")
-    provider = docker_pool.PoolMemberProvider(record.key)
+    provider = pool_backend(record.shape.backend).PoolMemberProvider(record.key)
     sandbox = Sandbox.create(
         spec=member_spec(record), provider=provider, pool=False, ready_timeout_s=ready_timeout_s
     )
@@ -63,8 +62,9 @@ def _make_one(record: PoolRecord, ready_timeout_s: float) -> str | None:
 
 def missing(record: PoolRecord) -> int:
     """How many ready members pool ``record`` lacks (a member that stopped is not ready)."""
-    provider = docker_pool.PoolMemberProvider(record.key)
-    running = [m for m in docker_pool.members(provider, record.key) if m.state == "running"]
+    backend = pool_backend(record.shape.backend)
+    provider = backend.PoolMemberProvider(record.key)
+    running = [m for m in backend.members(provider, record.key) if m.state == "running"]
     return max(0, record.size - len(running))
 
 
@@ -83,7 +83,7 @@ def fill(
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as workers:
         while True:
             current = registry.read(record.key)
-            if current is None or current.expires_at < time.time() + docker_pool.CLAIM_MARGIN_S:
+            if current is None or current.expires_at < time.time() + marks.CLAIM_MARGIN_S:
                 return made
             count = min(missing(current), max(1, parallel))
             if count == 0:

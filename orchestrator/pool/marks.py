@@ -30,10 +30,13 @@ from typing import Final
 
 from orchestrator import labels as L
 from orchestrator import ownership
+from orchestrator.provider import SandboxSpec
 
 __all__ = [
+    "CLAIM_MARGIN_S",
     "CLAIM_ROLE",
     "POOL_INFIX",
+    "claim_labels",
     "claim_marker_name",
     "effective_stamps",
     "is_member_name",
@@ -41,6 +44,9 @@ __all__ = [
     "member_name",
 ]
 
+CLAIM_MARGIN_S: Final = 60.0
+"""A member this close to its expiry is never claimed (so ``gc``, which takes it once expired,
+cannot race a claim)."""
 POOL_INFIX: Final = ".pool."
 CLAIM_ROLE: Final = "claim"
 _KEY = re.compile(r"[0-9a-f]{12}")
@@ -66,6 +72,20 @@ def is_member_name(name: str) -> bool:
 def claim_marker_name(sandbox_id: str) -> str:
     """The claim marker's container name: one per sandbox, so a second claim conflicts."""
     return f"cubicle-{sandbox_id}-claim"
+
+
+def claim_labels(sandbox_id: str, spec: SandboxSpec) -> dict[str, str]:
+    """The labels of a claim of ``sandbox_id`` for ``spec``: this process's stamp, the claim's
+    lifetime and ttl (the claim marker's on Docker, ``claim.json``'s on VMs)."""
+    return L.create_labels(
+        sandbox_id,
+        CLAIM_ROLE,
+        owner=L.Owner.current(),
+        ttl_s=spec.ttl_s,
+        lifetime=ownership.lifetime_of(spec.detached),
+        network=str(spec.network),
+        screen=spec.screen,
+    )
 
 
 def effective_stamps(

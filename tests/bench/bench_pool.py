@@ -38,7 +38,7 @@ MIB = 1024 * 1024
 
 
 @contextlib.contextmanager
-def _private_pools() -> Iterator[None]:
+def private_pools() -> Iterator[None]:
     before = os.environ.get(registry.DIR_ENV)
     with tempfile.TemporaryDirectory(prefix="cubicle-bench-pools-") as folder:
         os.environ[registry.DIR_ENV] = folder
@@ -83,7 +83,7 @@ def _wait_refilled(key: str, timeout_s: float = 120.0) -> None:
 
 
 def _claims(report: Report) -> None:
-    with _private_pools():
+    with private_pools():
         spec = SandboxSpec(screen=SCREEN, ttl_s=1800)
         record, _ = admin.start("docker", spec, POOL_SIZE, progress=lambda _line: None)
         times: dict[str, list[float]] = {}

@@ -45,6 +45,12 @@ class Place(Provider):
     def create(self, spec: SandboxSpec) -> SandboxInfo:
         raise AssertionError("gc used create")
 
+    def validate(self, spec: SandboxSpec) -> None:
+        raise AssertionError("gc used validate")
+
+    def default_image(self) -> str:
+        raise AssertionError("gc used default_image")
+
     def open_stream(self, sandbox_id: str, *, timeout: float) -> AgentStream:
         raise AssertionError("gc used open_stream")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import docker
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from orchestrator import labels as L
 from orchestrator.pool import admin, refill, registry
 from orchestrator.pool.registry import PoolRecord
-from orchestrator.provider import SandboxSpec
+from orchestrator.provider import Provider, SandboxSpec
 from orchestrator.providers.docker.provider import DockerProvider
 from orchestrator.sandbox import Sandbox
 from tests.orchestrator.conftest import cli, engine, provider
@@ -28,8 +29,9 @@ _HEIGHTS = itertools.count(611 + os.getpid() % 97 * 3)
 class Pools:
     """Pools a test made, and every sandbox id it saw (members and claims)."""
 
-    def __init__(self, provider: DockerProvider) -> None:
-        self.provider = provider
+    def __init__(self, provider: Provider, backend: str = "docker") -> None:
+        self.provider: Any = provider
+        self.backend = backend
         self.records: list[PoolRecord] = []
         self.ids: set[str] = set()
 
@@ -40,13 +42,13 @@ class Pools:
         return SandboxSpec(**fields)  # type: ignore[arg-type]
 
     def fill(self, spec: SandboxSpec, size: int) -> PoolRecord:
-        record, made = admin.start("docker", spec, size, progress=print)
+        record, made = admin.start(self.backend, spec, size, progress=print)
         self.records.append(record)
         self.ids.update(made)
         return record
 
     def claim(self, spec: SandboxSpec, **kwargs: object) -> Sandbox:
-        sandbox = Sandbox.create("docker", spec=spec, **kwargs)  # type: ignore[arg-type]
+        sandbox = Sandbox.create(self.backend, spec=spec, **kwargs)  # type: ignore[arg-type]
         self.ids.add(sandbox.id)
         return sandbox
 

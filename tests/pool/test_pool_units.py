@@ -122,7 +122,7 @@ def test_the_filler_lock_is_exclusive(tmp_path: Path, monkeypatch: pytest.Monkey
     [
         (["0"], "at least 1 member"),
         (["2", "--ttl", "30"], "too short"),
-        (["2", "--backend", "vm"], "not supported yet"),
+        (["2", "--backend", "vm", "--cpus", "999"], "more vCPUs than this host's"),
         (["2", "--size", "10x10"], "outside 320x200"),
     ],
 )

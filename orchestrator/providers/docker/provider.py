@@ -354,6 +354,10 @@ class DockerProvider(Provider):
                 ) from None
         return pinned
 
+    def validate(self, spec: SandboxSpec) -> None:
+        """Refuse a spec this engine cannot run (ConfigError: CPUs, screen, limits)."""
+        _validate(spec, self._cpu_count())
+
     def create(self, spec: SandboxSpec) -> SandboxInfo:
         """Create and start the sandbox's network, proxy and guest container.
 
@@ -362,7 +366,7 @@ class DockerProvider(Provider):
 
         """
         engine = self.engine
-        _validate(spec, self._cpu_count())
+        self.validate(spec)
         image = spec.image or self.default_image()
         sandbox_id = ID_PREFIX + secrets.token_hex(5)
         if self._client is None:

@@ -7,11 +7,12 @@ warm slot's golden overlay), ``agent.sock`` (the channel; one connection at a ti
 ``console.log`` (the guest's serial console: init, X, agent) and ``labels.json`` (the owner and
 expiry, so ``gc`` can remove the directory even when the domain never started) and, once the
 agent answered, ``ready`` — the sandbox's ready mark (:mod:`orchestrator.ownership`; created once
-with ``O_EXCL`` by :meth:`VmProvider.mark_ready`). The domain carries the same labels in its
-``<metadata>``. ``gc`` judges each sandbox id on its own (owner first, then a fresh read of the
-mark) and removes a doomed one with :meth:`VmProvider.destroy`, whose per-sandbox steps are
-:meth:`VmProvider.cleanup_steps`. Run directories and warm states are root's and
-QEMU's group's alone (:mod:`orchestrator.providers.vm.files`). :meth:`VmProvider.destroy`
+with ``O_EXCL`` by :meth:`VmProvider.mark_ready`); a warm-pool member's ``pool-member`` and,
+once claimed, ``claim.json``, whose stamp then counts (:mod:`.run_marks`). The domain carries
+the same labels in its ``<metadata>``. ``gc`` judges each sandbox id on its own (owner first,
+then a fresh read of the mark) and removes a doomed one with :meth:`VmProvider.destroy`, whose
+per-sandbox steps are :meth:`VmProvider.cleanup_steps`. Run directories and warm states are
+root's and QEMU's group's alone (:mod:`orchestrator.providers.vm.files`). :meth:`VmProvider.destroy`
 removes the domain and the directory (and an ``allow:`` or ``open`` sandbox's network pieces,
 below); nothing else is created.
 
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -74,6 +76,7 @@ from orchestrator.provider import (
 from orchestrator.providers.vm import build as vm_build
 from orchestrator.providers.vm import image as vm_image
 from orchestrator.providers.vm import network as vm_network
+from orchestrator.providers.vm import run_marks
 from orchestrator.providers.vm.domain import (
     DomainPlan,
     domain_xml,
@@ -108,8 +111,6 @@ MIN_MEMORY_MB = 512
 KEEP_BUILDS = 3
 """How many of the newest image builds :meth:`VmProvider.build_image` keeps."""
 SCREEN_LIMITS = (64, 8192)
-READY_MARK = "ready"
-"""The file in a run folder that says the sandbox is ready (its ready mark)."""
 UNLABELLED_GRACE_S = 600.0
 """A run folder without readable labels (a crash between mkdir and writing them) is an orphan
 once this old."""
@@ -290,6 +291,19 @@ class VmProvider(Provider):
             )
         if spec.cpus <= 0:
             raise ConfigError(f"cpus={spec.cpus}: must be positive")
+        host_cpus = os.cpu_count() or 1
+        if math.ceil(spec.cpus) > host_cpus:
+            raise ConfigError(
+                f"cpus={spec.cpus}: more vCPUs than this host's {host_cpus} CPUs (a guest's "
+                "vCPUs are host threads: more would only slow it down)"
+            )
+
+    def default_image(self) -> str:
+        """``CUBICLE_VM_IMAGE`` if set, else the build of the current sources (must be built).
+
+        :raises ImageMissing: naming the image and how to build it.
+        """
+        return vm_image.load_image(self.image, self.home).ref
 
     def warm_key(self, spec: SandboxSpec) -> WarmKey:
         """The guest shape a saved state must match for ``spec`` (see :mod:`.warm`)."""
@@ -484,17 +498,14 @@ class VmProvider(Provider):
         return "\n".join(text.splitlines()[-int(tail) :]) + "\n"
 
     def mark_ready(self, sandbox_id: str) -> None:
-        """Create the run folder's ``ready`` file (``O_EXCL``: once)."""
-        mark = self.run_dir(sandbox_id) / READY_MARK
+        """Create the run folder's ``ready`` file (``O_EXCL``: once; :mod:`.run_marks`)."""
         try:
-            os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
-        except FileExistsError:
-            return
+            run_marks.make_once(self.run_dir(sandbox_id) / run_marks.READY)
         except FileNotFoundError:
             raise SandboxNotFound(f"VM sandbox {sandbox_id} is gone") from None
 
     def _ready(self, sandbox_id: str) -> bool:
-        return (self.run_dir(sandbox_id) / READY_MARK).exists()
+        return (self.run_dir(sandbox_id) / run_marks.READY).exists()
 
     def destroy(self, sandbox_id: str) -> None:
         """Run the clean-up stages of :meth:`cleanup_steps` (idempotent): the steps of a stage
@@ -584,7 +595,13 @@ class VmProvider(Provider):
         if stamp is None:
             return None
         sandbox_id = stamp.sandbox_id
-        return SandboxInfo.from_labels(
+        run = self.run_dir(sandbox_id)
+        claimed = run_marks.claim_labels(run)
+        if claimed is not None:  # a claimed pool member: the claim's stamp counts
+            claim_stamp = ownership.skip_malformed(f"VM claim {run}", claimed, ID_PREFIX)
+            if claim_stamp is not None and claim_stamp.sandbox_id == sandbox_id:
+                stamp = claim_stamp
+        info = SandboxInfo.from_labels(
             stamp,
             labels,
             provider=self.name,
@@ -599,6 +616,14 @@ class VmProvider(Provider):
                 "agent_socket": self.agent_socket(sandbox_id),
             },
         )
+        if info.ownership != "creating" and self._unclaimed_member(run):
+            return dataclasses.replace(info, ownership="pool")
+        return info
+
+    @staticmethod
+    def _unclaimed_member(run: Path) -> bool:
+        """A warm-pool member nobody claimed yet (never to be used: :mod:`orchestrator.pool`)."""
+        return run_marks.member_key(run) is not None and not (run / run_marks.CLAIM).exists()
 
     def list(self) -> list[SandboxInfo]:
         infos = []
@@ -634,6 +659,9 @@ class VmProvider(Provider):
         run = self.run_dir(sandbox_id)
         labels = self._run_labels(run)
         what = f"VM run folder {run}"
+        claimed = run_marks.claim_labels(run)
+        if claimed is not None:  # a claimed pool member: judged by its claimer's stamp
+            labels, what = claimed, f"VM claim {run / run_marks.CLAIM}"
         if labels is None:
             found = [(d, lab) for d, lab in self._domains() if lab[L.SANDBOX] == sandbox_id]
             if found:
