@@ -235,7 +235,8 @@ class VmProvider(Provider):
         return checks
 
     def build_image(self, *, progress: Progress, force: bool = False) -> str:
-        """Build the base disk/kernel/initramfs, then save a warm state for the default shape.
+        """Build the base disk/kernel/initramfs, then save the warm states of the default shape
+        (slot 0 booted and saved, the other slots copies of it: :meth:`warm_up`).
 
         The warm state needs libvirt; without it the build still succeeds (sandboxes cold-boot).
         """
@@ -245,7 +246,7 @@ class VmProvider(Provider):
                 progress(f"removed the unused older build {path}")
         if self.warm_slots > 0:
             try:
-                self.warm_up(SandboxSpec(image=image.ref), slots=1, progress=progress)
+                self.warm_up(SandboxSpec(image=image.ref), progress=progress)
             except (EngineUnavailable, ProviderError, SandboxStartError) as exc:
                 progress(f"warm state not saved ({exc}); sandboxes will cold-boot")
         return image.ref
