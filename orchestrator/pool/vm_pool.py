@@ -90,7 +90,7 @@ def creating_by(provider: VmProvider, owners: set[tuple[int, int]]) -> list[str]
     for run in sorted(run_root.iterdir()) if run_root.is_dir() else []:
         if (run / run_marks.READY).exists() or not ownership.is_sandbox_id(run.name, ID_PREFIX):
             continue
-        labels = provider._run_labels(run)
+        labels = provider.run_labels(run)
         stamp = ownership.skip_malformed(f"VM run folder {run}", labels or {}, ID_PREFIX)
         if (
             stamp is not None

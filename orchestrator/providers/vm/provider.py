@@ -540,7 +540,7 @@ class VmProvider(Provider):
         ``open`` sandboxes ever get network pieces, made after those labels were written. (No
         readable labels: every piece is looked for by id.)"""
         run = self.run_dir(sandbox_id)
-        labels = self._run_labels(run)
+        labels = self.run_labels(run)
         return None if labels is not None and labels.get(L.NETWORK) == "none" else run
 
     def _stop_proxy(self, sandbox_id: str) -> None:
@@ -556,7 +556,7 @@ class VmProvider(Provider):
             vm_network.remove_network(self.conn, sandbox_id)
 
     @staticmethod
-    def _run_labels(run: Path) -> dict[str, Any] | None:
+    def run_labels(run: Path) -> dict[str, Any] | None:
         """The labels of a run folder (``labels.json``), or None when missing or unreadable."""
         try:
             labels = json.loads((run / "labels.json").read_text())
@@ -658,7 +658,7 @@ class VmProvider(Provider):
         """Read fresh: the sandbox's stamp (run folder's labels, else its domain's), or a reason
         it is an orphan without one, or None to skip it (malformed labels, warned about)."""
         run = self.run_dir(sandbox_id)
-        labels = self._run_labels(run)
+        labels = self.run_labels(run)
         what = f"VM run folder {run}"
         claimed = run_marks.claim_labels(run)
         if claimed is not None:  # a claimed pool member: judged by its claimer's stamp

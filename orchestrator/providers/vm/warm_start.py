@@ -138,8 +138,8 @@ class WarmStarter:
                 log.warning("no warm state for %s (%s); cold boot", sandbox_id, exc)
                 return None
         for slot in slots:
-            if not slot.valid_for(image):
-                continue
+            if not slot.valid_for(image) or self.slot_live(slot):
+                continue  # (a slot taken after this look fails its restore as busy: next one)
             try:
                 return self.restore(sandbox_id, spec, image, slot, state=slot.state, name=slot.name)
             except SlotBusy:
