@@ -7,33 +7,18 @@ imported only when a pool of that backend is used.
 from __future__ import annotations
 
 import importlib
-import random
-import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from orchestrator.claims import Claim
 from orchestrator.errors import ConfigError
-from orchestrator.pool import marks
+from orchestrator.pool.choose import PoolMember
 from orchestrator.provider import Provider, SandboxSpec
 
-__all__ = ["BACKENDS", "PoolBackend", "PoolMember", "claim_first", "pool_backend"]
+__all__ = ["BACKENDS", "PoolBackend", "pool_backend"]
 
 BACKENDS: Final = {"docker": "orchestrator.pool.docker_pool", "vm": "orchestrator.pool.vm_pool"}
 """Backends with pools, and the module of each."""
-
-
-class PoolMember(Protocol):
-    """What every backend's member listing says of a member."""
-
-    @property
-    def sandbox_id(self) -> str: ...
-
-    @property
-    def state(self) -> str: ...
-
-    @property
-    def expires_at(self) -> float: ...
 
 
 class PoolBackend(Protocol):
@@ -48,25 +33,6 @@ class PoolBackend(Protocol):
     def claim(self, provider: Any, key: str, spec: SandboxSpec) -> Claim | None: ...
 
     def creating_by(self, provider: Any, owners: set[tuple[int, int]]) -> list[str]: ...
-
-
-M = TypeVar("M", bound=PoolMember)
-
-
-def claim_first(found: Iterable[M], claim_member: Callable[[M], Claim | None]) -> Claim | None:
-    """Claim one of the members ``found`` (a pool's listing): the running ones not in their last
-    :data:`~orchestrator.pool.marks.CLAIM_MARGIN_S`, tried in random order (concurrent claimers
-    rarely collide) until ``claim_member`` wins one; None when none was won."""
-    now = time.time()
-    candidates = [
-        m for m in found if m.state == "running" and m.expires_at > now + marks.CLAIM_MARGIN_S
-    ]
-    random.shuffle(candidates)
-    for member in candidates:
-        claimed = claim_member(member)
-        if claimed is not None:
-            return claimed
-    return None
 
 
 def pool_backend(backend: str) -> PoolBackend:

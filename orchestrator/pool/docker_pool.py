@@ -19,7 +19,7 @@ from orchestrator import labels as L
 from orchestrator import ownership
 from orchestrator.claims import Claim
 from orchestrator.pool import marks
-from orchestrator.pool.backends import claim_first
+from orchestrator.pool.choose import claim_first
 from orchestrator.provider import AgentStream, SandboxInfo, SandboxSpec
 from orchestrator.providers.docker.errors import map_docker_errors
 from orchestrator.providers.docker.provider import (

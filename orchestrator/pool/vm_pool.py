@@ -23,7 +23,7 @@ from guest.errors import CubicleError
 from orchestrator import ownership
 from orchestrator.claims import Claim
 from orchestrator.pool import marks
-from orchestrator.pool.backends import claim_first
+from orchestrator.pool.choose import claim_first
 from orchestrator.provider import SandboxSpec
 from orchestrator.providers.vm import run_marks
 from orchestrator.providers.vm.provider import ID_PREFIX, VmProvider
