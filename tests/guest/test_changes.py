@@ -336,6 +336,8 @@ def test_a_program_busy_all_the_time_gets_the_idle_quiet_period_above_its_backgr
         settle = {**protocol.SettleSpec().as_args(), "typing_quiet_ms": None}
         worked = client.call("keypress", {"keys": ["w"], "settle": settle}).result["receipt"]
         assert pixel_at(client, 850, 250) == (0, 255, 255), "answered while the program worked"
-        assert worked["settle_ms"] >= 250
+        # settle_ms counts from the end of the input (XTEST sent and synced); the program starts
+        # its 250 ms of work when the key arrives, which can be a few ms before that (seen: 248)
+        assert worked["settle_ms"] >= 250 - 25
     finally:
         stop_process(process)
