@@ -65,6 +65,7 @@ from orchestrator.errors import (
     SandboxStartError,
 )
 from orchestrator.hostdirs import host_folder
+from orchestrator.pool import marks
 from orchestrator.provider import (
     AgentStream,
     DoctorCheck,
@@ -592,16 +593,16 @@ class VmProvider(Provider):
     def sandbox_info(self, dom: Any, labels: dict[str, str]) -> SandboxInfo | None:
         """The sandbox of a domain, or None (with a warning naming it) if its labels do not
         parse."""
-        stamp = ownership.skip_malformed(f"VM domain {dom.name()}", labels, ID_PREFIX)
+        described = f"VM domain {dom.name()}"
+        stamp = ownership.skip_malformed(described, labels, ID_PREFIX)
         if stamp is None:
             return None
         sandbox_id = stamp.sandbox_id
         run = self.run_dir(sandbox_id)
         claimed = run_marks.claim_labels(run)
-        if claimed is not None:  # a claimed pool member: the claim's stamp counts
-            claim_stamp = ownership.skip_malformed(f"VM claim {run}", claimed, ID_PREFIX)
-            if claim_stamp is not None and claim_stamp.sandbox_id == sandbox_id:
-                stamp = claim_stamp
+        if claimed is not None:  # a claimed pool member: the pools' rule, the claim's stamp wins
+            objects = [(described, labels), (f"VM claim {run / run_marks.CLAIM}", claimed)]
+            stamp = marks.effective_stamps(objects, ID_PREFIX).get(sandbox_id, stamp)
         info = SandboxInfo.from_labels(
             stamp,
             labels,
