@@ -5,8 +5,9 @@ Run by the desktop supervisor (images/desktop/supervisor.py, both backends: impo
 child of it), which starts the desktop in this order:
 
 - ``wm``: openbox is managing the screen (the root window's ``_NET_SUPPORTING_WM_CHECK`` names a
-  live window). The panel starts only then: a tint2 started before the window manager
-  re-initialises itself when one appears, which costs about a second.
+  live window) and has set the number of desktops (:func:`wm_running`). The panel starts only
+  then: a tint2 started before the window manager re-initialises itself when one appears, and one
+  started before the desktops are set sleeps a second; each costs about a second.
 - ``panel``: the panel is drawn, i.e. the screen's pixel just inside the bottom-left corner has
   the panel's background colour (the first ``background_color`` of :data:`TINT2RC`, a
   colour the root window's pattern never has). The agent starts only then, so the first
@@ -57,13 +58,24 @@ def corner_pixel(dpy: display.Display) -> tuple[int, int, int]:
 
 
 def wm_running(dpy: display.Display) -> bool:
-    """The root window names a live window as the window manager's check window."""
-    check = dpy.intern_atom("_NET_SUPPORTING_WM_CHECK")
-    prop = dpy.screen().root.get_full_property(check, X.AnyPropertyType)
-    if prop is None or not len(prop.value):
+    """The window manager has started: the root window names a live window as its check window,
+    and says how many desktops there are.
+
+    The second is what the panel needs: tint2 reads ``_NET_NUMBER_OF_DESKTOPS`` as it starts and,
+    while the property is missing, sleeps a whole second before reading it again. openbox names
+    its check window as it takes the screen and sets the desktops only after loading its
+    configuration and theme, so a panel started on the first alone slept a second now and then
+    (1 start in 20 in a container, every start in a slow VM).
+    """
+    root = dpy.screen().root
+    check = root.get_full_property(dpy.intern_atom("_NET_SUPPORTING_WM_CHECK"), X.AnyPropertyType)
+    if check is None or not len(check.value):
+        return False
+    desktops = root.get_full_property(dpy.intern_atom("_NET_NUMBER_OF_DESKTOPS"), X.AnyPropertyType)
+    if desktops is None or not len(desktops.value) or int(desktops.value[0]) < 1:
         return False
     try:
-        dpy.create_resource_object("window", int(prop.value[0])).get_attributes()
+        dpy.create_resource_object("window", int(check.value[0])).get_attributes()
     except error.XError:
         return False
     return True
