@@ -73,11 +73,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=args.log_level,
-        format="%(asctime)s cubicle-agent[%(process)d] %(levelname)s %(message)s",
-    )
+    _configure_logging(args)
     display_name = args.display or os.environ.get("DISPLAY")
     if not display_name:
         log.error("no X display: set DISPLAY or pass --display")
@@ -94,6 +90,64 @@ def main(argv: list[str] | None = None) -> int:
     except GuestError as exc:
         log.error("%s", exc)
         return 1
+    return _serve(args, agent)
+
+
+class Prepared:
+    """An agent built by :func:`prepare` (its X connections open), not serving yet.
+
+    The caller owns it: :func:`serve` it, or :meth:`close` it.
+    """
+
+    def __init__(self, args: argparse.Namespace, agent: Agent) -> None:
+        self.args = args
+        self.agent = agent
+
+    def close(self) -> None:
+        self.agent.close()
+
+
+def prepare(argv: list[str]) -> Prepared:
+    """Parse ``argv`` (as :func:`main`'s; ``--wait-fd`` refused), set up logging and build the
+    agent on the display: everything before serving, so a desktop starter can do it on another
+    thread while the desktop starts (it installs no signal handler, which only the main thread
+    may). The X server must be up; the window manager and panel need not be.
+
+    :raises GuestError: ``x11_error`` if the display cannot be used (no display named, cannot be
+        opened, no XTEST).
+    :raises ValueError: for ``--wait-fd``.
+    :raises SystemExit: for bad arguments, as argparse does.
+    """
+    args = parse_args(argv)
+    if args.wait_fd is not None:
+        raise ValueError("prepare() takes no --wait-fd: its caller does the waiting")
+    _configure_logging(args)
+    display_name = args.display or os.environ.get("DISPLAY")
+    if not display_name:
+        raise GuestError("x11_error", "no X display: set DISPLAY or pass --display")
+    return Prepared(args, Agent(display_name))
+
+
+def serve(prepared: Prepared) -> int:
+    """Serve a :func:`prepare`d agent until SIGTERM/SIGINT or a transport error, then close it.
+
+    Call on the main thread (it installs the signal handlers). Returns the exit status.
+    """
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    return _serve(prepared.args, prepared.agent)
+
+
+def _configure_logging(args: argparse.Namespace) -> None:
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=args.log_level,
+        format="%(asctime)s cubicle-agent[%(process)d] %(levelname)s %(message)s",
+    )
+
+
+def _serve(args: argparse.Namespace, agent: Agent) -> int:
+    """Serve ``agent`` on ``args``' transport; closes it whatever happens."""
     listener: transport.UnixListener | None = None
     try:
         if args.stdio:

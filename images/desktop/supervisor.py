@@ -270,68 +270,86 @@ class Forked:
             os.kill(self.pid, signal.SIGKILL)
 
 
-def start_first_agent(config: Settings, close: list[int]) -> tuple[Forked, int]:
-    """The first agent, forked from this process: it checks the desktop, then serves.
+def start_first_agent(config: Settings, close: list[int]) -> tuple[Forked, int, int]:
+    """The first agent, forked from this process before Xvfb starts: it checks the desktop, then
+    serves.
 
     One process imports python-xlib and the agent's libraries for two jobs (a second interpreter
-    and a second python-xlib would cost about a second of a cold VM's boot under TCG): with
-    ``desktop_ready`` (python-xlib, from the agent's venv, beside this file) it waits until
-    openbox manages the screen, then until the panel is drawn, announcing each on the returned
-    pipe (``wm ready|late``, then ``panel ready|late``; EOF if it failed), while a thread imports
-    the agent (``guest.__main__``); then it runs the agent (``--listen ADDRESS``) and exits with
-    its status. So its hello means a drawn desktop. Restarts are plain ``python -m guest``.
+    and a second python-xlib would cost about a second of a cold VM's boot under TCG). It imports
+    them while Xvfb starts, and touches the display only once the caller writes ``x`` to the
+    returned *X-up* descriptor (EOF without it: the X server failed, and the child exits 1).
+    Then, with ``desktop_ready`` (python-xlib, from the agent's venv, beside this file), it waits
+    until openbox manages the screen, then until the panel is drawn, announcing each on the
+    returned *said* pipe (``wm ready|late``, then ``panel ready|late``; EOF if it failed), while
+    a thread builds the agent on the display (``guest.__main__.prepare``: its X connections,
+    keymap and screen grabber); then it serves (``--listen ADDRESS``) and exits with its status.
+    So its hello means a drawn desktop. Restarts are plain ``python -m guest``.
 
     :param close: descriptors the child must not keep (the wake-up pipe).
+    :returns: the child, the read end of *said*, the write end of *X-up* (the caller closes both).
     """
-    read_fd, write_fd = os.pipe()
+    said_r, said_w = os.pipe()
+    x_up_r, x_up_w = os.pipe()
     pid = os.fork()
     if pid:
-        os.close(write_fd)
-        return Forked(pid), read_fd
+        os.close(said_w)
+        os.close(x_up_r)
+        return Forked(pid), said_r, x_up_w
     status = 1
     try:
         signal.set_wakeup_fd(-1)
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
-        for fd in (read_fd, *close):
+        for fd in (said_r, x_up_w, *close):
             os.close(fd)
-        status = _check_then_serve(config, write_fd)
+        status = _check_then_serve(config, said_w, x_up_r)
     except BaseException as exc:  # the child must never return into main()
         print(f"[supervisor] the first agent failed: {exc!r}", file=sys.stderr, flush=True)
     finally:
         os._exit(status)
 
 
-def _check_then_serve(config: Settings, said: int) -> int:
+def _check_then_serve(config: Settings, said: int, x_up: int) -> int:
     import threading  # noqa: PLC0415 — the forked agent's alone
 
-    import desktop_ready  # noqa: PLC0415 — python-xlib: the forked agent's alone
-
-    dpy = desktop_ready.display.Display()  # loads Xlib's extension modules here, not in the thread
     loaded: dict[str, object] = {}
+    display_up = threading.Event()
 
     def load_agent() -> None:
+        # the import needs nothing; the agent's X set-up (its connections, the keymap, DAMAGE,
+        # the screen grabber) needs only the X server: both overlap the desktop's start
         try:
             import guest.__main__  # noqa: PLC0415
 
-            loaded["main"] = guest.__main__.main
+            loaded["serve"] = guest.__main__.serve
+            display_up.wait()
+            loaded["prepared"] = guest.__main__.prepare(["--listen", config.listen])
         except BaseException as exc:
             loaded["error"] = exc
 
-    loader = threading.Thread(target=load_agent, name="agent-import", daemon=True)
+    loader = threading.Thread(target=load_agent, name="agent-start", daemon=True)
     loader.start()
     try:
-        for what in ("wm", "panel"):
-            ready = desktop_ready.wait_for(dpy, what, config.ready_s)
-            os.write(said, f"{what} {'ready' if ready else 'late'}\n".encode())
+        import desktop_ready  # noqa: PLC0415 — python-xlib: the forked agent's alone
+
+        with os.fdopen(x_up, "rb") as told:
+            if told.read(1) != b"x":
+                return 1  # Xvfb did not come up: the supervisor says why and exits
+        display_up.set()
+        dpy = desktop_ready.display.Display()
+        try:
+            for what in ("wm", "panel"):
+                ready = desktop_ready.wait_for(dpy, what, config.ready_s)
+                os.write(said, f"{what} {'ready' if ready else 'late'}\n".encode())
+        finally:
+            dpy.close()
     finally:
-        dpy.close()
         os.close(said)
     loader.join()
     if "error" in loaded:
         raise loaded["error"]  # type: ignore[misc]
-    main = loaded["main"]
-    return int(main(["--listen", config.listen]))  # type: ignore[operator]
+    serve = loaded["serve"]
+    return int(serve(loaded["prepared"]))  # type: ignore[operator]
 
 
 def report(name: str, said: bytes, started: float) -> None:
@@ -396,7 +414,6 @@ def main() -> int:
     # with no input, which a model would see late. Classic scrollbars stay put (and show a model
     # that there is more to scroll).
     os.environ["GTK_OVERLAY_SCROLLING"] = "0"
-    xvfb = start_xvfb(config)
     wm = Child("openbox", ["openbox", "--sm-disable"])
     panel = Child("panel", ["tint2", "-c", config.panel_config])
     agent = Child(
@@ -406,10 +423,14 @@ def main() -> int:
         os.makedirs(os.path.dirname(config.agent_socket), mode=0o700, exist_ok=True)
         if os.path.lexists(config.agent_socket):
             os.unlink(config.agent_socket)
+    # the first agent imports its libraries while Xvfb starts; it touches X once told it is up
+    agent.process, said, x_up = start_first_agent(config, [wake_r, wake_w])
+    agent.started_at = time.monotonic()
+    xvfb = start_xvfb(config)
+    os.write(x_up, b"x")
+    os.close(x_up)
     started = time.monotonic()
     wm.start()
-    agent.process, said = start_first_agent(config, [wake_r, wake_w])
-    agent.started_at = time.monotonic()
     log(f"started {agent.name} (pid {agent.process.pid}), first checking the desktop")
     root = paint_root()
     with os.fdopen(said, "rb") as lines:

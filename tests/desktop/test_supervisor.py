@@ -12,6 +12,7 @@ import contextlib
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -193,3 +194,49 @@ def test_a_bad_parameter_exits_2_naming_it(tmp_path: Path, name: str, value: str
     finally:
         refused.stop()
     assert f"[supervisor] {name}={value!r}: " in refused.log()
+
+
+def _on_path(tmp_path: Path, name: str, script: str) -> str:
+    """A PATH with ``name`` first: a shell script of ``script``'s lines."""
+    folder = tmp_path / "bin"
+    folder.mkdir(exist_ok=True)
+    program = folder / name
+    program.write_text(f"#!/bin/sh\n{script}\n")
+    program.chmod(0o755)
+    return f"{folder}:{os.environ['PATH']}"
+
+
+def test_the_first_agent_sets_up_on_the_display_while_the_panel_is_still_starting(
+    tmp_path: Path,
+) -> None:
+    """The agent's X set-up (keymap, XTEST, DAMAGE, the grabber) needs only the X server: it is
+    done while the desktop starts, not after it, and the hello still waits for the panel."""
+    path = _on_path(tmp_path, "tint2", f'sleep 3\nexec {shutil.which("tint2")} "$@"')
+    desktop = Desktop(tmp_path, PATH=path)
+    try:
+        with connect_unix(desktop.socket, timeout=START_S) as client:
+            client.hello(timeout=30)
+        log = desktop.log()
+    finally:
+        desktop.stop()
+    set_up = log.index("XTEST input on")
+    assert set_up < log.index("panel ready in"), log
+    assert log.index("desktop ready in") < log.index("listening on"), log
+
+
+def test_xvfb_that_cannot_start_ends_the_supervisor_and_its_first_agent(tmp_path: Path) -> None:
+    """The first agent is forked before Xvfb starts: when Xvfb fails, it goes too."""
+    refused = Desktop(tmp_path, PATH=_on_path(tmp_path, "Xvfb", "exit 1"))
+    try:
+        assert refused.process.wait(timeout=30) == 1
+        session = str(refused.process.pid)
+        for _ in poll(Deadline(10), 0.05):
+            left = subprocess.run(
+                ["pgrep", "-s", session], capture_output=True, text=True, check=False
+            )
+            if not left.stdout.strip():
+                break
+        assert left.stdout.strip() == "", f"left in the session: {left.stdout}"
+    finally:
+        refused.stop()
+    assert "Xvfb exited with status 1 before reporting its display" in refused.log()
