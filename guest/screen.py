@@ -20,14 +20,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-import mss
 from PIL import Image, JpegImagePlugin
 from Xlib import error as xerror
 
+from guest import libfind
 from guest.errors import GuestError
 from guest.framecache import DamageRows, FrameCache
 from guest.geometry import fit_size
 from guest.png import encode_png
+
+libfind.install()  # before mss, which looks up 8 shared libraries as it is imported and starts
+import mss  # noqa: E402
 
 __all__ = ["Screen", "Shot"]
 
