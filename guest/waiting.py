@@ -16,7 +16,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
+
+# typing.TYPE_CHECKING without importing typing or collections.abc (~7 ms of every start of the
+# guest's bridge, which imports this module); type checkers read the name as typing's
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = ["Deadline", "poll"]
 
