@@ -73,7 +73,9 @@ def _first_screenshot(pool: bool) -> tuple[float, float, float, bool]:
         sandbox.destroy()
 
 
-def _wait_refilled(key: str, timeout_s: float = 120.0) -> None:
+def wait_refilled(key: str, timeout_s: float = 120.0) -> None:
+    """Until the pool ``key`` holds its size of ready members and starts none: a claim is then
+    measured alone, not beside the refiller starting the member that replaces the last one."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         (status,) = [s for s in admin.status() if s.record.key == key]
@@ -92,7 +94,7 @@ def _claims(report: Report) -> None:
             for name, pool in (("docker cold create", False), ("pool claim", True)):
                 # the refiller tops the pool up after each claim: neither path is measured
                 # while it starts a member beside it
-                _wait_refilled(record.key)
+                wait_refilled(record.key)
                 ready, connected, shot, hit = _first_screenshot(pool=pool)
                 claimed += hit
                 times.setdefault(f"{name} -> ready", []).append(ready)

@@ -32,7 +32,7 @@ from orchestrator.provider import SandboxSpec
 from orchestrator.providers.vm import VmProvider
 from orchestrator.providers.vm.image import load_image
 from orchestrator.sandbox import Sandbox, wait_ready
-from tests.bench.bench_pool import private_pools
+from tests.bench.bench_pool import private_pools, wait_refilled
 from tests.bench.report import Report, Sample
 
 ALLOW = NetworkPolicy.parse("allow:example.invalid")
@@ -96,12 +96,14 @@ def _measure(
 def _pool_claims(network: NetworkPolicy, repeat: int, report: Report) -> list[float]:
     """Fill a VM pool of ``repeat`` members of ``network``, then time each claim from
     ``Sandbox.create`` to its first screenshot (painted: a member is parked only once its
-    desktop answered); the claimed sandboxes and the pool are removed."""
+    desktop answered), each once the pool is full again (as ``bench_pool``'s claims); the
+    claimed sandboxes and the pool are removed."""
     spec = SandboxSpec(network=network, ttl_s=1800, cpus=0.97)  # a shape only this bench asks for
     record, _ = admin.start("vm", spec, repeat, progress=report.line, ready_timeout_s=300)
     seconds = []
     try:
         for _ in range(repeat):
+            wait_refilled(record.key, timeout_s=300)  # as bench_pool: no refill restore beside it
             said: list[str] = []
             started = time.perf_counter()
             with Sandbox.create("vm", spec=spec, progress=said.append) as sandbox:
