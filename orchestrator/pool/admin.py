@@ -111,21 +111,24 @@ def drain(key: str) -> list[str]:
     """
     record = registry.read(key)
     registry.remove(key)
-    if record is None:  # unknown: drain whatever members of it any backend has
-        removed = []
-        for name in BACKENDS:
-            with contextlib.suppress(EngineUnavailable, ImageMissing):
-                removed += _drain(key, name)
-        return removed
-    return _drain(key, record.shape.backend)
-
-
-def _drain(key: str, backend_name: str) -> list[str]:
-    """Drain pool ``key``'s members on ``backend_name`` (its record is already removed)."""
-    backend = pool_backend(backend_name)
-    provider = _provider(backend_name)
+    # who refills it, read before they are stopped: their half-made members carry their stamps
     owners = {(pid, L.process_start_ticks(pid) or 0) for pid in refill.refill_pids(key)}
     refill.stop_refills(key)
+    if record is not None:
+        return _drain(key, record.shape.backend, owners)
+    removed = []  # unknown: drain whatever members of it any backend has
+    for name in BACKENDS:
+        with contextlib.suppress(EngineUnavailable, ImageMissing):
+            removed += _drain(key, name, owners)
+    return removed
+
+
+def _drain(key: str, backend_name: str, owners: set[tuple[int, int]]) -> list[str]:
+    """Drain pool ``key``'s members on ``backend_name``: the ones its stopped refillers
+    (``owners``: pid and start time) were still creating, then its parked ones. Its record is
+    already removed."""
+    backend = pool_backend(backend_name)
+    provider = _provider(backend_name)
     removed: list[str] = []
     with registry.fill_lock(key, wait_s=DRAIN_LOCK_WAIT_S):
         for sandbox_id in backend.creating_by(provider, owners):
