@@ -74,7 +74,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     _configure_logging(args)
-    display_name = args.display or os.environ.get("DISPLAY")
+    display_name = _display_of(args)
     if not display_name:
         log.error("no X display: set DISPLAY or pass --display")
         return 2
@@ -122,7 +122,7 @@ def prepare(argv: list[str]) -> Prepared:
     if args.wait_fd is not None:
         raise ValueError("prepare() takes no --wait-fd: its caller does the waiting")
     _configure_logging(args)
-    display_name = args.display or os.environ.get("DISPLAY")
+    display_name = _display_of(args)
     if not display_name:
         raise GuestError("x11_error", "no X display: set DISPLAY or pass --display")
     return Prepared(args, Agent(display_name))
@@ -136,6 +136,11 @@ def serve(prepared: Prepared) -> int:
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     return _serve(prepared.args, prepared.agent)
+
+
+def _display_of(args: argparse.Namespace) -> str | None:
+    """The X display to use: ``--display``, else ``$DISPLAY``; None when neither names one."""
+    return args.display or os.environ.get("DISPLAY")
 
 
 def _configure_logging(args: argparse.Namespace) -> None:
