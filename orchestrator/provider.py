@@ -108,8 +108,10 @@ class SandboxSpec:
     ttl_s: float = 3600.0
     memory_mb: int = 2048
     cpus: float = field(default_factory=default_cpus)
-    """CPU limit in cores (Docker: a CFS quota; VM: that many vCPUs, rounded up). Default
-    :func:`default_cpus`: 1, or ``CUBICLE_CPUS``."""
+    """CPU limit in cores (Docker: a CFS quota; VM: that many vCPUs, rounded up, once its desktop
+    is up — a VM boots with at least two where the host has two CPUs, see
+    ``orchestrator.providers.vm.provider.BOOT_VCPUS``). Default :func:`default_cpus`: 1, or
+    ``CUBICLE_CPUS``."""
     pids_limit: int = 1024
     """Most processes/threads the guest may have at once (a fork bomb stops there)."""
     image: str | None = None

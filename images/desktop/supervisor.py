@@ -21,6 +21,10 @@ Parameters (environment; a bad value exits 2 with one line naming it):
 - ``CUBICLE_DISPLAY=:N`` the X display; default ``:0``.
 - ``CUBICLE_PANEL_CONFIG`` the panel's tint2 configuration (also read by ``desktop_ready.py``);
   default ``/etc/xdg/tint2/tint2rc``.
+- ``CUBICLE_BOOT_DONE_FD=N`` (VM) an open descriptor (>= 3) on which the first agent writes one
+  line once the desktop is drawn and the agent built, just before it serves, and which it then
+  closes: the VM's init then takes the vCPUs the boot had beyond the sandbox's ``cpus`` offline
+  (images/vm/cubicle-init). No other process keeps it; default: none.
 
 What it does:
 
@@ -85,13 +89,22 @@ class Settings:
     """The parameters of one desktop (see the module's docstring)."""
 
     def __init__(
-        self, *, width: int, height: int, listen: str, ready_s: float, display: str, panel: str
+        self,
+        *,
+        width: int,
+        height: int,
+        listen: str,
+        ready_s: float,
+        display: str,
+        panel: str,
+        boot_done_fd: int | None = None,
     ) -> None:
         self.width, self.height = width, height
         self.listen = listen
         self.ready_s = ready_s
         self.display = display
         self.panel_config = panel
+        self.boot_done_fd = boot_done_fd
 
     @property
     def agent_socket(self) -> str | None:
@@ -126,6 +139,16 @@ def settings(environ: dict[str, str]) -> Settings:
     display = environ.get("CUBICLE_DISPLAY", ":0")
     if not re.fullmatch(r":\d{1,4}", display):
         refuse("CUBICLE_DISPLAY", display, "not :N (a local display number)")
+    boot_done = environ.get("CUBICLE_BOOT_DONE_FD")
+    boot_done_fd = None
+    if boot_done is not None:
+        if not re.fullmatch(r"\d{1,6}", boot_done) or int(boot_done) < 3:
+            refuse("CUBICLE_BOOT_DONE_FD", boot_done, "not a descriptor number >= 3")
+        boot_done_fd = int(boot_done)
+        try:
+            os.fstat(boot_done_fd)
+        except OSError:
+            refuse("CUBICLE_BOOT_DONE_FD", boot_done, "not an open descriptor")
     return Settings(
         width=width,
         height=height,
@@ -133,6 +156,7 @@ def settings(environ: dict[str, str]) -> Settings:
         ready_s=ready_s,
         display=display,
         panel=environ.get("CUBICLE_PANEL_CONFIG", "/etc/xdg/tint2/tint2rc"),
+        boot_done_fd=boot_done_fd,
     )
 
 
@@ -282,8 +306,9 @@ def start_first_agent(config: Settings, close: list[int]) -> tuple[Forked, int, 
     until openbox manages the screen, then until the panel is drawn, announcing each on the
     returned *said* pipe (``wm ready|late``, then ``panel ready|late``; EOF if it failed), while
     a thread builds the agent on the display (``guest.__main__.prepare``: its X connections,
-    keymap and screen grabber); then it serves (``--listen ADDRESS``) and exits with its status.
-    So its hello means a drawn desktop. Restarts are plain ``python -m guest``.
+    keymap and screen grabber); then it says so on ``config.boot_done_fd`` (if any) and serves
+    (``--listen ADDRESS``) and exits with its status. So its hello means a drawn desktop.
+    Restarts are plain ``python -m guest``.
 
     :param close: descriptors the child must not keep (the wake-up pipe).
     :returns: the child, the read end of *said*, the write end of *X-up* (the caller closes both).
@@ -348,8 +373,18 @@ def _check_then_serve(config: Settings, said: int, x_up: int) -> int:
     loader.join()
     if "error" in loaded:
         raise loaded["error"]  # type: ignore[misc]
+    if config.boot_done_fd is not None:
+        say_boot_done(config.boot_done_fd)
     serve = loaded["serve"]
     return int(serve(loaded["prepared"]))  # type: ignore[operator]
+
+
+def say_boot_done(fd: int) -> None:
+    """One line on ``fd`` (the boot's parallel work is over), then close it. Nobody listening
+    (EPIPE) is not an error: the VM's init reads it only to take extra vCPUs offline."""
+    with contextlib.suppress(OSError):
+        os.write(fd, b"boot done\n")
+    os.close(fd)
 
 
 def report(name: str, said: bytes, started: float) -> None:
@@ -425,6 +460,8 @@ def main() -> int:
             os.unlink(config.agent_socket)
     # the first agent imports its libraries while Xvfb starts; it touches X once told it is up
     agent.process, said, x_up = start_first_agent(config, [wake_r, wake_w])
+    if config.boot_done_fd is not None:
+        os.close(config.boot_done_fd)  # the first agent's alone: EOF if it exits without a word
     agent.started_at = time.monotonic()
     xvfb = start_xvfb(config)
     os.write(x_up, b"x")

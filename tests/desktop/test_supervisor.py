@@ -12,6 +12,7 @@ import contextlib
 import os
 import random
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -30,6 +31,7 @@ pytestmark = pytest.mark.x11
 SUPERVISOR = REPO / "images" / "desktop" / "supervisor.py"
 CHECKER = REPO / "images" / "desktop" / "desktop_ready.py"
 START_S = 60.0
+PANEL = str(REPO / "images" / "desktop" / "tint2rc")
 
 
 def _free_display() -> str:
@@ -45,7 +47,9 @@ def _free_display() -> str:
 class Desktop:
     """One supervisor process (in a session of its own) and its log file."""
 
-    def __init__(self, tmp: Path, **env: str) -> None:
+    def __init__(
+        self, tmp: Path, env: dict[str, str] | None = None, pass_fds: tuple[int, ...] = ()
+    ) -> None:
         self.socket = tmp / "run" / "agent.sock"
         self.log_path = tmp / "supervisor.log"
         self.display = _free_display()
@@ -53,18 +57,19 @@ class Desktop:
             "CUBICLE_SCREEN": "640x480",
             "CUBICLE_DISPLAY": self.display,
             "CUBICLE_AGENT_LISTEN": f"unix:{self.socket}",
-            "CUBICLE_PANEL_CONFIG": str(REPO / "images" / "desktop" / "tint2rc"),
+            "CUBICLE_PANEL_CONFIG": PANEL,
             "CUBICLE_DESKTOP_READY_S": "30",
             "HOME": str(tmp),
         }
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
                 [sys.executable, str(SUPERVISOR)],
-                env={**os.environ, **settings, **env},
+                env={**os.environ, **settings, **(env or {})},
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                pass_fds=pass_fds,
             )
 
     def log(self) -> str:
@@ -185,10 +190,13 @@ def test_sigterm_stops_every_child_and_exits_0(desktop: Desktop) -> None:
         ("CUBICLE_DESKTOP_READY_S", "soon"),
         ("CUBICLE_DESKTOP_READY_S", "-1"),
         ("CUBICLE_DISPLAY", "host:0"),
+        ("CUBICLE_BOOT_DONE_FD", "2"),
+        ("CUBICLE_BOOT_DONE_FD", "fd3"),
+        ("CUBICLE_BOOT_DONE_FD", "999"),  # not open in the supervisor
     ],
 )
 def test_a_bad_parameter_exits_2_naming_it(tmp_path: Path, name: str, value: str) -> None:
-    refused = Desktop(tmp_path, **{name: value})
+    refused = Desktop(tmp_path, {name: value})
     try:
         assert refused.process.wait(timeout=30) == 2
     finally:
@@ -212,7 +220,7 @@ def test_the_first_agent_sets_up_on_the_display_while_the_panel_is_still_startin
     """The agent's X set-up (keymap, XTEST, DAMAGE, the grabber) needs only the X server: it is
     done while the desktop starts, not after it, and the hello still waits for the panel."""
     path = _on_path(tmp_path, "tint2", f'sleep 3\nexec {shutil.which("tint2")} "$@"')
-    desktop = Desktop(tmp_path, PATH=path)
+    desktop = Desktop(tmp_path, {"PATH": path})
     try:
         with connect_unix(desktop.socket, timeout=START_S) as client:
             client.hello(timeout=30)
@@ -226,7 +234,7 @@ def test_the_first_agent_sets_up_on_the_display_while_the_panel_is_still_startin
 
 def test_xvfb_that_cannot_start_ends_the_supervisor_and_its_first_agent(tmp_path: Path) -> None:
     """The first agent is forked before Xvfb starts: when Xvfb fails, it goes too."""
-    refused = Desktop(tmp_path, PATH=_on_path(tmp_path, "Xvfb", "exit 1"))
+    refused = Desktop(tmp_path, {"PATH": _on_path(tmp_path, "Xvfb", "exit 1")})
     try:
         assert refused.process.wait(timeout=30) == 1
         session = str(refused.process.pid)
@@ -240,3 +248,42 @@ def test_xvfb_that_cannot_start_ends_the_supervisor_and_its_first_agent(tmp_path
     finally:
         refused.stop()
     assert "Xvfb exited with status 1 before reporting its display" in refused.log()
+
+
+def test_the_first_agent_says_the_boot_is_done_once_the_desktop_is_drawn_and_keeps_no_copy(
+    tmp_path: Path,
+) -> None:
+    """CUBICLE_BOOT_DONE_FD (a VM's init takes the boot's extra vCPUs offline on its word): one
+    line once the panel is drawn, then EOF — neither the supervisor nor the desktop's programs
+    keep the descriptor — and the agent serves."""
+    read_end, write_end = os.pipe()
+    desktop = Desktop(tmp_path, {"CUBICLE_BOOT_DONE_FD": str(write_end)}, (write_end,))
+    os.close(write_end)
+    try:
+        said = b""
+        deadline = Deadline(START_S)
+        while chunk := _read_within(read_end, deadline):
+            said += chunk
+            if said == b"boot done\n":
+                drawn = subprocess.run(
+                    [sys.executable, str(CHECKER), "panel", "0.5"],
+                    env={**os.environ, "DISPLAY": desktop.display, "CUBICLE_PANEL_CONFIG": PANEL},
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    check=False,
+                )
+                assert drawn.returncode == 0, f"the panel is not drawn yet: {drawn.stderr}"
+        assert said == b"boot done\n", desktop.log()
+        with connect_unix(desktop.socket, timeout=START_S) as client:
+            client.hello(timeout=30)
+    finally:
+        os.close(read_end)
+        desktop.stop()
+
+
+def _read_within(fd: int, deadline: Deadline) -> bytes:
+    """What ``fd`` gives next (b"" at EOF); fails when nothing comes before ``deadline``."""
+    ready, _, _ = select.select([fd], [], [], deadline.remaining())
+    assert ready, "no word and no EOF on the boot-done pipe in time"
+    return os.read(fd, 64)

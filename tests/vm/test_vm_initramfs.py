@@ -45,10 +45,19 @@ def test_a_trailer_naming_more_signature_than_the_file_is_refused(size: int) -> 
 
 @pytest.mark.skipif(shutil.which("busybox") is None, reason="busybox-static is not installed")
 def test_the_initramfs_holds_every_module_unsigned_in_load_order(tmp_path: Path) -> None:
+    """modules.order: a line per group of modules that depend on one another (the groups load
+    at once), each in dependency order; every module exactly once."""
     kernel = tmp_path / "kernel"
     (kernel / "modules").mkdir(parents=True)
-    # ext4 depends on jbd2 and mbcache here; each "module" carries its modinfo depends= field
-    depends = {"ext4": "jbd2,mbcache,crc16"}
+    # each "module" carries its modinfo depends= field: ext4 needs jbd2 (which needs crc16 here),
+    # mbcache; the virtio drivers need virtio_ring and virtio
+    depends = {
+        "ext4": "jbd2,mbcache",
+        "jbd2": "crc16",
+        "virtio_blk": "virtio_ring,virtio",
+        "virtio_console": "virtio,virtio_ring",
+        "virtio": "virtio_ring",
+    }
     bodies = {}
     for name in INITRAMFS_MODULES:
         bodies[name] = b"\x7fELF" + f"\0depends={depends.get(name, '')}\0".encode() + name.encode()
@@ -67,7 +76,13 @@ def test_the_initramfs_holds_every_module_unsigned_in_load_order(tmp_path: Path)
     )
     for name, body in bodies.items():
         assert (unpacked / "modules" / f"{name}.ko").read_bytes() == body, name
-    order = (unpacked / "modules.order").read_text().split()
-    assert sorted(order) == sorted(INITRAMFS_MODULES)
-    for dependency in ("jbd2", "mbcache", "crc16"):
-        assert order.index(dependency) < order.index("ext4")
+    groups = [line.split() for line in (unpacked / "modules.order").read_text().splitlines()]
+    assert sorted(name for group in groups for name in group) == sorted(INITRAMFS_MODULES)
+    group_of = {name: group for group in groups for name in group}
+    assert group_of["ext4"][-1] == "ext4"
+    assert sorted(group_of["ext4"]) == ["crc16", "ext4", "jbd2", "mbcache"]
+    assert group_of["crc16"].index("crc16") < group_of["jbd2"].index("jbd2")
+    virtio = group_of["virtio_blk"]
+    assert virtio == group_of["virtio_console"]
+    assert virtio.index("virtio_ring") < virtio.index("virtio") < virtio.index("virtio_blk")
+    assert ["crc32c_generic"] in groups  # needed by nothing here, needing nothing: alone

@@ -72,6 +72,17 @@ def test_domain_xml_has_no_nic_by_default_and_carries_the_labels(tmp_path: Path)
     assert labels_from_xml(xml) == {SANDBOX: "vm-0123456789"}
 
 
+def test_a_domain_boots_with_more_vcpus_than_the_guest_keeps(tmp_path: Path) -> None:
+    """The domain has ``boot_vcpus``; the guest is told (cubicle.cpus=) how many to keep online
+    after the boot — only when it boots with more."""
+    for vcpus, boot, domain_vcpus, told in ((1, 2, "2", "1"), (2, 2, "2", None), (3, 2, "3", None)):
+        root = ET.fromstring(domain_xml(_plan(tmp_path, vcpus=vcpus, boot_vcpus=boot)))
+        assert root.findtext("vcpu") == domain_vcpus
+        cmdline = root.findtext("os/cmdline", "").split()
+        kept = [word.split("=", 1)[1] for word in cmdline if word.startswith("cubicle.cpus=")]
+        assert kept == ([told] if told else []), (vcpus, boot, cmdline)
+
+
 def test_open_network_adds_a_user_mode_nic_and_kvm_uses_the_host_cpu(tmp_path: Path) -> None:
     root = ET.fromstring(
         domain_xml(_plan(tmp_path, user_network=True, accelerator=Accelerator("kvm", "test")))

@@ -107,8 +107,13 @@ class DomainPlan:
     console_log: Path
     memory_mb: int
     vcpus: int
+    """vCPUs the guest keeps online once its desktop is up (the sandbox's ``cpus``, rounded up)."""
     screen: tuple[int, int]
     accelerator: Accelerator
+    boot_vcpus: int = 0
+    """vCPUs the domain has (0: ``vcpus``). More than ``vcpus`` lets a boot run its parallel parts
+    at once (the agent's start beside the desktop's); the guest's init takes the extra ones
+    offline when the boot's work is done (``cubicle.cpus=``, images/vm/cubicle-init)."""
     labels: Mapping[str, str] = field(default_factory=dict)
     user_network: bool = False
     """A QEMU user-mode NIC (``open`` on macOS)."""
@@ -118,6 +123,11 @@ class DomainPlan:
     """More kernel command line items (``allow:``'s guest address and proxy)."""
     pids_limit: int = 0
     arch: str = field(default_factory=platform.machine)
+
+    @property
+    def domain_vcpus(self) -> int:
+        """The domain's vCPU count: ``boot_vcpus``, at least ``vcpus``."""
+        return max(self.vcpus, self.boot_vcpus)
 
     def cmdline(self) -> str:
         console = "ttyAMA0" if self.arch in ("aarch64", "arm64") else "ttyS0"
@@ -130,8 +140,13 @@ class DomainPlan:
             # no self-tests of the kernel's crypto algorithms at boot: ~0.6 s of a cold boot under
             # TCG (initcall_debug: crypto_algapi_init 620 ms of 2.7 s of initcalls)
             "cryptomgr.notests",
+            # the same for the SP800-108 KDF (its initcall is only a self-test: ~110 ms) and no
+            # kprobe tracing (~75 ms): the largest initcalls after ACPI's
+            "initcall_blacklist=crypto_kdf108_init,init_kprobe_trace",
             f"cubicle.screen={self.screen[0]}x{self.screen[1]}",
         ]
+        if self.domain_vcpus > self.vcpus:
+            parts.append(f"cubicle.cpus={self.vcpus}")
         if self.pids_limit > 0:
             parts.append(f"cubicle.pids={self.pids_limit}")
         if self.user_network:
@@ -161,7 +176,7 @@ def domain_xml(plan: DomainPlan) -> str:
     # random state
     _sub(domain, "genid")
     _sub(domain, "memory", str(plan.memory_mb), unit="MiB")
-    _sub(domain, "vcpu", str(plan.vcpus))
+    _sub(domain, "vcpu", str(plan.domain_vcpus))
     os_el = _sub(domain, "os")
     if aarch64:
         _sub(os_el, "type", "hvm", arch="aarch64", machine="virt")

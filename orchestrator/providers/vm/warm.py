@@ -41,8 +41,9 @@ from orchestrator.providers.vm.image import VmImage
 
 __all__ = ["WarmKey", "WarmSlot", "slots_for"]
 
-DOMAIN_RECIPE = 2
-"""Bump when the domain XML changes in a way a saved state must match (2: ``<genid/>``)."""
+DOMAIN_RECIPE = 3
+"""Bump when the domain XML changes in a way a saved state must match (2: ``<genid/>``; 3: boots
+with :data:`~orchestrator.providers.vm.provider.BOOT_VCPUS` vCPUs and keeps ``cpus`` online)."""
 
 
 @dataclass(frozen=True)
