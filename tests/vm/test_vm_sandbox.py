@@ -75,8 +75,9 @@ def _ready_seconds(
         seconds = time.monotonic() - started
         domain = provider.conn.lookupByName(info.detail["domain"])
         online = ""
-        # the guest's init takes the boot's extra vCPUs offline as the agent starts serving
-        for _ in poll(Deadline(30), 0.2):
+        # a cold guest's init takes the boot's extra vCPUs offline as its agent starts serving;
+        # a warm one was saved with them offline: its first look must show them so
+        for _ in poll(Deadline(30 if info.detail["start"] == "cold" else 0), 0.2):
             online = provider.exec(info.id, ["cat", "/sys/devices/system/cpu/online"]).stdout
             if online.strip() == "0":
                 break

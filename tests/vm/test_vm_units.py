@@ -29,6 +29,7 @@ from orchestrator.providers.vm.domain import (
     Accelerator,
     DomainPlan,
     domain_xml,
+    kept_vcpus_from_xml,
     labels_from_xml,
     probe_accelerator,
     retarget_saved_xml,
@@ -278,3 +279,9 @@ def test_qemu_is_found_by_domain_and_run_folder_and_ended_by_pid(tmp_path: Path)
             process.kill()
         reaper.join()
         neighbour.wait()
+
+
+def test_the_vcpus_a_guest_keeps_are_read_from_its_domain(tmp_path: Path) -> None:
+    assert kept_vcpus_from_xml(domain_xml(_plan(tmp_path, vcpus=1, boot_vcpus=2))) == 1
+    assert kept_vcpus_from_xml(domain_xml(_plan(tmp_path, vcpus=2, boot_vcpus=2))) is None
+    assert kept_vcpus_from_xml("not xml") is None

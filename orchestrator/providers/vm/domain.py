@@ -219,6 +219,19 @@ def domain_xml(plan: DomainPlan) -> str:
     return ET.tostring(domain, encoding="unicode")
 
 
+def kept_vcpus_from_xml(xml: str) -> int | None:
+    """The vCPUs a domain's guest keeps online after its boot (``cubicle.cpus=`` on its kernel
+    command line); None when it keeps all it booted with (or the XML is not a domain's)."""
+    try:
+        root = ET.fromstring(xml)  # noqa: S314 — XML from our own libvirtd / saved state
+    except ET.ParseError:
+        return None
+    for word in root.findtext("os/cmdline", "").split():
+        if word.startswith("cubicle.cpus=") and word[len("cubicle.cpus=") :].isdigit():
+            return int(word[len("cubicle.cpus=") :])
+    return None
+
+
 def labels_from_xml(xml: str) -> dict[str, str]:
     """cubicle's labels from a domain's XML; ``{}`` for a domain that is not cubicle's."""
     try:

@@ -81,6 +81,7 @@ from orchestrator.providers.vm import run_marks
 from orchestrator.providers.vm.domain import (
     DomainPlan,
     domain_xml,
+    kept_vcpus_from_xml,
     labels_from_xml,
     probe_accelerator,
 )
@@ -459,8 +460,31 @@ class VmProvider(Provider):
 
     def wait_painted(self, sandbox_id: str) -> None:
         """Wait (at most :data:`READY_TIMEOUT_S`) until the agent answers and the desktop is
-        drawn: a golden guest is saved only then (:func:`orchestrator.sandbox.wait_ready`)."""
+        drawn (:func:`orchestrator.sandbox.wait_ready`), then until the guest has taken the
+        boot's extra vCPUs offline (:data:`BOOT_VCPUS`): a golden guest is saved only then, so
+        every sandbox restored from it runs with its vCPUs from the start.
+
+        :raises SandboxStartError: not ready in time, or still more vCPUs online after 30 s.
+        """
         wait_ready(self, sandbox_id, timeout=READY_TIMEOUT_S, painted=True)
+        dom = self._domain(sandbox_id)
+        if dom is None:
+            raise SandboxNotFound(f"VM sandbox {sandbox_id} is gone")
+        kept = kept_vcpus_from_xml(dom.XMLDesc(0))
+        if kept is None:
+            return
+        want = "0" if kept == 1 else f"0-{kept - 1}"
+        online = ""
+        for _ in poll(Deadline(30.0), 0.1):
+            online = self.exec(sandbox_id, ["cat", "/sys/devices/system/cpu/online"]).stdout
+            if online.strip() == want:
+                return
+        raise SandboxStartError(
+            f"sandbox {sandbox_id}: its guest still has vCPUs {online.strip()!r} online 30 s "
+            f"after its desktop was drawn, not {want!r}",
+            sandbox_id=sandbox_id,
+            log_tail=self.logs(sandbox_id, tail=20),
+        )
 
     def open_stream(self, sandbox_id: str, *, timeout: float) -> AgentStream:
         """The sandbox's channel socket (a host socket libvirt owns). Replies the guest queued
