@@ -129,6 +129,12 @@ class DomainPlan:
         """The domain's vCPU count: ``boot_vcpus``, at least ``vcpus``."""
         return max(self.vcpus, self.boot_vcpus)
 
+    @property
+    def kept_vcpus(self) -> int | None:
+        """``vcpus`` when the domain boots with more (its guest is told to keep that many online
+        after the boot: ``cubicle.cpus=``); None when it keeps every vCPU it booted with."""
+        return self.vcpus if self.domain_vcpus > self.vcpus else None
+
     def cmdline(self) -> str:
         console = "ttyAMA0" if self.arch in ("aarch64", "arm64") else "ttyS0"
         parts = [
@@ -145,8 +151,8 @@ class DomainPlan:
             "initcall_blacklist=crypto_kdf108_init,init_kprobe_trace",
             f"cubicle.screen={self.screen[0]}x{self.screen[1]}",
         ]
-        if self.domain_vcpus > self.vcpus:
-            parts.append(f"cubicle.cpus={self.vcpus}")
+        if self.kept_vcpus is not None:
+            parts.append(f"cubicle.cpus={self.kept_vcpus}")
         if self.pids_limit > 0:
             parts.append(f"cubicle.pids={self.pids_limit}")
         if self.user_network:
@@ -217,19 +223,6 @@ def domain_xml(plan: DomainPlan) -> str:
     _sub(devices, "memballoon", model="none")
     ET.register_namespace(METADATA_PREFIX, METADATA_NS)
     return ET.tostring(domain, encoding="unicode")
-
-
-def kept_vcpus_from_xml(xml: str) -> int | None:
-    """The vCPUs a domain's guest keeps online after its boot (``cubicle.cpus=`` on its kernel
-    command line); None when it keeps all it booted with (or the XML is not a domain's)."""
-    try:
-        root = ET.fromstring(xml)  # noqa: S314 — XML from our own libvirtd / saved state
-    except ET.ParseError:
-        return None
-    for word in root.findtext("os/cmdline", "").split():
-        if word.startswith("cubicle.cpus=") and word[len("cubicle.cpus=") :].isdigit():
-            return int(word[len("cubicle.cpus=") :])
-    return None
 
 
 def labels_from_xml(xml: str) -> dict[str, str]:

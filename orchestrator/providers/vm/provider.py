@@ -81,7 +81,6 @@ from orchestrator.providers.vm import run_marks
 from orchestrator.providers.vm.domain import (
     DomainPlan,
     domain_xml,
-    kept_vcpus_from_xml,
     labels_from_xml,
     probe_accelerator,
 )
@@ -458,19 +457,17 @@ class VmProvider(Provider):
         """
         return self.warm.warm_up(spec, slots=slots, progress=progress)
 
-    def wait_painted(self, sandbox_id: str) -> None:
+    def wait_painted(self, sandbox_id: str, plan: DomainPlan) -> None:
         """Wait (at most :data:`READY_TIMEOUT_S`) until the agent answers and the desktop is
         drawn (:func:`orchestrator.sandbox.wait_ready`), then until the guest has taken the
-        boot's extra vCPUs offline (:data:`BOOT_VCPUS`): a golden guest is saved only then, so
-        every sandbox restored from it runs with its vCPUs from the start.
+        boot's extra vCPUs offline (``plan``, the domain started for ``sandbox_id``, says how
+        many it keeps: :data:`BOOT_VCPUS`): a golden guest is saved only then, so every sandbox
+        restored from it runs with its vCPUs from the start.
 
         :raises SandboxStartError: not ready in time, or still more vCPUs online after 30 s.
         """
         wait_ready(self, sandbox_id, timeout=READY_TIMEOUT_S, painted=True)
-        dom = self._domain(sandbox_id)
-        if dom is None:
-            raise SandboxNotFound(f"VM sandbox {sandbox_id} is gone")
-        kept = kept_vcpus_from_xml(dom.XMLDesc(0))
+        kept = plan.kept_vcpus
         if kept is None:
             return
         want = "0" if kept == 1 else f"0-{kept - 1}"

@@ -106,8 +106,9 @@ class WarmHost(Protocol):
     def sandbox_info(self, dom: Any, labels: dict[str, str]) -> SandboxInfo | None:
         """The sandbox of a domain."""
 
-    def wait_painted(self, sandbox_id: str) -> None:
-        """Wait until the agent answers and the desktop is drawn (SandboxStartError)."""
+    def wait_painted(self, sandbox_id: str, plan: DomainPlan) -> None:
+        """Wait until the agent answers, the desktop is drawn and the guest of ``plan`` runs
+        with the vCPUs it keeps (SandboxStartError)."""
 
     def destroy(self, sandbox_id: str) -> None:
         """Remove the sandbox and everything created for it."""
@@ -327,7 +328,7 @@ class WarmStarter:
             )
             with map_libvirt_errors(f"start the golden domain {slot.name}"):
                 dom = self.provider.conn.createXML(domain_xml(plan), 0)
-            self.provider.wait_painted(golden_id)
+            self.provider.wait_painted(golden_id, plan)
             uuid = dom.UUIDString()
             with map_libvirt_errors(f"save the golden domain {slot.name}"):
                 dom.save(str(slot.state))
