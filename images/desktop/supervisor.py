@@ -347,8 +347,10 @@ def _check_then_serve(config: Settings, said: int, x_up: int) -> int:
             import guest.__main__  # noqa: PLC0415
 
             loaded["serve"] = guest.__main__.serve
+            log(f"first agent: libraries loaded (at {since_start()})")
             display_up.wait()
             loaded["prepared"] = guest.__main__.prepare(["--listen", config.listen])
+            log(f"first agent: built on the display (at {since_start()})")
         except BaseException as exc:
             loaded["error"] = exc
 

@@ -83,6 +83,23 @@ def test_a_domain_boots_with_more_vcpus_than_the_guest_keeps(tmp_path: Path) -> 
         kept = [word.split("=", 1)[1] for word in cmdline if word.startswith("cubicle.cpus=")]
         assert kept == ([told] if told else []), (vcpus, boot, cmdline)
         assert plan.kept_vcpus == (int(told) if told else None)  # what a golden waits for
+        # cores of one socket: the second vCPU's delay loop is its sibling's, not timed again
+        topology = root.find("cpu/topology")
+        assert topology is not None and dict(topology.attrib) == {
+            "sockets": "1",
+            "dies": "1",
+            "cores": domain_vcpus,
+            "threads": "1",
+        }
+
+
+def test_x86_guests_route_pci_interrupts_without_acpi(tmp_path: Path) -> None:
+    """The BIOS's routing table, not ACPI's link devices (their AML ran at every virtio probe);
+    an aarch64 guest has no such table and keeps ACPI's."""
+    x86 = ET.fromstring(domain_xml(_plan(tmp_path, arch="x86_64")))
+    assert "acpi=noirq" in x86.findtext("os/cmdline", "").split()
+    arm = ET.fromstring(domain_xml(_plan(tmp_path, arch="aarch64")))
+    assert "acpi=noirq" not in arm.findtext("os/cmdline", "").split()
 
 
 def test_open_network_adds_a_user_mode_nic_and_kvm_uses_the_host_cpu(tmp_path: Path) -> None:

@@ -41,9 +41,10 @@ from orchestrator.providers.vm.image import VmImage
 
 __all__ = ["WarmKey", "WarmSlot", "slots_for"]
 
-DOMAIN_RECIPE = 3
+DOMAIN_RECIPE = 4
 """Bump when the domain XML changes in a way a saved state must match (2: ``<genid/>``; 3: boots
-with :data:`~orchestrator.providers.vm.provider.BOOT_VCPUS` vCPUs and keeps ``cpus`` online)."""
+with :data:`~orchestrator.providers.vm.provider.BOOT_VCPUS` vCPUs and keeps ``cpus`` online; 4:
+the vCPUs are cores of one socket, and x86 guests route PCI interrupts without ACPI)."""
 
 
 @dataclass(frozen=True)
