@@ -57,17 +57,17 @@ Standard library only in this process (the forked first agent imports python-xli
 
 from __future__ import annotations
 
-import contextlib
 import os
-import re
 import select
 import signal
-import subprocess
 import sys
 import time
 
-TYPE_CHECKING = False  # typing is not imported at run time: each import costs a cold VM's boot
+# subprocess (with what it imports: ~0.35 s of a cold VM's boot under TCG) is imported once Xvfb
+# and the first agent are on their way (main), not before them; typing never at run time
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import subprocess
     from typing import NoReturn
 
 XVFB_READY_TIMEOUT_S = 30.0
@@ -117,17 +117,23 @@ def refuse(name: str, value: str, why: str) -> NoReturn:
     sys.exit(2)
 
 
+def _digits(text: str) -> bool:
+    """ASCII digits only, at least one (``str.isdigit`` also takes other scripts' digits)."""
+    return text.isascii() and text.isdigit()
+
+
 def settings(environ: dict[str, str]) -> Settings:
     """The parameters from ``environ``; exits 2 naming the first bad one."""
     screen = environ.get("CUBICLE_SCREEN", "1280x800")
-    found = re.fullmatch(r"(\d+)[xX](\d+)", screen)
-    if found is None:
+    found = screen.replace("X", "x").split("x")
+    if len(found) != 2 or not all(_digits(part) for part in found):
         refuse("CUBICLE_SCREEN", screen, "not WxH (e.g. 1280x800)")
-    width, height = int(found[1]), int(found[2])
+    width, height = int(found[0]), int(found[1])
     if not (64 <= width <= 8192 and 64 <= height <= 8192):
         refuse("CUBICLE_SCREEN", screen, "width and height must be 64-8192 pixels")
     listen = environ.get("CUBICLE_AGENT_LISTEN", "unix:/run/cubicle/agent.sock")
-    if not re.fullmatch(r"(unix|virtio):/.+", listen):
+    scheme, _, rest = listen.partition(":/")
+    if scheme not in ("unix", "virtio") or not rest or "\n" in rest:
         refuse("CUBICLE_AGENT_LISTEN", listen, "not unix:/PATH or virtio:/DEVICE")
     ready = environ.get("CUBICLE_DESKTOP_READY_S", "10")
     try:
@@ -137,12 +143,12 @@ def settings(environ: dict[str, str]) -> Settings:
     if not 0 < ready_s <= 3600:
         refuse("CUBICLE_DESKTOP_READY_S", ready, "not a number of seconds in (0, 3600]")
     display = environ.get("CUBICLE_DISPLAY", ":0")
-    if not re.fullmatch(r":\d{1,4}", display):
+    if not (display[:1] == ":" and _digits(display[1:]) and len(display) <= 5):
         refuse("CUBICLE_DISPLAY", display, "not :N (a local display number)")
     boot_done = environ.get("CUBICLE_BOOT_DONE_FD")
     boot_done_fd = None
     if boot_done is not None:
-        if not re.fullmatch(r"\d{1,6}", boot_done) or int(boot_done) < 3:
+        if not (_digits(boot_done) and len(boot_done) <= 6) or int(boot_done) < 3:
             refuse("CUBICLE_BOOT_DONE_FD", boot_done, "not a descriptor number >= 3")
         boot_done_fd = int(boot_done)
         try:
@@ -169,33 +175,48 @@ def remove_stale_x_locks(display: str) -> None:
     os.makedirs("/tmp/.X11-unix", mode=0o1777, exist_ok=True)
 
 
-def start_xvfb(config: Settings) -> subprocess.Popen[bytes]:
-    """Xvfb on ``config.display``, once it has reported the display (exits 1 if it does not)."""
+def spawn_xvfb(config: Settings) -> tuple[Forked, int]:
+    """Start Xvfb on ``config.display`` (``posix_spawn``: no subprocess import before it); the
+    caller waits for it with :func:`wait_xvfb`.
+
+    :returns: the process, and the read end of its ``-displayfd`` pipe (``wait_xvfb`` closes it).
+    """
     read_fd, write_fd = os.pipe()
-    process = subprocess.Popen(
-        [
-            "Xvfb",
-            config.display,
-            "-screen",
-            "0",
-            f"{config.width}x{config.height}x24",
-            "-nolisten",
-            "tcp",
-            "-noreset",
-            "+extension",
-            "XTEST",
-            # GLX loads Mesa (~11 MiB per desktop, and more saved memory in a VM's warm state)
-            # that nothing here uses: Chromium renders WebGL with SwiftShader and composites in
-            # software, GTK draws with cairo
-            "-extension",
-            "GLX",
-            "-ac",
-            "-displayfd",
-            str(write_fd),
-        ],
-        pass_fds=(write_fd,),
-    )
-    os.close(write_fd)
+    os.set_inheritable(write_fd, True)  # the pipes made here are not passed on, this one is
+    argv = [
+        "Xvfb",
+        config.display,
+        "-screen",
+        "0",
+        f"{config.width}x{config.height}x24",
+        "-nolisten",
+        "tcp",
+        "-noreset",
+        "+extension",
+        "XTEST",
+        # GLX loads Mesa (~11 MiB per desktop, and more saved memory in a VM's warm state)
+        # that nothing here uses: Chromium renders WebGL with SwiftShader and composites in
+        # software, GTK draws with cairo
+        "-extension",
+        "GLX",
+        "-ac",
+        "-displayfd",
+        str(write_fd),
+    ]
+    try:
+        # signals at their defaults, as Popen's restore_signals (Python ignores SIGPIPE)
+        pid = os.posix_spawnp("Xvfb", argv, os.environ, setsigdef=(signal.SIGPIPE,))
+    except OSError as exc:
+        log(f"cannot start Xvfb: {exc.strerror}")
+        sys.exit(1)
+    finally:
+        os.close(write_fd)
+    return Forked(pid), read_fd
+
+
+def wait_xvfb(config: Settings, process: Forked, read_fd: int) -> None:
+    """Wait until ``process`` has reported its display on ``read_fd`` (exits 1 if it does not
+    within :data:`XVFB_READY_TIMEOUT_S`); closes ``read_fd``."""
     deadline = time.monotonic() + XVFB_READY_TIMEOUT_S
     data = b""
     try:
@@ -215,7 +236,6 @@ def start_xvfb(config: Settings) -> subprocess.Popen[bytes]:
     finally:
         os.close(read_fd)
     log(f"Xvfb ready on {config.display} at {config.width}x{config.height} in {since_start()}")
-    return process
 
 
 class Child:
@@ -232,6 +252,8 @@ class Child:
         self.started_at = 0.0
 
     def start(self) -> None:
+        import subprocess  # noqa: PLC0415 — loaded by main() while Xvfb starts
+
         if self.socket is not None and os.path.lexists(self.socket):
             os.unlink(self.socket)
         self.process = subprocess.Popen(self.argv)
@@ -260,7 +282,8 @@ class Child:
 
 
 class Forked:
-    """A child made by :func:`os.fork`, with the part of ``Popen``'s interface used here."""
+    """A child made by :func:`os.fork` or :func:`os.posix_spawnp`, with the part of ``Popen``'s
+    interface used here."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -281,6 +304,8 @@ class Forked:
         deadline = None if timeout is None else time.monotonic() + timeout
         while (status := self.poll()) is None:
             if deadline is not None and time.monotonic() > deadline:
+                import subprocess  # noqa: PLC0415 — loaded by main() while Xvfb starts
+
                 raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
             time.sleep(0.01)
         return status
@@ -384,6 +409,8 @@ def _check_then_serve(config: Settings, said: int, x_up: int) -> int:
 def say_boot_done(fd: int) -> None:
     """One line on ``fd`` (the boot's parallel work is over), then close it. Nobody listening
     (EPIPE) is not an error: the VM's init reads it only to take extra vCPUs offline."""
+    import contextlib  # noqa: PLC0415 — the first agent's, which has it loaded
+
     with contextlib.suppress(OSError):
         os.write(fd, b"boot done\n")
     os.close(fd)
@@ -400,6 +427,8 @@ def report(name: str, said: bytes, started: float) -> None:
 
 
 def stop_all(processes: list[subprocess.Popen[bytes] | Forked]) -> None:
+    import subprocess  # noqa: PLC0415 — loaded by main() while Xvfb starts
+
     for process in processes:
         if process.poll() is None:
             process.terminate()
@@ -414,6 +443,8 @@ def stop_all(processes: list[subprocess.Popen[bytes] | Forked]) -> None:
 
 def paint_root() -> subprocess.Popen[bytes] | None:
     """The root window's pattern (screenshots are never one flat colour), painted meanwhile."""
+    import subprocess  # noqa: PLC0415 — loaded by main() while Xvfb starts
+
     try:
         return subprocess.Popen(ROOT_PATTERN)
     except FileNotFoundError:
@@ -465,7 +496,10 @@ def main() -> int:
     if config.boot_done_fd is not None:
         os.close(config.boot_done_fd)  # the first agent's alone: EOF if it exits without a word
     agent.started_at = time.monotonic()
-    xvfb = start_xvfb(config)
+    xvfb, displayfd = spawn_xvfb(config)
+    import subprocess  # noqa: F401, PLC0415 — its import overlaps Xvfb's start, not before it
+
+    wait_xvfb(config, xvfb, displayfd)
     os.write(x_up, b"x")
     os.close(x_up)
     started = time.monotonic()
@@ -489,9 +523,11 @@ def main() -> int:
             break
         due = [t for t in (child.poll() for child in children) if t is not None]
         select.select([wake_r], [], [], min(due) if due else None)
-        with contextlib.suppress(BlockingIOError):
+        try:
             while os.read(wake_r, 512):
                 pass
+        except BlockingIOError:
+            pass
     stop_all([c.process for c in children if c.process is not None] + [xvfb])
     log("stopped")
     return status
