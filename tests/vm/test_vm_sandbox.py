@@ -38,6 +38,14 @@ from tests.vm.conftest import REPO, assert_gone, qemu_pids_using
 pytestmark = [pytest.mark.vm, pytest.mark.slow]
 
 
+PORT_AND_X_MODES = """
+for p in /sys/class/virtio-ports/*; do
+  [ "$(cat "$p/name")" = org.cubicle.agent ] && stat -c '%a %U' "/dev/${p##*/}"
+done
+stat -c '%a %U' /tmp/.X11-unix
+"""
+
+
 def test_up_screenshot_exec_down_through_sandbox(
     vm_provider: VmProvider, leak_check: list[str]
 ) -> None:
@@ -57,6 +65,9 @@ def test_up_screenshot_exec_down_through_sandbox(
         assert colors is None, "the desktop screenshot is a single colour (black)"
         done = sandbox.exec(["id", "-un"])
         assert (done.exit_code, done.stdout.strip()) == (0, "cubicle")
+        # the agent's port is the user's alone; X's socket folder root's, 1777, as X expects
+        modes = sandbox.exec(["sh", "-c", PORT_AND_X_MODES])
+        assert modes.stdout.split("\n")[:2] == ["600 cubicle", "1777 root"], modes
         missing = sandbox.exec(["false"])
         assert missing.exit_code == 1
     assert_gone(vm_provider, sandbox.id)
