@@ -35,6 +35,7 @@ from __future__ import annotations
 import ctypes
 import os
 import pwd
+import select
 import shutil
 import subprocess
 import sys
@@ -115,7 +116,10 @@ def start_xvfb() -> tuple[subprocess.Popen[bytes], str]:
     deadline = time.monotonic() + XVFB_READY_S
     said = b""
     with os.fdopen(read_fd, "rb", buffering=0) as reported:
-        while not said.endswith(b"\n") and time.monotonic() < deadline:
+        while not said.endswith(b"\n"):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([reported], [], [], remaining)[0]:
+                break
             chunk = reported.read(16)
             if not chunk:
                 break
