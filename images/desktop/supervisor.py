@@ -204,8 +204,9 @@ def spawn_xvfb(config: Settings) -> tuple[Forked, int]:
         str(write_fd),
     ]
     try:
-        # signals at their defaults, as Popen's restore_signals (Python ignores SIGPIPE)
-        pid = os.posix_spawnp("Xvfb", argv, os.environ, setsigdef=(signal.SIGPIPE,))
+        # signals at their defaults, as Popen's restore_signals (Python ignores these two)
+        defaults = (signal.SIGPIPE, signal.SIGXFSZ)
+        pid = os.posix_spawnp("Xvfb", argv, os.environ, setsigdef=defaults)
     except OSError as exc:
         log(f"cannot start Xvfb: {exc.strerror}")
         sys.exit(1)
