@@ -3,7 +3,9 @@
 Run as root inside the guest's root file system (images/guest-setup ``x-caches``, after the
 desktop's files and the desktop user exist), with the guest's own Python and X programs:
 
-    python3 x_caches.py SRC        SRC: images/desktop (for ``xkbcomp-cached``)
+    python3 /usr/share/cubicle/x_caches.py
+
+(images/desktop/install puts it there, with ``xkbcomp-cached`` beside it.)
 
 It starts one Xvfb (as the desktop's supervisor does) and makes:
 
@@ -150,7 +152,7 @@ def install_script(text: str, target: Path) -> None:
     staged.replace(target)
 
 
-def make_caches(src: Path) -> None:
+def make_caches() -> None:
     desktop_user = pwd.getpwnam(DESKTOP_USER)
     divert(XKBCOMP, XKBCOMP_REAL)
     divert(PROTOCOL_NAMES, PROTOCOL_NAMES.with_name("protocol.txt.unused"))
@@ -186,7 +188,7 @@ def make_caches(src: Path) -> None:
         missing = [name for name in names if not (XKB_CACHE / name).is_file()]
         if missing:
             raise Failed(f"Xvfb's keymap was not recorded ({', '.join(missing)} missing)")
-        install_script((src / "xkbcomp-cached").read_text(), XKBCOMP)
+        install_script((script.parent / "xkbcomp-cached").read_text(), XKBCOMP)
         for name in names:
             (XKB_CACHE / name).chmod(0o644)
         written = sorted(compose_dir.iterdir())
@@ -206,11 +208,11 @@ def main(argv: list[str]) -> int:
         return record(argv[1:])
     if argv[:1] == ["--open-input-method"] and len(argv) == 2:
         return open_input_method(argv[1])
-    if len(argv) != 1:
-        print("usage: x_caches.py SRC (the desktop's folder: images/desktop)", file=sys.stderr)
+    if argv:
+        print("usage: x_caches.py (no arguments)", file=sys.stderr)
         return 2
     try:
-        make_caches(Path(argv[0]))
+        make_caches()
     except (Failed, OSError, KeyError, subprocess.CalledProcessError) as exc:
         print(f"x_caches: {exc}", file=sys.stderr)
         return 1
