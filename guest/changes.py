@@ -120,9 +120,12 @@ IDLE_STEP_S: Final = 0.02
 BUSY_POLL_S: Final = 0.05
 """While the focused application is busy, a wait that would end looks again this much later."""
 BUSY_LIMIT_QUIETS: Final = 5
-"""Busy CPU alone keeps a wait going for at most this many ``max(expect_ms, quiet_ms)`` after
-the action (2 s by default): an animated page keeps its program busy for ever, and must not
-hold every action until the cap."""
+"""Busy CPU alone keeps a wait going for at most this many ``max(expect_ms, quiet_ms)`` (2 s by
+default) after the action, the end of a launch it caused, or the last damage it counted larger
+than a caret (:data:`protocol.VISIBLE_CHANGE_AREA`), whichever came last: an animated page keeps
+its program busy for ever, and must not hold every action until the cap, but a program that has
+just drawn and is still working is building what it shows (Chromium under TCG drew a local
+page's first part 18.6 s after Enter, then the rest)."""
 DENSE_CELL_PIXELS: Final = protocol.VISIBLE_CHANGE_AREA + 1
 """A :data:`CELL_PX` cell with this many changed pixels is a visible change by itself (its
 changed box is at least that large): :func:`pixel_changes` needs no finer look then."""
@@ -393,8 +396,8 @@ def _quiet_period(
       cap); a launch's end counts as a change for the quiet period (:mod:`guest.launches`), its
       program joins ``activity``, and the rest of the wait keeps the launch cap.
     * When the wait would end (not capped) while ``activity`` is busy, look again a little later
-      (at most until :data:`BUSY_LIMIT_QUIETS` quiet periods after the action, or after the end
-      of a launch it caused).
+      (at most until :data:`BUSY_LIMIT_QUIETS` quiet periods after the action, the end of a
+      launch it caused, or the last counted damage larger than a caret, whichever came last).
     * Once the screen has been quiet for ``spec.idle_quiet_ms`` (shorter than ``quiet_ms``),
       the wait ends there when ``activity`` is available and says idle over a sample window of
       at least :data:`IDLE_WINDOW_S` that began after the last change — unless a launch is
@@ -416,6 +419,7 @@ def _quiet_period(
         while True:
             box: Rect | None = None
             last: float | None = None
+            drew = start  # the last counted damage larger than a caret (or the action's start)
             rects: list[Rect] = []
             for item in reversed(history):
                 if item.t < since:
@@ -424,6 +428,8 @@ def _quiet_period(
                     rects.append(item.rect)
                     box = item.rect if box is None else box.union(item.rect)
                     last = item.t if last is None else max(last, item.t)
+                    if item.rect.area > protocol.VISIBLE_CHANGE_AREA:
+                        drew = max(drew, item.t)
             events = len(rects)
             now = time.monotonic()
             launching = launched = idle = False
@@ -453,14 +459,15 @@ def _quiet_period(
                 if not done and short and not launched and activity is not None:
                     idle, deadline = _idle_end(activity, last + idle_quiet, now, deadline)
                     done = settled = settled or idle
+            busy_end = max(busy_until, drew + busy_span)  # still working after it drew
             if (
                 done
                 and not idle  # just seen idle after the last change: no need to look again
-                and now < min(cap, busy_until)
+                and now < min(cap, busy_end)
                 and activity is not None
                 and activity.busy()
             ):
-                done, deadline = False, min(cap, busy_until, now + BUSY_POLL_S)
+                done, deadline = False, min(cap, busy_end, now + BUSY_POLL_S)
             if done:
                 ended_on = None if last is None or not settled or launching else spec.quiet_ms
                 return SettleOutcome(

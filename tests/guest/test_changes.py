@@ -255,6 +255,23 @@ def test_a_program_still_working_after_its_first_change_is_waited_for(
     assert receipt["changed"] is True and receipt["settle_ms"] >= 250
 
 
+def test_a_program_that_draws_in_steps_while_it_works_is_waited_for_past_the_busy_limit(
+    client: AgentClient, agent: RunningAgent, named: None
+) -> None:
+    """A page loading in steps on a slow machine (Chromium under TCG): the program draws, works
+    longer than the quiet period, draws again, works, draws the rest. The busy limit (5 quiet
+    periods: 500 ms here) counts from the last thing drawn, not from the key alone: the second
+    step comes 300 ms after the first and the third 600 ms after the key, past 500 ms."""
+    if agent._extra_env["CUBICLE_SETTLE_METHOD"] == "poll":
+        pytest.skip("frame polling has no busy probe (documented)")
+    settle = {"expect_ms": 100, "quiet_ms": 100, "cap_ms": 5000, "typing_quiet_ms": None}
+    receipt = client.call("keypress", {"keys": ["p"], "settle": settle}).result["receipt"]
+    assert pixel_at(client, 850, 450) == (255, 192, 203)
+    assert pixel_at(client, 950, 450) == (0, 128, 128), "answered while the program still worked"
+    assert receipt["changed"] is True and receipt["settled"] is True
+    assert receipt["last_change_ms"] >= 600
+
+
 def test_the_settle_op_until_idle_waits_for_the_focused_program_to_finish_its_work(
     client: AgentClient, agent: RunningAgent, named: None
 ) -> None:

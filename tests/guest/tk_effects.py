@@ -3,19 +3,21 @@
 
 Maps a full-screen override-redirect canvas with the keyboard focus (so keys reach it with or
 without a window manager, wherever the pointer is) and prints ``ready``.
-Keys: ``d`` paints a 300x200 red block 250 ms later; ``s`` paints a blue block at once and a
-green one 150 ms after it; ``b`` and Return paint a 200x200 block at once, yellow and purple in
-turn; ``w`` paints an orange block at once, then works (a thread spins a CPU) for 250 ms
-and paints a cyan block when done; ``t`` ticks a panel clock 100 ms later, as tint2 does when
-its clock turns a minute: it repaints a full-width 40 px strip at the bottom (drawn by the first
-``t``) with identical pixels but for one 10x11 "digit", which flips colour (tint2 damages its
-whole 1280x40 panel and changes 10x11 pixels, measured with python-xlib DAMAGE); ``c`` clears
-the canvas; any other key does nothing. With
-``--animate`` a 40x40 square moves along the top right corner every 40 ms, forever (with
-``--animate-cpu`` each frame also uses 8 ms of CPU: an animated page's program). With
-``--dialog`` the window's EWMH type is ``dialog`` (otherwise unset: ``normal``). With ``--pid``
-the window names its process (``_NET_WM_PID``, as GTK and Chromium windows do; Tk does not), so
-the agent's busy probe can watch it.
+Keys: ``d`` paints a 300x200 red block 250 ms later; ``s`` paints a blue block at once and a green
+one 150 ms after it; ``b`` and Return paint a 200x200 block at once, yellow and purple in turn;
+``w`` paints an orange block at once, then works (a thread spins a CPU) for 250 ms and paints a cyan
+block when done; ``p`` draws as a page loading in steps on a slow machine: a grey block at once,
+then works 300 ms and paints a pink block, then works 300 ms more and paints a teal block (the work
+in Tk's thread, with 20 ms idle between steps, when Tk draws); ``t`` ticks a panel clock 100 ms
+later, as tint2 does when its clock turns a minute: it repaints a full-width 40 px strip at the
+bottom (drawn by the first ``t``) with identical pixels but for one 10x11 "digit", which flips
+colour (tint2 damages its whole 1280x40 panel and changes 10x11 pixels, measured with python-xlib
+DAMAGE); ``c`` clears the canvas; any other key does nothing.
+With ``--animate`` a 40x40 square moves along the top right corner every 40 ms, forever (with
+``--animate-cpu`` each frame also uses 8 ms of CPU: an animated page's program). With ``--dialog``
+the window's EWMH type is ``dialog`` (otherwise unset: ``normal``). With ``--pid`` the window names
+its process (``_NET_WM_PID``, as GTK and Chromium windows do; Tk does not), so the agent's busy
+probe can watch it.
 """
 
 from __future__ import annotations
@@ -110,6 +112,9 @@ def main() -> None:
                 0.25,
                 lambda: canvas.create_rectangle(800, 200, 900, 300, fill="cyan", width=0),
             )
+        elif event.char == "p":
+            canvas.create_rectangle(700, 400, 800, 500, fill="grey", width=0)
+            root.after(20, page_step, ["pink", "teal"])
         elif event.char == "t":
             root.after(100, tick)
         elif event.char == "c":
@@ -120,6 +125,14 @@ def main() -> None:
 
     flip = [False]
     ticks = [0]
+
+    def page_step(steps: list[str], x: int = 800) -> None:
+        """Work 300 ms in Tk's own thread (a renderer's main thread), draw the next block, and
+        let Tk's loop flush it to the X server before the next step."""
+        _spin(0.3)
+        canvas.create_rectangle(x, 400, x + 100, 500, fill=steps[0], width=0)
+        if steps[1:]:
+            root.after(20, page_step, steps[1:], x + 100)
 
     def tick() -> None:
         canvas.delete("panel")  # drawn anew whole: the whole strip is damaged

@@ -125,6 +125,12 @@ class DomainPlan:
     arch: str = field(default_factory=platform.machine)
 
     @property
+    def aarch64(self) -> bool:
+        """Whether the guest is an ARM one (``virt`` machine, PL011 console, ACPI's PCI routing);
+        otherwise x86-64 (``pc`` machine, 16550 console, the BIOS's PCI routing)."""
+        return self.arch in ("aarch64", "arm64")
+
+    @property
     def domain_vcpus(self) -> int:
         """The domain's vCPU count: ``boot_vcpus``, at least ``vcpus``."""
         return max(self.vcpus, self.boot_vcpus)
@@ -136,7 +142,7 @@ class DomainPlan:
         return self.vcpus if self.domain_vcpus > self.vcpus else None
 
     def cmdline(self) -> str:
-        console = "ttyAMA0" if self.arch in ("aarch64", "arm64") else "ttyS0"
+        console = "ttyAMA0" if self.aarch64 else "ttyS0"
         parts = [
             "root=/dev/vda",
             "rw",
@@ -151,7 +157,7 @@ class DomainPlan:
             "initcall_blacklist=crypto_kdf108_init,init_kprobe_trace",
             f"cubicle.screen={self.screen[0]}x{self.screen[1]}",
         ]
-        if console == "ttyS0":
+        if not self.aarch64:
             # PCI interrupts routed by the BIOS's table, not by evaluating ACPI's interrupt link
             # devices: each virtio device's probe ran AML for its link (~0.2-0.4 s apiece of a
             # cold boot's module loads under TCG). ACPI keeps the rest (power-off, the CPUs).
@@ -175,7 +181,7 @@ def _sub(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) ->
 
 def domain_xml(plan: DomainPlan) -> str:
     """The libvirt domain XML of ``plan`` (for ``createXML``: transient, destroyed on poweroff)."""
-    aarch64 = plan.arch in ("aarch64", "arm64")
+    aarch64 = plan.aarch64
     domain = ET.Element("domain", {"type": plan.accelerator.domain_type})
     _sub(domain, "name", plan.name)
     metadata = _sub(domain, "metadata")
