@@ -13,6 +13,11 @@ Contract (read by :mod:`orchestrator.providers.docker.exec`):
 - EOF on stdin half-closes the socket (the agent ends the connection); EOF from the agent ends
   the bridge. Exit status 0 then. The two directions run independently (one on a thread), so
   the bridge never stops reading one side because the other is full.
+- With ``--first-within SECONDS``, a bridge that is not spoken to that long writes one line to
+  stderr and exits 0 without touching the agent: for a stream opened early and perhaps never
+  used (a warm-pool claim that may lose its race), whose close the engine can lose — Docker's
+  exec sometimes never delivers the EOF of a stdin closed before the process has read anything
+  (moby/moby#37870), and the bridge would wait for its first bytes for ever.
 - When the agent cannot be reached it writes one line to stderr saying why and exits 3; a bad
   command line exits 2.
 
@@ -85,30 +90,44 @@ def forward(sock: _socket.socket, first: bytes, stdin: int = 0, stdout: int = 1)
         _write_all(stdout, data)
 
 
-USAGE = "usage: python -m guest.bridge PATH [--wait SECONDS]  (default wait 10 s)"
+USAGE = (
+    "usage: python -m guest.bridge PATH [--wait SECONDS] [--first-within SECONDS]"
+    "  (default wait 10 s; first bytes: no limit)"
+)
 EXIT_USAGE = 2
 
 
-def parse_args(argv: list[str]) -> tuple[str, float] | None:
-    """``PATH [--wait SECONDS]`` → (path, seconds), or None when malformed. By hand, not
-    argparse: this runs on every agent connection, and argparse (with typing) costs ~20 ms."""
+def parse_args(argv: list[str]) -> tuple[str, float, float | None] | None:
+    """``PATH [--wait SECONDS] [--first-within SECONDS]`` → (path, wait, first-within or None),
+    or None when malformed (a value that is not a number >= 0, an unknown option, a second path).
+    By hand, not argparse: this runs on every agent connection, and argparse (with typing) costs
+    ~20 ms."""
     path: str | None = None
-    wait = 10.0
+    seconds: dict[str, float] = {"--wait": 10.0}
     rest = list(argv)
     while rest:
         word = rest.pop(0)
-        if word == "--wait" and rest:
+        if word in ("--wait", "--first-within") and rest:
             try:
-                wait = float(rest.pop(0))
+                value = float(rest.pop(0))
             except ValueError:
                 return None
-            if not wait >= 0:
+            if not value >= 0:  # also refuses nan
                 return None
+            seconds[word] = value
         elif path is None and not word.startswith("-"):
             path = word
         else:
             return None
-    return None if path is None else (path, wait)
+    return None if path is None else (path, seconds["--wait"], seconds.get("--first-within"))
+
+
+def _spoken_to_within(seconds: float) -> bool:
+    """Whether stdin has bytes (or its end) to read within ``seconds``."""
+    import select  # noqa: PLC0415 — a C module, loaded only by the bridges that bound the wait
+
+    readable, _, _ = select.select([0], [], [], seconds)
+    return bool(readable)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,7 +135,14 @@ def main(argv: list[str] | None = None) -> int:
     if parsed is None:
         print(USAGE, file=sys.stderr, flush=True)
         return EXIT_USAGE
-    path, wait_s = parsed
+    path, wait_s, first_within_s = parsed
+    if first_within_s is not None and not _spoken_to_within(first_within_s):
+        print(
+            f"cubicle bridge: not spoken to within {first_within_s:g} s; ending unused",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 0
     first = os.read(0, CHUNK)
     if not first:
         return 0

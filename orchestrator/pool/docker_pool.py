@@ -45,6 +45,10 @@ WARMUP_TIMEOUT_S: Final = 30.0
 CONNECT_S: Final = 10.0
 """How long a claimed member's bridge waits for its agent (a ready member's listens already)."""
 HELLO_TIMEOUT_S: Final = 10.0
+EARLY_STREAM_UNUSED_S: Final = 30.0
+"""A claim's early stream (opened while the claim is taken) ends by itself when not spoken to
+this long: a won claim speaks within its take (milliseconds; seconds on a loaded engine), and a
+lost one closes it unused, a close Docker's exec can lose (the bridge would wait for ever)."""
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -184,7 +188,11 @@ def claim_member(provider: DockerProvider, member: Member, spec: SandboxSpec) ->
     hello proves the member runs)."""
     labels = marks.claim_labels(member.sandbox_id, spec)
     stream = _background(
-        provider.open_stream_in, member.container_id, member.sandbox_id, timeout=CONNECT_S
+        provider.open_stream_in,
+        member.container_id,
+        member.sandbox_id,
+        timeout=CONNECT_S,
+        first_within_s=EARLY_STREAM_UNUSED_S,
     )
     try:
         won = _take(provider, member, labels)

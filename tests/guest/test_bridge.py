@@ -77,8 +77,48 @@ def test_no_agent_is_said_on_stderr_and_nothing_on_stdout(tmp_path: Path) -> Non
     assert str(path).encode() in err and b"within 0.2 s" in err
 
 
+def test_a_bridge_not_spoken_to_within_its_bound_ends_unused(tmp_path: Path) -> None:
+    """``--first-within``: stdin stays open and silent (an engine that lost the close of a
+    stream never used): the bridge ends by itself, 0, saying so, and never connects."""
+    path = tmp_path / "agent.sock"
+    connections: list[str] = []
+    with unix_server(path, lambda _conn: connections.append("connected")):
+        process = bridge(path, "--first-within", "0.3")
+        assert process.stdin is not None and process.stdout is not None
+        assert process.stderr is not None
+        try:
+            status = process.wait(timeout=30)  # stdin still open: only the bound ends it
+        finally:
+            process.kill()
+            process.stdin.close()
+        out, err = process.stdout.read(), process.stderr.read()
+        process.stdout.close()
+        process.stderr.close()
+    assert (status, out) == (0, b"")
+    assert b"not spoken to within 0.3 s" in err
+    assert connections == [], "a bridge never spoken to must not touch the agent"
+
+
+def test_a_bridge_spoken_to_within_its_bound_forwards_as_usual(tmp_path: Path) -> None:
+    path = tmp_path / "agent.sock"
+    with echo_server(path) as events:
+        process = bridge(path, "--first-within", "30")
+        out, err = process.communicate(b"hello", timeout=30)
+    assert (process.returncode, out, err) == (0, b"hello", b"")
+    assert events == ["eof"]
+
+
 def test_a_bad_command_line_exits_2_with_the_usage(tmp_path: Path) -> None:
-    for extra in (["--wait"], ["--wait", "soon"], ["--wait", "-1"], ["--frobnicate"], ["two"]):
+    for extra in (
+        ["--wait"],
+        ["--wait", "soon"],
+        ["--wait", "-1"],
+        ["--first-within"],
+        ["--first-within", "-1"],
+        ["--first-within", "nan"],
+        ["--frobnicate"],
+        ["two"],
+    ):
         process = bridge(tmp_path / "agent.sock", *extra)
         _out, err = process.communicate(b"", timeout=30)
         assert process.returncode == 2, (extra, err)

@@ -344,12 +344,15 @@ def test_a_lost_claim_closes_its_early_connection_unused(pools: Pools) -> None:
 
     assert docker_pool.claim_member(pools.provider, member, spec) is None
 
-    for _ in poll(Deadline(20), 0.1):
+    # at once as a rule; when the engine loses the close (moby/moby#37870), the bridge ends by
+    # itself once not spoken to for EARLY_STREAM_UNUSED_S
+    for _ in poll(Deadline(docker_pool.EARLY_STREAM_UNUSED_S + 15), 0.1):
         if not _bridge_execs(pools.provider, member.container_id):
             break
     assert not _bridge_execs(pools.provider, member.container_id), "a bridge still runs"
-    # the loser's bridge was started early and ended cleanly: a bridge ends only when its stdin
-    # ends (the claimer closed the stream), and one never spoken to never reaches the agent
+    # the loser's bridge was started early and ended cleanly: a bridge ends with 0 only when its
+    # stdin ends (the claimer closed the stream) or, never spoken to, by its own bound; either
+    # way it never reached the agent
     events = _exec_events(pools.provider, member.container_id, since)[earlier:]
     assert len(events) == 2 and "guest.bridge" in events[0] and events[1] == "die 0", events
     # the winner's member is untouched: still running, still named as a member

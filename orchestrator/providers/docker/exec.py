@@ -87,9 +87,16 @@ class DockerStreamCodec:
         return text.strip() or None
 
 
-def bridge_argv(python: str, agent_socket: str, *, wait_s: float) -> list[str]:
-    """The command that runs the bridge in the guest (``-I``: no cwd, no ``PYTHON*`` variables)."""
-    return [python, "-I", "-m", "guest.bridge", agent_socket, "--wait", f"{max(wait_s, 0.0):g}"]
+def bridge_argv(
+    python: str, agent_socket: str, *, wait_s: float, first_within_s: float | None = None
+) -> list[str]:
+    """The command that runs the bridge in the guest (``-I``: no cwd, no ``PYTHON*`` variables):
+    it waits ``wait_s`` for the agent once spoken to, and, with ``first_within_s``, ends unused
+    when not spoken to that long (:mod:`guest.bridge`)."""
+    argv = [python, "-I", "-m", "guest.bridge", agent_socket, "--wait", f"{max(wait_s, 0.0):g}"]
+    if first_within_s is not None:
+        argv += ["--first-within", f"{max(first_within_s, 0.0):g}"]
+    return argv
 
 
 def open_exec_socket(

@@ -468,13 +468,28 @@ class DockerProvider(Provider):
                 self._guest_ids.pop(sandbox_id, None)  # removed by someone else: look it up
         return self.open_stream_in(str(self._guest(sandbox_id).id), sandbox_id, timeout=timeout)
 
-    def open_stream_in(self, container_id: str, sandbox_id: str, *, timeout: float) -> AgentStream:
+    def open_stream_in(
+        self,
+        container_id: str,
+        sandbox_id: str,
+        *,
+        timeout: float,
+        first_within_s: float | None = None,
+    ) -> AgentStream:
         """:meth:`open_stream` to the guest container ``container_id`` (known to be
         ``sandbox_id``'s: a warm-pool claim listed it), without looking it up.
 
         The bridge says nothing and does not touch the agent until the first bytes are written:
-        a stream opened and closed unused leaves the guest as it was."""
-        argv = bridge_argv(GUEST_PYTHON, AGENT_SOCKET, wait_s=timeout * BRIDGE_WAIT_SHARE)
+        a stream opened and closed unused leaves the guest as it was. With ``first_within_s``
+        the bridge also ends by itself when nothing is written that long (for a stream that
+        may be closed unused: the engine can lose that close, :mod:`guest.bridge`); without,
+        it waits for its first bytes as long as the stream is open."""
+        argv = bridge_argv(
+            GUEST_PYTHON,
+            AGENT_SOCKET,
+            wait_s=timeout * BRIDGE_WAIT_SHARE,
+            first_within_s=first_within_s,
+        )
         sock = open_exec_socket(
             self.client_of(sandbox_id).api,
             container_id,
