@@ -411,7 +411,9 @@ def _quiet_period(
     pending_within_s = max(LAUNCH_TIMEOUT_S, spec.longest_ms() / 1000)
     expect_at = start + spec.expect_ms / 1000
     busy_span = BUSY_LIMIT_QUIETS * max(spec.expect_ms, spec.quiet_ms) / 1000
-    busy_until = start + busy_span
+    # the busy limit's origin: the action's start, the end of a launch it caused, or the last
+    # counted damage larger than a caret, whichever is latest (monotonic seconds)
+    drew = start
     quiet = spec.quiet_ms / 1000
     idle_quiet = spec.quiet_when_idle() / 1000
     short = activity is not None and activity.available and idle_quiet < quiet
@@ -419,7 +421,6 @@ def _quiet_period(
         while True:
             box: Rect | None = None
             last: float | None = None
-            drew = start  # the last counted damage larger than a caret (or the action's start)
             rects: list[Rect] = []
             for item in reversed(history):
                 if item.t < since:
@@ -438,7 +439,7 @@ def _quiet_period(
                 if ended is not None:
                     launched = True
                     last = ended if last is None else max(last, ended)
-                    busy_until = max(start, ended) + busy_span  # the program just drew: counts anew
+                    drew = max(drew, ended)  # the program just drew its first frame
                     if activity is not None:
                         for pid in launches.ended_pids(since):
                             activity.watch(pid)  # a program this action started, once drawn
@@ -459,7 +460,7 @@ def _quiet_period(
                 if not done and short and not launched and activity is not None:
                     idle, deadline = _idle_end(activity, last + idle_quiet, now, deadline)
                     done = settled = settled or idle
-            busy_end = max(busy_until, drew + busy_span)  # still working after it drew
+            busy_end = drew + busy_span  # busy CPU counts for this long after it last drew
             if (
                 done
                 and not idle  # just seen idle after the last change: no need to look again
