@@ -15,6 +15,7 @@ from tests.desktop.checks import (
     ROOT_COLOURS,
     assert_browser_launcher_starts_a_sandboxed_chromium,
     assert_chromium_opens_a_page_without_gpu_failures,
+    assert_fonts_are_never_rescanned,
     assert_launchers_drawn,
     assert_panel_drawn,
     assert_the_start_up_promises,
@@ -224,3 +225,7 @@ def test_the_desktops_python_compiles_nothing_at_start(sandbox: Sandbox) -> None
     probe = sandbox.exec(["python", "-c", STARTS_COMPILED])
     assert probe.exit_code == 0, probe.stderr
     assert probe.stdout.split("\n")[:2] == ["[]", "False"], probe.stdout
+
+
+def test_the_desktop_uses_the_images_font_caches(sandbox: Sandbox) -> None:
+    assert_fonts_are_never_rescanned(sandbox)

@@ -30,7 +30,7 @@ from orchestrator.providers.vm import image as vm_image
 from orchestrator.providers.vm import warm_start as vm_warm_start
 from orchestrator.providers.vm.warm import slots_for
 from orchestrator.sandbox import Sandbox, wait_ready
-from tests.desktop.checks import guest_pids
+from tests.desktop.checks import assert_fonts_are_never_rescanned, guest_pids
 from tests.support.guest_probes import DIRECT_PROBE
 from tests.support.listener import Listener, host_addresses
 from tests.vm.conftest import REPO, assert_gone, qemu_pids_using
@@ -70,6 +70,8 @@ def test_up_screenshot_exec_down_through_sandbox(
         assert modes.stdout.split("\n")[:2] == ["600 cubicle", "1777 root"], modes
         missing = sandbox.exec(["false"])
         assert missing.exit_code == 1
+        # the disk's copy of the image keeps the font folders' mtimes the caches record
+        assert_fonts_are_never_rescanned(sandbox)
     assert_gone(vm_provider, sandbox.id)
 
 
