@@ -43,6 +43,7 @@ from orchestrator.hostdirs import host_folder
 from orchestrator.provider import Progress
 from orchestrator.providers import guest_build
 from orchestrator.providers.guest_build import DEBIAN_MIRROR, REPO_ROOT, SUITE
+from orchestrator.providers.vm.domain import AARCH64_MACHINES
 from orchestrator.providers.vm.files import HOME_MODE
 from orchestrator.providers.vm.image import (
     RECIPE_VERSION,
@@ -69,7 +70,7 @@ DISK_EXTRA_MB = 384
 """The ext4 base is the rootfs size x headroom + this much free space (MiB) for the guest."""
 
 KERNEL_META_PACKAGE = (
-    "linux-image-arm64" if platform.machine() in ("aarch64", "arm64") else "linux-image-amd64"
+    "linux-image-arm64" if platform.machine() in AARCH64_MACHINES else "linux-image-amd64"
 )
 INITRAMFS_MODULES = (
     "virtio",

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Literal
 
 __all__ = [
+    "AARCH64_MACHINES",
     "AGENT_PORT",
     "METADATA_NS",
     "Accelerator",
@@ -44,6 +45,9 @@ METADATA_PREFIX = "cubicle"
 USER_NET = ("10.0.2.15/24", "10.0.2.2", "10.0.2.3")
 """Guest address, gateway and DNS of QEMU user-mode networking (policy ``open`` on macOS only: it
 shows the host's loopback to the guest at 10.0.2.2)."""
+
+AARCH64_MACHINES = ("aarch64", "arm64")
+"""The names :func:`platform.machine` gives 64-bit ARM (Linux says aarch64, macOS arm64)."""
 
 AccelKind = Literal["kvm", "tcg", "hvf"]
 
@@ -128,7 +132,7 @@ class DomainPlan:
     def aarch64(self) -> bool:
         """Whether the guest is an ARM one (``virt`` machine, PL011 console, ACPI's PCI routing);
         otherwise x86-64 (``pc`` machine, 16550 console, the BIOS's PCI routing)."""
-        return self.arch in ("aarch64", "arm64")
+        return self.arch in AARCH64_MACHINES
 
     @property
     def domain_vcpus(self) -> int:
