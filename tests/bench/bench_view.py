@@ -9,11 +9,13 @@ link (server start, page, first frame) and a reused server (new page, first fram
 from __future__ import annotations
 
 import contextlib
+import io
 import shutil
 import threading
 import time
 from collections.abc import Iterator
 
+from PIL import Image
 from playwright.sync_api import Page, sync_playwright
 
 from guest.client import AgentClient
@@ -48,19 +50,20 @@ while True:
 """
 """A window in the guest that flips white/black on every click."""
 
-WAIT_PIXEL = """([x, y, before]) => new Promise((resolve, reject) => {
+WAIT_PIXEL = """([x, y, value, same]) => new Promise((resolve, reject) => {
   const ctx = document.querySelector('#screen canvas').getContext('2d');
   const give_up = performance.now() + 10000;
   const look = () => {
     const now = ctx.getImageData(x, y, 1, 1).data[0];
-    if (now !== before) resolve(now);
-    else if (performance.now() > give_up) reject(new Error('the pixel did not change'));
+    if ((now === value) === same) resolve(now);
+    else if (performance.now() > give_up) reject(new Error(
+      `the pixel's red stayed ${now}: it was to ${same ? "become" : "change from"} ${value}`));
     else setTimeout(look, 1);
   };
   look();
 })"""
-PIXEL_NOW = """([x, y]) => document.querySelector('#screen canvas').getContext('2d')
-  .getImageData(x, y, 1, 1).data[0]"""
+"""Resolves with the red value of the canvas pixel (x, y) once it equals ``value`` (``same``)
+or differs from it (not ``same``); rejects after 10 s."""
 
 
 @contextlib.contextmanager
@@ -94,8 +97,16 @@ def _first_frame(page: Page, url: str) -> None:
     )
 
 
+def _screen_red(agent: AgentClient) -> int:
+    """The red value of the screen's pixel at :data:`PIXEL`, from an agent screenshot."""
+    with Image.open(io.BytesIO(agent.call("screenshot", {"region": REGION}).blob)) as image:
+        return image.convert("RGB").tobytes()[0]
+
+
 def _click_to_canvas(page: Page, agent: AgentClient) -> float:
-    before = page.evaluate(PIXEL_NOW, list(PIXEL))
+    # the view may still lag behind the last change the screenshots saw: start from a canvas
+    # that shows the screen, or a click and that late update could cancel out in the view
+    before = page.evaluate(WAIT_PIXEL, [*PIXEL, _screen_red(agent), True])
     started: list[float] = []
 
     def click() -> None:
@@ -104,7 +115,7 @@ def _click_to_canvas(page: Page, agent: AgentClient) -> float:
 
     clicker = threading.Timer(0.05, click)
     clicker.start()
-    page.evaluate(WAIT_PIXEL, [*PIXEL, before])
+    page.evaluate(WAIT_PIXEL, [*PIXEL, before, False])
     done = time.perf_counter()
     clicker.join()
     return done - started[0]
