@@ -9,13 +9,11 @@ link (server start, page, first frame) and a reused server (new page, first fram
 from __future__ import annotations
 
 import contextlib
-import io
 import shutil
 import threading
 import time
 from collections.abc import Iterator
 
-from PIL import Image
 from playwright.sync_api import Page, sync_playwright
 
 from guest.client import AgentClient
@@ -26,6 +24,7 @@ from orchestrator.view.control import open_view
 from orchestrator.view.state import stop_view_servers
 from tests.bench.bench_docker import docker_or_skip
 from tests.bench.report import Report, Sample
+from tests.support.agent import pixel_at
 
 CHROMIUM = "/usr/bin/chromium"
 CLICKS = 30
@@ -97,16 +96,10 @@ def _first_frame(page: Page, url: str) -> None:
     )
 
 
-def _screen_red(agent: AgentClient) -> int:
-    """The red value of the screen's pixel at :data:`PIXEL`, from an agent screenshot."""
-    with Image.open(io.BytesIO(agent.call("screenshot", {"region": REGION}).blob)) as image:
-        return image.convert("RGB").tobytes()[0]
-
-
 def _click_to_canvas(page: Page, agent: AgentClient) -> float:
     # the view may still lag behind the last change the screenshots saw: start from a canvas
     # that shows the screen, or a click and that late update could cancel out in the view
-    before = page.evaluate(WAIT_PIXEL, [*PIXEL, _screen_red(agent), True])
+    before = page.evaluate(WAIT_PIXEL, [*PIXEL, pixel_at(agent, *PIXEL)[0], True])
     started: list[float] = []
 
     def click() -> None:
