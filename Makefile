@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 CUBICLE := $(PY) -m orchestrator.cli
 PYTEST_ARGS ?=
 
-.PHONY: help host venv engine image vm-host vm-image drill conformance test unit attack bench lint fmt
+.PHONY: help host venv lock newest engine image vm-host vm-image drill conformance test unit attack bench lint fmt
 
 help:
 	@echo "make drill   run the offline keyless drill on the default (Docker) backend"
@@ -17,12 +17,24 @@ help:
 	@echo "make lint    ruff + mypy"
 	@echo "make fmt     ruff format + ruff check --fix (rewrites files)"
 	@echo "make vm-image  build the VM guest image (libvirt/QEMU backend)"
+	@echo "make lock    write requirements/*.txt afresh (exact versions and hashes; make test installs them)"
+	@echo "make newest  the wire-conformance tests against the newest openai the bounds allow"
 
 host:
 	scripts/ensure-host-packages
 
+# the venv holds exactly the locked versions (requirements/*.txt, with hashes)
 venv: host
 	scripts/ensure-venv $(VENV)
+
+# write the lock afresh from pyproject's bounds (then run make newest and make test)
+lock:
+	scripts/lock $(VENV)
+
+# upstream drift: the tests marked `newest` against the newest wire packages the bounds allow,
+# in a throw-away venv (not part of make test, which stays reproducible from the lock)
+newest: host
+	scripts/newest
 
 engine: venv
 	VENV_PY=$(PY) scripts/ensure-docker

@@ -11,22 +11,21 @@ steps) and says them to :func:`input_hash`, which hashes them with :func:`guest_
 agent's sources, the pinned dependencies and this module (the wheelhouse recipe).
 
 The wheelhouse is built on the host because guests cannot reach PyPI: the agent's dependencies
-pinned to the versions installed (and tested) on the host, as binary wheels for the guest's
-Python (:data:`GUEST_PYTHON`, Debian bookworm's ``python3``) and machine, and the agent's own
-wheel. Sources are read from the checkout this module lives in: building needs a checkout.
+at the versions and sha256 hashes of the lock :data:`GUEST_LOCK` (``make lock`` writes it at the
+host lock's versions, so the guest runs what the host's tests ran), as binary wheels for the
+guest's Python (:data:`GUEST_PYTHON`, Debian bookworm's ``python3``) and machine, and the agent's
+own wheel. Sources are read from the checkout this module lives in: building needs a checkout.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
@@ -37,6 +36,7 @@ from orchestrator.provider import Progress
 
 __all__ = [
     "DEBIAN_MIRROR",
+    "GUEST_LOCK",
     "GUEST_PYTHON",
     "LOG_TAIL_LINES",
     "REPO_ROOT",
@@ -44,6 +44,7 @@ __all__ = [
     "SECURITY_SOURCES",
     "SUITE",
     "build_wheelhouse",
+    "debian_packages",
     "debootstrap_argv",
     "guest_files",
     "guest_packages",
@@ -63,6 +64,8 @@ SECURITY_SOURCES: Final = f"deb http://deb.debian.org/debian-security {SUITE}-se
 """The APT source line of the security archive every guest installs its packages with."""
 SECURITY_LIST: Final = "cubicle-security.list"
 """Its file name, in ``/etc/apt/sources.list.d`` and in a build's staging folder."""
+GUEST_LOCK: Final = Path("requirements") / "guest.txt"
+"""The guest agent's dependencies, locked (exact versions and hashes; relative to the checkout)."""
 GUEST_PYTHON: Final = "3.11"
 """The guest's Python (Debian bookworm's ``python3``): the wheelhouse is built for it."""
 MANYLINUX_TAGS: Final = ("manylinux_2_28", "manylinux_2_17", "manylinux2014")
@@ -105,30 +108,34 @@ def guest_sources(root: Path = REPO_ROOT) -> list[Path]:
 
 
 def guest_requirements(root: Path = REPO_ROOT) -> list[str]:
-    """The agent's dependencies (``guest/pyproject.toml``) pinned to the versions installed (and
-    tested) on the host; one not installed here keeps its requirement as written.
+    """The agent's dependencies as the lock :data:`GUEST_LOCK` pins them (``name==version``, with
+    a line's environment marker when it has one), in the lock's order.
 
-    :raises ImageMissing: the project file cannot be read.
+    :raises ImageMissing: the lock cannot be read or pins nothing (``make lock`` writes it).
     """
-    path = root / "guest" / "pyproject.toml"
+    path = root / GUEST_LOCK
     try:
-        written = tomllib.loads(path.read_text())["project"]["dependencies"]
-    except (OSError, KeyError, tomllib.TOMLDecodeError) as exc:
-        raise ImageMissing(f"cannot read the guest agent's dependencies in {path}: {exc}") from None
-    pinned = []
-    for requirement in written:
-        name = re.split(r"[\s<>=!~;\[(]", requirement, maxsplit=1)[0]
-        try:
-            pinned.append(f"{name}=={importlib.metadata.version(name)}")
-        except importlib.metadata.PackageNotFoundError:
-            pinned.append(requirement)
+        text = path.read_text()
+    except OSError as exc:
+        raise ImageMissing(
+            f"cannot read the guest agent's lock {path}: {exc.strerror}",
+            hint="build from a cubicle checkout; `make lock` writes the lock",
+        ) from None
+    pinned = [
+        line.removesuffix("\\").strip()
+        for line in text.splitlines()
+        if re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*==", line)
+    ]
+    if not pinned:
+        raise ImageMissing(f"the guest agent's lock {path} pins no package (run `make lock`)")
     return pinned
 
 
 def input_hash(own: Mapping[str, Path], extra: Sequence[str] = (), root: Path = REPO_ROOT) -> str:
     """Content hash (16 hex digits) of an image's inputs: :func:`guest_files`, the backend's
     ``own`` files (name → file; their names must not clash with the shared ones), the agent's
-    sources, :func:`guest_requirements`, this module (the wheelhouse recipe) and ``extra``
+    sources, the lock :data:`GUEST_LOCK` (versions and hashes), this module (the wheelhouse
+    recipe) and ``extra``
     strings (e.g. the base image id, the machine, a recipe version).
 
     :raises ImageMissing: an input file is missing (not a checkout), naming them.
@@ -137,7 +144,12 @@ def input_hash(own: Mapping[str, Path], extra: Sequence[str] = (), root: Path = 
     clash = sorted(set(shared) & set(own))
     if clash:
         raise ImageBuildError(f"image inputs named twice: {', '.join(clash)}")
-    entries = {**shared, **own, "orchestrator/providers/guest_build.py": Path(__file__)}
+    entries = {
+        **shared,
+        **own,
+        "orchestrator/providers/guest_build.py": Path(__file__),
+        str(GUEST_LOCK): root / GUEST_LOCK,
+    }
     entries.update((f"guest/{path.name}", path) for path in guest_sources(root))
     missing = sorted(str(path) for path in entries.values() if not path.is_file())
     if missing:
@@ -148,7 +160,7 @@ def input_hash(own: Mapping[str, Path], extra: Sequence[str] = (), root: Path = 
     digest = hashlib.sha256()
     for name, path in sorted(entries.items()):
         digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
-    for text in [*guest_requirements(root), *extra]:
+    for text in extra:
         digest.update(text.encode() + b"\0")
     return digest.hexdigest()[:16]
 
@@ -161,6 +173,36 @@ def stage(files: Mapping[str, Path], folder: Path) -> None:
         shutil.copy2(source, folder / name)
     (folder / SECURITY_LIST).write_text(SECURITY_SOURCES)
     os.chmod(folder / SECURITY_LIST, 0o644)  # APT reads it as any user, whatever the umask
+
+
+def debian_packages(rootfs: Path) -> dict[str, str]:
+    """The Debian packages installed in ``rootfs`` and their versions (``dpkg-query`` on its
+    package database, without entering it): what an image's manifest records.
+
+    :raises ImageBuildError: dpkg-query failed.
+    """
+    try:
+        done = subprocess.run(
+            [
+                "dpkg-query",
+                f"--admindir={rootfs / 'var' / 'lib' / 'dpkg'}",
+                "--show",
+                "--showformat=${db:Status-Abbrev}\t${Package}\t${Version}\n",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ImageBuildError(f"listing the image's Debian packages: {exc}") from None
+    if done.returncode != 0:
+        raise ImageBuildError(
+            f"listing the image's Debian packages: dpkg-query exited {done.returncode}",
+            log_tail=done.stderr[-2000:],
+        )
+    rows = (line.split("\t") for line in done.stdout.splitlines())
+    return {row[1]: row[2] for row in rows if len(row) == 3 and row[0].startswith("ii")}
 
 
 def debootstrap_argv(rootfs: Path) -> list[str]:
@@ -194,11 +236,13 @@ def run_streaming(argv: Sequence[str], progress: Progress, what: str) -> None:
 def build_wheelhouse(
     wheels: Path, *, machine: str, progress: Progress, root: Path = REPO_ROOT
 ) -> None:
-    """Fill ``wheels`` (created) with the agent's pinned dependencies as binary wheels for
-    CPython :data:`GUEST_PYTHON` on manylinux ``machine`` (``x86_64``, ``aarch64``) and the
-    agent's own wheel, built from a copy of its sources (the checkout is left as it was).
+    """Fill ``wheels`` (created) with the agent's locked dependencies (:data:`GUEST_LOCK`, every
+    file checked against the lock's hashes) as binary wheels for CPython :data:`GUEST_PYTHON` on
+    manylinux ``machine`` (``x86_64``, ``aarch64``) and the agent's own wheel, built from a copy
+    of its sources (the checkout is left as it was).
 
-    :raises ImageBuildError: pip failed (its log's last lines).
+    :raises ImageBuildError: pip failed (its log's last lines), e.g. a file's hash is not the
+        lock's.
     """
     machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
     wheels.mkdir(parents=True)
@@ -223,7 +267,9 @@ def build_wheelhouse(
             *platforms,
             "--dest",
             str(wheels),
-            *requirements,
+            "--require-hashes",
+            "--requirement",
+            str(root / GUEST_LOCK),
         ],
         progress,
         "downloading the guest's wheels",

@@ -11,14 +11,18 @@
 
 ``instructions`` go to a Responses model ahead of the user's text (scripted agents read neither);
 ``tools`` may hold the computer tool only (``{"type": "computer_use", "include_screenshots":
-bool}``; without screenshots the ``computer_use_call`` items carry none). Agent settings cubicle
-cannot honour (``agent_id``, other tools, ``reasoning``, ``text``, ``multi_agent``,
-``service_tier``, ``compaction``, ``experimental``) are a 400 naming the field.
+bool}``; without screenshots the ``computer_use_call`` items carry none), at most
+:data:`~orchestrator.serve.wire.MAX_TOOLS_BYTES` of compact JSON. ``compaction`` is null, ``{}`` or
+``{"async": null | bool}`` — accepted and ignored, as the API does: compaction is always blocking
+and the session reports ``{"async": false}``. Agent settings cubicle cannot honour
+(``agent_id``, other tools, ``reasoning``, ``text``, ``multi_agent``, ``service_tier``,
+``experimental``) are a 400 naming the field.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,7 +50,6 @@ _UNSUPPORTED = (
     "text",
     "multi_agent",
     "service_tier",
-    "compaction",
     "experimental",
 )
 
@@ -110,6 +113,7 @@ class AgentSpec:
             "service_tier": "auto",
             "text": {"format": {"type": "text"}, "verbosity": "medium"},
             "tools": [{"type": "computer_use", "include_screenshots": self.include_screenshots}],
+            "compaction": dict(wire.COMPACTION),
         }
 
 
@@ -140,6 +144,9 @@ def parse_agent(body: dict[str, Any], *, has_api_key: bool | None = None) -> Age
             continue
         if key == "tools":
             include_screenshots = _computer_tool(value)
+            continue
+        if key == "compaction":
+            _compaction(value)
             continue
         if key in _UNSUPPORTED:
             if value is None or value == {}:
@@ -187,6 +194,13 @@ def _computer_tool(value: object) -> bool:
     tools = value or []
     if not isinstance(tools, list):
         raise bad_request("agent.tools must be a list", "agent.tools")
+    size = len(json.dumps(tools, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > wire.MAX_TOOLS_BYTES:
+        raise bad_request(
+            f"agent.tools is {size} bytes of compact JSON, over the limit of "
+            f"{wire.MAX_TOOLS_BYTES} bytes (8 MiB)",
+            "agent.tools",
+        )
     include = True
     for index, tool in enumerate(tools):
         p = f"agent.tools[{index}]"
@@ -200,3 +214,20 @@ def _computer_tool(value: object) -> bool:
             elif key != "type":
                 raise bad_request(f"{p}.{key} is not a known field", f"{p}.{key}")
     return include
+
+
+def _compaction(value: object) -> None:
+    """Check ``agent.compaction``: null, ``{}`` or ``{"async": null | bool}`` (ignored).
+
+    :raises ApiError: 400 naming the offending field.
+    """
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise bad_request("agent.compaction must be an object or null", "agent.compaction")
+    for key, val in value.items():
+        p = f"agent.compaction.{key}"
+        if key != "async":
+            raise bad_request(f"{p} is not a known field", p)
+        if val is not None and not isinstance(val, bool):
+            raise bad_request(f"{p} must be a boolean or null", p)

@@ -46,7 +46,13 @@ from orchestrator.serve import wire
 from orchestrator.serve.agents import parse_agent
 from orchestrator.serve.auth import check_bearer
 from orchestrator.serve.environment import parse_environment
-from orchestrator.serve.errors import ApiError, bad_request, error_body, not_implemented
+from orchestrator.serve.errors import (
+    NO_RETRY,
+    ApiError,
+    bad_request,
+    error_body,
+    not_implemented,
+)
 from orchestrator.serve.registry import Registry
 from orchestrator.serve.store import Session, SessionStore, TurnState, page
 from orchestrator.serve.turns import turn_runner
@@ -148,6 +154,33 @@ def _metadata(value: object) -> dict[str, str]:
     return dict(value)
 
 
+def _spend_control(value: object) -> None:
+    """Check a create request's ``spend_control``: null (unlimited) or ``{"limit": null}``.
+
+    A numeric limit is refused (cubicle serve does not count spend, so it cannot enforce one).
+
+    :raises ApiError: 400 naming ``spend_control`` or the offending field in it.
+    """
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise bad_request("spend_control must be an object or null", "spend_control")
+    for key in value:
+        if key != "limit":
+            raise bad_request(f"spend_control.{key} is not a known field", f"spend_control.{key}")
+    if "limit" not in value:
+        raise bad_request(
+            "spend_control.limit is required (null for an unlimited session)",
+            "spend_control.limit",
+        )
+    if value["limit"] is not None:
+        raise bad_request(
+            f"spend_control.limit {value['limit']!r}: cubicle serve runs unlimited sessions only "
+            "(it does not count spend); send null or leave spend_control out",
+            "spend_control.limit",
+        )
+
+
 def _input_content(value: object, param: str) -> list[dict[str, Any]]:
     """The content parts of a message input (a string or a list of user messages)."""
     if isinstance(value, str):
@@ -188,6 +221,7 @@ CREATE_FIELDS = {
     "metadata",
     "prompt_cache_options",
     "review",
+    "spend_control",
     "stream",
     "stream_options",
     "vault_ids",
@@ -208,6 +242,7 @@ async def create_session(request: Request) -> Response:
         raise bad_request("stream must be a boolean", "stream")
     if body.get("stream_options") is not None and not stream:
         raise bad_request("stream_options is only allowed when stream is true", "stream_options")
+    _spend_control(body.get("spend_control"))
     review = body.get("review", "none")
     if review not in ("none", "auto_review"):
         raise bad_request("review must be 'none' or 'auto_review'", "review")
@@ -572,7 +607,9 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     kind = "not_found" if status == 404 else "method_not_allowed" if status == 405 else "http_error"
     message = f"{request.method} {request.url.path}: {exc.detail}"
     return JSONResponse(
-        error_body(message, type="invalid_request_error", code=kind), status_code=status
+        error_body(message, type="invalid_request_error", code=kind),
+        status_code=status,
+        headers=NO_RETRY,
     )
 
 
@@ -585,6 +622,7 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
             code="internal_error",
         ),
         status_code=500,
+        headers=NO_RETRY,
     )
 
 

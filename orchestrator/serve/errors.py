@@ -15,7 +15,12 @@ from starlette.responses import JSONResponse
 
 from orchestrator.errors import OrchestratorError
 
-__all__ = ["ApiError", "bad_request", "error_body", "not_found", "not_implemented"]
+__all__ = ["NO_RETRY", "ApiError", "bad_request", "error_body", "not_found", "not_implemented"]
+
+
+NO_RETRY = {"x-should-retry": "false"}
+"""Headers of every error answer: the ``openai`` client retries 408, 409, 429 and 5xx (501
+included) by default, and nothing cubicle serve refuses goes better the second time."""
 
 
 class ApiError(OrchestratorError):
@@ -41,7 +46,8 @@ class ApiError(OrchestratorError):
         return error_body(self.message, type=self.type, param=self.param, code=self.code)
 
     def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status)
+        """The JSON answer, with :data:`NO_RETRY`."""
+        return JSONResponse(self.body(), status_code=self.status, headers=NO_RETRY)
 
 
 def error_body(

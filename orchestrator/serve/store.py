@@ -114,6 +114,7 @@ class Session:
                 "last_active_at": self.last_active_at,
                 "metadata": dict(self.metadata),
                 "required_actions": [p.action for p in self.pending.values()],
+                "spend_control": wire.spend_control(),
                 "status": self.status,
                 "usage": None,
                 "vault_ids": [],

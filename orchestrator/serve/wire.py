@@ -1,5 +1,10 @@
 """Payloads of the Agents sessions wire, spelled as the installed ``openai`` package's types.
 
+The wire spoken is the locked openai's (``requirements/host.txt``; ``make newest`` checks the newest
+the bounds allow): since 3.63 every session carries ``spend_control`` (:func:`spend_control`) and
+its agent ``compaction: {"async": false}`` (:data:`COMPACTION`); an ``agent.tools`` list is at
+most :data:`MAX_TOOLS_BYTES` of compact JSON.
+
 Objects: ``agent.session`` (:func:`session_object`), ``agent.session.turn`` (:func:`turn_object`),
 items (``message``, ``computer_use_call``) and events (:func:`event`: every event carries
 ``event_id`` and ``type``; the session-scoped ones ``session_id``). Names and required fields
@@ -27,17 +32,27 @@ import time
 from typing import Any
 
 __all__ = [
+    "COMPACTION",
+    "MAX_TOOLS_BYTES",
     "SAFETY_CHECK_KIND",
     "assistant_message",
     "computer_use_call",
     "event",
     "new_id",
+    "spend_control",
     "turn_object",
     "user_message",
 ]
 
 SAFETY_CHECK_KIND = "safety_check"
 ORIGIN_ACCESS_KIND = "browser_origin_access"
+
+MAX_TOOLS_BYTES = 8 * 1024 * 1024
+"""Largest ``agent.tools`` list a session takes, in bytes of compact UTF-8 JSON (8 MiB, as
+``openai/types/beta/agents/session_create_params.py`` says since 3.63; 3 MiB before)."""
+COMPACTION: dict[str, bool] = {"async": False}
+"""The agent's effective ``compaction``: always blocking (a request's ``async`` is accepted for
+compatibility and ignored, as the API does since openai 3.63)."""
 
 _counter = itertools.count(1)
 _counter_lock = threading.Lock()
@@ -53,6 +68,12 @@ def new_id(prefix: str) -> str:
 def event(kind: str, **fields: Any) -> dict[str, Any]:
     """One event: ``{"event_id", "type": kind, **fields}``."""
     return {"event_id": new_id("evt"), "type": kind, **fields}
+
+
+def spend_control() -> dict[str, int | None]:
+    """A session's ``spend_control``, in USD cents: cubicle serve runs unlimited sessions, so
+    ``limit`` is null (unlimited) and ``consumed`` null (unavailable). A new dict each call."""
+    return {"limit": None, "consumed": None}
 
 
 def turn_object(

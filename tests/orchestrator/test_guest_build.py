@@ -1,10 +1,10 @@
 """One guest build for both backends (orchestrator/providers/guest_build.py): what goes into every
 guest changes both images' names, a backend's own file only its own; the wheelhouse holds the
-agent and its host-pinned dependencies as wheels the guest's Python installs."""
+agent and its locked dependencies (requirements/guest.txt, checked by hash) as wheels the guest's
+Python installs."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import re
 import shutil
 import zipfile
@@ -23,12 +23,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def checkout(tmp_path: Path) -> Path:
-    """The image sources of this checkout, copied (images/, guest/, the egress proxy)."""
+    """The image sources of this checkout, copied (images/, guest/, the guest's lock, the egress
+    proxy)."""
     root = tmp_path / "checkout"
     shutil.copytree(REPO / "images", root / "images", ignore=shutil.ignore_patterns("__pycache__"))
     (root / "guest").mkdir()
     for path in guest_build.guest_sources(REPO):
         shutil.copy2(path, root / "guest" / path.name)
+    (root / "requirements").mkdir()
+    shutil.copy2(REPO / guest_build.GUEST_LOCK, root / guest_build.GUEST_LOCK)
     (root / "orchestrator").mkdir()
     shutil.copy2(REPO / "orchestrator" / "egress.py", root / "orchestrator" / "egress.py")
     return root
@@ -54,6 +57,7 @@ def _append(relative: str) -> Callable[[Path], None]:
         (_append("images/guest-setup"), True, True),
         (_append("guest/screen.py"), True, True),
         (_append("guest/pyproject.toml"), True, True),
+        (_append("requirements/guest.txt"), True, True),
         (lambda root: (root / "guest" / "extra_module.py").write_text("X = 1\n"), True, True),
         (_append("images/desktop/supervisor.py"), True, True),
         (_append("images/docker/Dockerfile"), True, False),
@@ -72,27 +76,30 @@ def test_each_input_names_the_images_it_goes_into(
     assert (docker_after != docker_before, vm_after != vm_before) == (docker_changes, vm_changes)
 
 
-def test_the_docker_ref_depends_on_its_base_and_both_on_the_pinned_dependencies(
-    checkout: Path, monkeypatch: pytest.MonkeyPatch
+def test_the_docker_ref_depends_on_its_base_and_both_on_the_locked_dependencies(
+    checkout: Path,
 ) -> None:
     docker_before, vm_before = _refs(checkout)
     assert docker_image.content_hash("sha256:other", checkout) != docker_before
-    pinned = guest_build.guest_requirements()
-    assert [p.split("==")[0] for p in pinned] == ["python-xlib", "mss", "pillow"]
-    assert all("==" in p for p in pinned), pinned  # the host's tested versions
-    # other versions installed on the host
-    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.0.1")
+    pinned = guest_build.guest_requirements(checkout)
+    assert [p.split("==")[0] for p in pinned] == ["mss", "pillow", "python-xlib", "six"]
+    assert all(re.fullmatch(r"[a-z0-9-]+==[0-9][^ ]*", p) for p in pinned), pinned
+    # another file of the same version (a hash line changed): both images change
+    lock = checkout / guest_build.GUEST_LOCK
+    lock.write_text(re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + "0" * 64, lock.read_text(), count=1))
+    assert guest_build.guest_requirements(checkout) == pinned
     assert docker_image.content_hash("sha256:base", checkout) != docker_before
     assert vm_image.image_ref(checkout) != vm_before
 
 
-def test_the_wheelhouse_follows_the_agents_project_file(checkout: Path) -> None:
-    project = checkout / "guest" / "pyproject.toml"
-    text = project.read_text()
-    project.write_text(text.replace('"pillow>=10.0"]', '"pillow>=10.0", "no-such-dist>=1.0"]'))
-    pinned = guest_build.guest_requirements(checkout)
-    assert pinned[:3] == guest_build.guest_requirements()
-    assert pinned[3:] == ["no-such-dist>=1.0"]  # not installed here: as written
+def test_a_missing_or_empty_guest_lock_is_named(checkout: Path) -> None:
+    lock = checkout / guest_build.GUEST_LOCK
+    lock.write_text("# nothing pinned\n")
+    with pytest.raises(Exception, match=r"guest.txt pins no package"):
+        guest_build.guest_requirements(checkout)
+    lock.unlink()
+    with pytest.raises(Exception, match=r"cannot read the guest agent's lock .*guest\.txt"):
+        guest_build.guest_requirements(checkout)
 
 
 def test_a_missing_input_is_named(checkout: Path) -> None:
@@ -155,3 +162,23 @@ def test_the_vm_staging_holds_every_file_provision_reads(tmp_path: Path) -> None
     assert {"cubicle-init", "cubicle-reap", "guest-setup", "wheels", "desktop"} <= set(read)
     assert {"desktop/tint2rc", "desktop/supervisor.py"} <= set(read)
     assert [name for name in read if not (staging / name).exists()] == []
+
+
+@pytest.mark.slow
+def test_a_wheel_whose_hash_is_not_the_locks_is_refused(checkout: Path, tmp_path: Path) -> None:
+    """The wheelhouse takes only the files the lock names: mss's hashes changed, the build fails
+    naming the step, and pip's log names the package and the hash it got."""
+    lock = checkout / guest_build.GUEST_LOCK
+    forged, count = re.subn(
+        r"(mss==\S+ \\\n(?:\s+--hash=sha256:)?)[0-9a-f]{64}( \\\n\s+--hash=sha256:)[0-9a-f]{64}",
+        lambda m: m[1] + "ab" * 32 + m[2] + "cd" * 32,
+        lock.read_text(),
+    )
+    assert count == 1, "the lock's mss entry is not two hash lines"
+    lock.write_text(forged)
+    with pytest.raises(Exception, match="downloading the guest's wheels failed") as caught:
+        guest_build.build_wheelhouse(
+            tmp_path / "wheels", machine="amd64", progress=lambda line: None, root=checkout
+        )
+    log = str(getattr(caught.value, "log_tail", ""))
+    assert "DO NOT MATCH THE HASHES" in log and "mss==" in log, log

@@ -12,6 +12,7 @@ import docker
 import openai
 import pytest
 from openai.types.beta.agent_session_event import AgentSessionEvent
+from openai.types.beta.agents import session_create_params
 from openai.types.beta.environment_param import EnvironmentParamOpenAIHosted
 
 from orchestrator import labels as L
@@ -39,10 +40,16 @@ def test_drill_turn_approved_items_paginate_delete(
     server: Server, engine: docker.DockerClient
 ) -> None:
     client = server.client()
+    agent: session_create_params.Agent = {"model": "cubicle-drill", "compaction": {"async_": True}}
     session = client.beta.agents.sessions.create(
-        environment=DRILL_ENV, agent={"model": "cubicle-drill"}, metadata={"test": "approve"}
+        environment=DRILL_ENV,
+        agent=agent,
+        metadata={"test": "approve"},
+        spend_control=None,  # unlimited, as openai>=3.63 spells it
     )
     assert session.status == "idle" and session.agent.model == "cubicle-drill"
+    assert (session.spend_control.limit, session.spend_control.consumed) == (None, None)
+    assert session.agent.compaction is not None and session.agent.compaction.async_ is False
     assert session.environment.type == "openai_hosted"
     events: list[AgentSessionEvent] = []
     requests: list[dict[str, Any]] = []

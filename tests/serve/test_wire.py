@@ -1,5 +1,7 @@
 """Every payload cubicle serve emits validates *strictly* against the installed openai package's
-models (the client itself parses leniently, so a missing required field would pass unseen)."""
+models (the client itself parses leniently, so a missing required field would pass unseen).
+
+Marker ``newest``: ``make newest`` runs these against the newest openai the bounds allow."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import pytest
 from openai.types.beta.agent_session import AgentSession
 from openai.types.beta.agent_session_event import AgentSessionEvent
 from openai.types.beta.agent_session_item import AgentSessionItem
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from orchestrator.serve import wire
 from orchestrator.serve.agents import parse_agent
@@ -19,6 +21,8 @@ from orchestrator.serve.environment import parse_environment
 from orchestrator.serve.errors import ApiError
 from orchestrator.serve.reporter import TurnReporter, describe_actions
 from orchestrator.serve.store import PendingApproval, Session, page
+
+pytestmark = pytest.mark.newest
 
 EVENT = TypeAdapter(AgentSessionEvent)
 ITEM = TypeAdapter(AgentSessionItem)
@@ -51,6 +55,9 @@ def test_session_objects_and_status_events_validate() -> None:
     )
     snapshot = session.snapshot()
     strict(AgentSession, snapshot)
+    parsed = AgentSession.model_validate(snapshot)
+    assert (parsed.spend_control.limit, parsed.spend_control.consumed) == (None, None)
+    assert parsed.agent.compaction is not None and parsed.agent.compaction.async_ is False
     assert snapshot["environment"]["network"] == {
         "access": "restricted",
         "allowed_domains": ["example.com", "api.example.org:8443"],
@@ -69,6 +76,26 @@ def test_session_objects_and_status_events_validate() -> None:
             environment=session.environment_state(),
         ),
     )
+
+
+@pytest.mark.parametrize("field", ["spend_control", "status", "agent", "vault_ids"])
+def test_a_snapshot_without_a_required_field_is_refused_naming_it(field: str) -> None:
+    """The check above can fail: the installed models refuse a session that lacks a field they
+    require (``spend_control`` became required in openai 3.63), naming the field."""
+    snapshot = make_session().snapshot()
+    del snapshot[field]
+    with pytest.raises(ValidationError) as caught:
+        strict(AgentSession, snapshot)
+    assert [error["loc"] for error in caught.value.errors()] == [(field,)]
+    assert field in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "compaction", [None, {}, {"async": None}, {"async": True}, {"async": False}]
+)
+def test_compaction_is_accepted_and_reported_blocking(compaction: Any) -> None:
+    agent = parse_agent({"agent": {"model": "cubicle-drill", "compaction": compaction}})
+    assert agent.resource()["compaction"] == {"async": False}
 
 
 def test_turn_events_and_items_validate(tmp_path: Any) -> None:

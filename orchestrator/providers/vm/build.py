@@ -490,6 +490,7 @@ def build(*, progress: Progress, force: bool = False, home: Path | None = None) 
             "suite": SUITE,
             "kernel_package": kernel_package,
             "packages": packages,
+            "debian_packages": guest_build.debian_packages(rootfs),
             "wheels": wheels,
             "arch": platform.machine(),
             "built_at": time.time(),
