@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from orchestrator.desktop import PANEL
+from orchestrator.providers.guest_build import guest_packages
 from orchestrator.sandbox import Sandbox
 from tests.desktop.checks import (
     ROOT_COLOURS,
@@ -229,3 +230,18 @@ def test_the_desktops_python_compiles_nothing_at_start(sandbox: Sandbox) -> None
 
 def test_the_desktop_uses_the_images_font_caches(sandbox: Sandbox) -> None:
     assert_fonts_are_never_rescanned(sandbox)
+
+
+def test_the_image_records_the_debian_package_versions_it_was_built_from(
+    sandbox: Sandbox,
+) -> None:
+    """/usr/share/cubicle/debian-packages.txt names every package the guest list asks for, at
+    the version dpkg has installed in the image."""
+    recorded = sandbox.exec(["cat", "/usr/share/cubicle/debian-packages.txt"])
+    assert recorded.exit_code == 0, recorded.stderr
+    versions = dict(line.split("=", 1) for line in recorded.stdout.splitlines())
+    wanted = guest_packages()
+    assert set(wanted) <= set(versions), sorted(set(wanted) - set(versions))
+    installed = sandbox.exec(["dpkg-query", "--show", "--showformat=${Package}=${Version}\\n"])
+    assert installed.exit_code == 0, installed.stderr
+    assert dict(line.split("=", 1) for line in installed.stdout.splitlines()) == versions
