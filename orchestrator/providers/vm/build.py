@@ -34,13 +34,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from orchestrator.errors import ImageBuildError, ImageMissing
 from orchestrator.hostdirs import host_folder
-from orchestrator.provider import Progress
+from orchestrator.provider import ExecResult, Progress
 from orchestrator.providers import guest_build
 from orchestrator.providers.guest_build import DEBIAN_MIRROR, REPO_ROOT, SUITE
 from orchestrator.providers.vm.domain import AARCH64_MACHINES
@@ -55,9 +55,12 @@ from orchestrator.providers.vm.image import (
 )
 
 __all__ = [
+    "FONT_CACHE_PROBE",
     "INITRAMFS_MODULES",
     "KERNEL_META_PACKAGE",
     "build",
+    "check_font_caches",
+    "font_caches",
     "initramfs",
     "kernel",
     "provision_source",
@@ -419,6 +422,99 @@ def _disk(rootfs: Path, work: Path, target: Path) -> None:
     raw.unlink()
 
 
+SYSTEM_FONT_CACHES = Path("var", "cache", "fontconfig")
+"""fontconfig's system cache folder, relative to the guest's root (images/guest-setup ``fonts``
+writes it)."""
+
+
+def font_caches(rootfs: Path) -> dict[str, str]:
+    """The guest's fontconfig system caches (:data:`SYSTEM_FONT_CACHES`): file name → SHA-256.
+    The manifest records them; :func:`check_font_caches` compares the golden guest's."""
+    folder = rootfs / SYSTEM_FONT_CACHES
+    if not folder.is_dir():
+        return {}
+    return {
+        path.name: hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.iterdir())
+        if path.is_file()
+    }
+
+
+FONT_CACHE_PROBE = r"""
+import glob, hashlib, json, os, re, subprocess, tempfile
+system = {}
+for path in sorted(glob.glob("/var/cache/fontconfig/*")):
+    with open(path, "rb") as cache:
+        system[os.path.basename(path)] = hashlib.sha256(cache.read()).hexdigest()
+written = {}
+for path in sorted(glob.glob(os.path.expanduser("~/.cache/fontconfig/*.cache-*"))):
+    said = subprocess.run(["fc-cat", "-v", path], stdout=subprocess.PIPE, text=True).stdout
+    written[path] = next((line[11:] for line in said.splitlines()
+                          if line.startswith("Directory: ")), "?")
+with tempfile.TemporaryDirectory() as fresh:
+    debug = subprocess.run(["fc-list"], env=dict(os.environ, XDG_CACHE_HOME=fresh, FC_DEBUG="16"),
+                           stdout=subprocess.PIPE, text=True, check=True).stdout
+    probe = sorted(os.path.basename(p) for p in glob.glob(fresh + "/fontconfig/*.cache-*"))
+valid = re.compile(r'FcCacheTimeValid dir "(.*)" cache checksum (\S+) dir checksum (\S+)$')
+stale = sorted({m.groups() for m in map(valid.match, debug.splitlines()) if m and m[2] != m[3]})
+print(json.dumps({"system": system, "written": written, "stale": stale, "probe": probe}))
+"""
+"""Run in a booted guest as the desktop user: prints its fontconfig system caches (name →
+SHA-256), the caches the desktop's programs wrote in the user's ``~/.cache/fontconfig`` (path →
+the font folder it is for, as ``fc-cat`` names it), and what a new ``fc-list`` with a fresh cache
+folder judged stale (``FC_DEBUG=16``: the folder, the mtime its system cache recorded and the
+folder's) and wrote. fontconfig writes a user cache only for a folder whose system cache it
+found stale, after rescanning that folder's fonts."""
+
+
+def check_font_caches(image: VmImage, run: Callable[[list[str]], ExecResult]) -> None:
+    """The image's fontconfig caches held in a booted guest (``run`` runs a program in it, as the
+    desktop user: one :data:`FONT_CACHE_PROBE`): the desktop's start wrote no cache in the user's
+    home, a new program finds every system cache valid, and the system caches are the ones the
+    build wrote (the manifest's ``font_caches``).
+
+    :raises ImageBuildError: naming each cache file and font folder that did not hold.
+    """
+    done = run(["python3", "-I", "-c", FONT_CACHE_PROBE])
+    if done.exit_code != 0:
+        raise ImageBuildError(
+            f"VM image {image.ref}: the font cache probe failed in its golden guest "
+            f"(exit {done.exit_code})",
+            log_tail=done.stderr[-2000:],
+        )
+    seen = json.loads(done.stdout)
+    problems = [
+        f"the desktop wrote {path} (a rescan of {folder})"
+        for path, folder in seen["written"].items()
+    ]
+    problems += [
+        f"the system cache of {folder} is stale: it records the folder's mtime {recorded}, the "
+        f"folder's is {actual} (FC_DEBUG=16 fc-list)"
+        for folder, recorded, actual in seen["stale"]
+    ]
+    if seen["probe"]:
+        problems.append(f"a new fc-list wrote the caches {', '.join(seen['probe'])}")
+    built = image.manifest.get("font_caches")
+    if built is not None and seen["system"] != built:
+        changed = sorted(
+            name
+            for name in set(built) | set(seen["system"])
+            if built.get(name) != seen["system"].get(name)
+        )
+        problems.append(
+            f"the system caches in /{SYSTEM_FONT_CACHES} are not the build's: {', '.join(changed)}"
+        )
+    if problems:
+        raise ImageBuildError(
+            f"VM image {image.ref}: fontconfig's caches did not hold in its golden boot, so every "
+            "desktop program would rescan those font folders at each start:\n  "
+            + "\n  ".join(problems),
+            hint="a font folder's mtime changed after images/guest-setup's fonts step wrote the "
+            "caches (or a folder fontconfig reads was not cut to whole seconds); "
+            "FC_DEBUG=16 fc-list in a guest names each stale folder",
+        )
+
+
 def build(*, progress: Progress, force: bool = False, home: Path | None = None) -> VmImage:
     """Build the image for the current inputs unless it exists (then return it at once).
 
@@ -472,6 +568,7 @@ def build(*, progress: Progress, force: bool = False, home: Path | None = None) 
         wheels = provision_source(staging, progress, root)
         progress("provision: user, init, desktop configuration, agent venv, trim")
         run_step("provision", [root / "images" / "vm" / "provision", rootfs, staging])
+        caches = font_caches(rootfs)
         timings["provision_s"] = time.monotonic() - mark
         mark = time.monotonic()
         kernel_package, kernel_tree = kernel(home, progress)
@@ -497,6 +594,7 @@ def build(*, progress: Progress, force: bool = False, home: Path | None = None) 
             "build_s": round(time.monotonic() - started, 1),
             "timings": {k: round(v, 1) for k, v in timings.items()},
             "base_bytes": (out / "base.qcow2").stat().st_size,
+            "font_caches": caches,
         }
         (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         for path in out.iterdir():

@@ -59,6 +59,7 @@ from orchestrator import ownership
 from orchestrator.errors import (
     ConfigError,
     EngineUnavailable,
+    ImageBuildError,
     ImageMissing,
     ProviderError,
     SandboxNotFound,
@@ -244,19 +245,31 @@ class VmProvider(Provider):
 
     def build_image(self, *, progress: Progress, force: bool = False) -> str:
         """Build the base disk/kernel/initramfs, then save the warm states of the default shape
-        (slot 0 booted and saved, the other slots copies of it: :meth:`warm_up`).
+        (slot 0 booted and saved, the other slots copies of it: :meth:`warm_up`). The golden
+        boot checks that the image's fontconfig caches held (:func:`.build.check_font_caches`);
+        if not, the image is removed and the build fails.
 
-        The warm state needs libvirt; without it the build still succeeds (sandboxes cold-boot).
+        The warm state needs libvirt; without it the build still succeeds (sandboxes cold-boot)
+        but unchecked.
+
+        :raises ImageBuildError: a build step failed, or the font caches did not hold.
         """
         image = vm_build.build(progress=progress, force=force, home=self.home)
         with contextlib.suppress(EngineUnavailable):
             for path in self._prune(keep=image.ref):
                 progress(f"removed the unused older build {path}")
         if self.warm_slots > 0:
+
+            def check(golden_id: str) -> None:
+                vm_build.check_font_caches(image, lambda argv: self.exec(golden_id, argv))
+
             try:
-                self.warm_up(SandboxSpec(image=image.ref), progress=progress)
+                self.warm.warm_up(SandboxSpec(image=image.ref), progress=progress, verify=check)
             except (EngineUnavailable, ProviderError, SandboxStartError) as exc:
                 progress(f"warm state not saved ({exc}); sandboxes will cold-boot")
+            except ImageBuildError:
+                shutil.rmtree(image.directory, ignore_errors=True)  # not a usable build
+                raise
         return image.ref
 
     def _prune(self, *, keep: str) -> builtins.list[Path]:

@@ -18,6 +18,7 @@ import secrets
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -244,10 +245,17 @@ class WarmStarter:
         )
 
     def warm_up(
-        self, spec: SandboxSpec, *, slots: int | None = None, progress: Progress | None = None
+        self,
+        spec: SandboxSpec,
+        *,
+        slots: int | None = None,
+        progress: Progress | None = None,
+        verify: Callable[[str], None] | None = None,
     ) -> int:
         """Make sure ``slots`` (default: all) golden states exist for ``spec``'s shape.
 
+        :param verify: called with a golden guest's sandbox id once its desktop is drawn, before
+            it is saved (:meth:`make_golden`); what it raises fails the warm-up.
         :return: how many valid golden states this shape now has.
         """
         self.provider.validate(spec)
@@ -266,7 +274,7 @@ class WarmStarter:
                 say(f"warm state: {slot.name} copied from {first.name}")
                 continue
             say(f"warm state: booting and saving golden guest {slot.name}")
-            self.make_golden(slot, spec, image)
+            self.make_golden(slot, spec, image, verify=verify)
             say(f"warm state: {slot.name} saved in {time.monotonic() - started:.0f} s")
         return sum(slot.valid_for(image) for slot in wanted)
 
@@ -295,8 +303,17 @@ class WarmStarter:
             slot.reset()
             raise
 
-    def make_golden(self, slot: WarmSlot, spec: SandboxSpec, image: vm_image.VmImage) -> None:
-        """Cold-boot the slot's domain, wait for a painted desktop, save it (which stops it)."""
+    def make_golden(
+        self,
+        slot: WarmSlot,
+        spec: SandboxSpec,
+        image: vm_image.VmImage,
+        *,
+        verify: Callable[[str], None] | None = None,
+    ) -> None:
+        """Cold-boot the slot's domain, wait for a painted desktop, ``verify(sandbox id)`` the
+        guest if given, save it (which stops it). Whatever fails removes the guest and the
+        slot."""
         golden_id = GOLDEN_ID_PREFIX + secrets.token_hex(3)
         golden_spec = SandboxSpec(
             screen=spec.screen,
@@ -329,6 +346,8 @@ class WarmStarter:
             with map_libvirt_errors(f"start the golden domain {slot.name}"):
                 dom = self.provider.conn.createXML(domain_xml(plan), 0)
             self.provider.wait_painted(golden_id, plan)
+            if verify is not None:
+                verify(golden_id)
             uuid = dom.UUIDString()
             with map_libvirt_errors(f"save the golden domain {slot.name}"):
                 dom.save(str(slot.state))
