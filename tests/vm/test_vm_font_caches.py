@@ -32,6 +32,10 @@ def test_the_font_cache_check_holds_on_the_image_and_names_a_rescanned_folder(
     assert vm_provider.image is not None
     image = vm_image.load_image(vm_provider.image, vm_provider.home)
     assert image.manifest["font_caches"], "the build recorded no system font cache"
+    # the manifest also records the Debian package versions the image was built from
+    recorded = image.manifest["debian_packages"]
+    missing = sorted(set(vm_image.guest_packages()) - set(recorded))
+    assert not missing and all(recorded.values()), missing
     with Sandbox.create("vm", screen=(1280, 800), ready_timeout_s=180) as sandbox:
         leak_check.append(sandbox.id)
 
