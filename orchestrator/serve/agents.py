@@ -194,7 +194,9 @@ def _computer_tool(value: object) -> bool:
     tools = value or []
     if not isinstance(tools, list):
         raise bad_request("agent.tools must be a list", "agent.tools")
-    size = len(json.dumps(tools, separators=(",", ":"), ensure_ascii=False).encode())
+    # UTF-8 bytes as the API counts them ("surrogatepass": a lone surrogate is counted, not a 500)
+    compact = json.dumps(tools, separators=(",", ":"), ensure_ascii=False)
+    size = len(compact.encode("utf-8", "surrogatepass"))
     if size > wire.MAX_TOOLS_BYTES:
         raise bad_request(
             f"agent.tools is {size} bytes of compact JSON, over the limit of "

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import openai
 import pytest
 import uvicorn
@@ -174,3 +175,15 @@ def test_a_tool_list_over_8_mib_is_refused_naming_agent_tools(served: Served) ->
             create(served.client(), agent={**AGENT, "tools": tools(pad)})
         body = caught.value.body
         assert isinstance(body, dict) and body["param"] == param, (pad, body)
+    # a lone surrogate (valid JSON, which the openai client cannot send): counted, still a 400
+    raw = httpx2.post(
+        served.base_url + "/agents/sessions",
+        content=json.dumps(
+            {
+                "environment": ENV,
+                "agent": {**AGENT, "tools": [{"type": "computer_use", "pad": "\ud800"}]},
+            }
+        ),
+        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+    )
+    assert raw.status_code == 400 and raw.json()["error"]["param"] == "agent.tools[0].pad", raw.text
