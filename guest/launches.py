@@ -164,25 +164,26 @@ def process_trees(roots: Sequence[int]) -> list[int]:
     return list(found)
 
 
-def _cpu_ns(pid: int) -> int | None:
-    """Time every thread of ``pid`` spent on a CPU or waiting for one
-    (``/proc/PID/task/*/schedstat``: run time and run-queue delay, nanoseconds); ``None`` when
-    the process is gone or no thread's schedstat can be read (a kernel without it)."""
-    total = 0
-    read = False
+def _threads_ns(pid: int) -> dict[int, int]:
+    """Time each thread of ``pid`` spent on a CPU or waiting for one, by thread id
+    (``/proc/PID/task/TID/schedstat``: run time and run-queue delay, nanoseconds); empty when the
+    process is gone or no thread's schedstat can be read (a kernel without it).
+
+    Per thread, not summed: a thread that ends takes its time out of any sum, so a program whose
+    worker thread just finished would look as if it had used no CPU at all (its total drops)."""
+    used: dict[int, int] = {}
     try:
         threads = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return None
+        return used
     for thread in threads:
         try:
             with open(f"/proc/{pid}/task/{thread}/schedstat", "rb") as handle:
                 fields = handle.read().split()
-            total += int(fields[0]) + int(fields[1])
-            read = True
+            used[int(thread)] = int(fields[0]) + int(fields[1])
         except (OSError, IndexError, ValueError):
             continue  # a thread that just ended
-    return total if read else None
+    return used
 
 
 def window_manager_pid(display_name: str | None) -> int | None:
@@ -217,8 +218,10 @@ class CpuWatch:
     (``/proc/PID/task/*/schedstat``, nanoseconds: ``/proc/PID/stat``'s 10 ms ticks are too
     coarse); busy means more than :data:`BUSY_MIN_CPU_S` per :data:`BUSY_SAMPLE_S`. The window
     manager counts too: it draws the title bars (measured on a loaded host: mousepad's ``*``
-    for a modified file reached the title bar over 400 ms after the typing). A process that ends
-    between samples takes its time with it (a drop is not counted as negative).
+    for a modified file reached the title bar over 400 ms after the typing). CPU is kept per
+    thread: a thread that ends between samples takes its time with it, and only its own (summed
+    per process, a worker thread that finished made the whole program look idle); an idle verdict
+    needs the same threads at both ends of its window (:meth:`idle_since`).
 
     **Background.** A program that works all the time (an animated page, a build in a
     terminal) would hold every action. ``idle_before`` is a :meth:`snapshot` taken when the
@@ -272,19 +275,18 @@ class CpuWatch:
             return
         self._roots.append(pid)
         now = {
-            tree_pid: ns for tree_pid in process_tree(pid) if (ns := _cpu_ns(tree_pid)) is not None
+            tid: ns for tree_pid in process_tree(pid) for tid, ns in _threads_ns(tree_pid).items()
         }
-        if pid not in now:
+        if pid not in now:  # its main thread (the thread id of a process's first thread is its pid)
             self.available = False
         self._used = {**now, **self._used}
         self._samples = [(taken, {**now, **used}) for taken, used in self._samples]
 
     def _read(self) -> dict[int, int]:
+        """CPU (ns) of every thread of the watched process trees, by thread id."""
         used: dict[int, int] = {}
         for pid in process_trees(self._roots):
-            ns = _cpu_ns(pid)
-            if ns is not None:
-                used[pid] = ns
+            used.update(_threads_ns(pid))
         return used
 
     @staticmethod
@@ -319,7 +321,7 @@ class CpuWatch:
 
     def idle_since(self, start: float, window: float) -> bool | None:
         """Whether the watched programs used no CPU (none above :data:`BUSY_MIN_CPU_S` per
-        :data:`BUSY_SAMPLE_S`, the busy threshold; no new process either) over the last
+        :data:`BUSY_SAMPLE_S`, the busy threshold; no thread started or ended either) over the last
         ``window`` seconds or more: from the latest earlier sample taken at or after ``start``
         (monotonic seconds) that is at least ``window`` old, until now. Each call takes a
         sample, so calls every few milliseconds judge a window that slides with them: programs
@@ -342,7 +344,9 @@ class CpuWatch:
             return None
         if self._over(self._grown(base[1], used), now - base[0]):
             return False
-        return set(used) <= set(base[1])
+        # no thread started or ended in the window: a new one is work, and one that ended took
+        # what it used after the base sample with it (a worker that just finished its job)
+        return set(used) == set(base[1])
 
 
 def client_window(display: xdisplay.Display, frame: Window) -> Window | None:

@@ -118,6 +118,55 @@ def test_a_program_using_cpu_is_busy_and_a_sleeping_one_is_not() -> None:
             process.wait()
 
 
+A_WORKER_THREAD_THEN_SLEEP = """
+import threading, time
+def work():
+    end = time.perf_counter() + 1.0
+    while time.perf_counter() < end:
+        pass
+print("working", flush=True)
+worker = threading.Thread(target=work)
+worker.start()
+worker.join()
+print("done", flush=True)
+time.sleep(30)
+"""
+
+
+def test_a_worker_thread_that_just_ended_does_not_make_its_program_look_idle() -> None:
+    """A program whose worker thread spun a CPU and has just ended is not idle over a window in
+    which it worked: the ended thread took its CPU time out of the process's total (summed per
+    process, the total dropped and the window read as unused: the settle wait answered before
+    the program drew its result, tests/guest/test_changes.py's ``w`` key). Once a whole window
+    passes with the same threads and no work, it is idle."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", A_WORKER_THREAD_THEN_SLEEP], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline().strip() == "working"
+        watch = CpuWatch([process.pid])
+        start = time.monotonic()
+        # every 20 ms as the settle wait samples (32 samples kept: ~0.65 s), a window whose base
+        # sample is taken while the worker still spins however late "done" is read (< 0.3 s)
+        window = 0.3
+        while time.monotonic() < start + window + 0.1:
+            assert watch.idle_since(start, window) is not True, "idle while its thread spins"
+            time.sleep(0.02)
+        assert process.stdout.readline().strip() == "done"
+        assert watch.idle_since(start, window) is False, "the window ended with the worker"
+        verdicts = []
+        ended = time.monotonic()
+        while time.monotonic() < ended + 3 * window and True not in verdicts:
+            time.sleep(0.02)
+            verdicts.append(watch.idle_since(start, window))
+        assert True in verdicts, verdicts
+    finally:
+        process.kill()
+        process.wait()
+        assert process.stdout is not None
+        process.stdout.close()
+
+
 WORK_THEN_SLEEP = """
 import sys, time
 end = time.perf_counter() + 0.3
