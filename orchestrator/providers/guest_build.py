@@ -8,7 +8,7 @@ The Docker image (:mod:`orchestrator.providers.docker.image`) and the VM image
 wheelhouse into ``/opt/cubicle/venv``. Each backend adds its own files (Docker: Dockerfile,
 supervisor, egress proxy; VM: init, reaper, initramfs, provision script and its Python build
 steps) and says them to :func:`input_hash`, which hashes them with :func:`guest_files`, the
-agent's sources, the pinned dependencies and this module (the wheelhouse recipe).
+agent's sources, the guest lock and this module (the wheelhouse recipe).
 
 The wheelhouse is built on the host because guests cannot reach PyPI: the agent's dependencies
 at the versions and sha256 hashes of the lock :data:`GUEST_LOCK` (``make lock`` writes it at the
@@ -135,8 +135,7 @@ def input_hash(own: Mapping[str, Path], extra: Sequence[str] = (), root: Path = 
     """Content hash (16 hex digits) of an image's inputs: :func:`guest_files`, the backend's
     ``own`` files (name → file; their names must not clash with the shared ones), the agent's
     sources, the lock :data:`GUEST_LOCK` (versions and hashes), this module (the wheelhouse
-    recipe) and ``extra``
-    strings (e.g. the base image id, the machine, a recipe version).
+    recipe) and ``extra`` strings (e.g. the base image id, the machine, a recipe version).
 
     :raises ImageMissing: an input file is missing (not a checkout), naming them.
     """

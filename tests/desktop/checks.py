@@ -18,6 +18,7 @@ from PIL import Image
 
 from guest.client import AgentClient
 from orchestrator.desktop import PANEL
+from orchestrator.providers.vm.build import FONT_CACHE_PROBE
 from orchestrator.sandbox import Sandbox
 
 __all__ = [
@@ -274,31 +275,12 @@ def assert_the_start_up_promises(sandbox: Sandbox, timeout_s: float) -> None:
     assert managed.exit_code == 0, managed.stderr
 
 
-FONT_CACHES_WRITTEN = """
-import glob, json, os, subprocess, tempfile
-desktop = glob.glob(os.path.expanduser("~/.cache/fontconfig/*.cache-*"))
-with tempfile.TemporaryDirectory() as fresh:
-    debug = subprocess.run(["fc-list"], env=dict(os.environ, XDG_CACHE_HOME=fresh, FC_DEBUG="16"),
-                           check=True, stdout=subprocess.PIPE, text=True).stdout
-    probe = glob.glob(fresh + "/fontconfig/*.cache-*")
-stale = [line for line in debug.splitlines() if line.startswith("FcCacheTimeValid ")
-         and line.split(" cache checksum ")[1].split(" dir checksum ")[0]
-         != line.split(" dir checksum ")[1]]
-print(json.dumps({"desktop": sorted(desktop), "probe": sorted(probe), "stale": sorted(stale)}))
-"""
-"""Prints the fontconfig caches the desktop's programs wrote in the user's home, and those a
-``fc-list`` with a fresh cache folder writes: fontconfig writes one only for a font folder whose
-system cache it found stale, after rescanning that folder's fonts. ``stale``: fontconfig's own
-word on each folder whose system cache it judged stale (``FC_DEBUG=16``: the folder, the mtime
-the cache recorded, the folder's)."""
-
-
 def assert_fonts_are_never_rescanned(sandbox: Sandbox) -> None:
     """The image's fontconfig caches hold: neither the desktop's start (openbox, the panel) nor a
     new program rescanned a font folder (a rescan of every folder, CJK fonts included, took
     openbox ~4 s of a cold VM boot under TCG when the VM disk's copy had dropped the folders'
     mtime nanoseconds the caches record)."""
-    done = sandbox.exec(["python3", "-c", FONT_CACHES_WRITTEN])
+    done = sandbox.exec(["python3", "-I", "-c", FONT_CACHE_PROBE])  # the VM build's own probe
     assert done.exit_code == 0, done.stderr
     seen = json.loads(done.stdout)
-    assert (seen["desktop"], seen["probe"]) == ([], []), json.dumps(seen, indent=1)
+    assert (sorted(seen["written"]), seen["probe"]) == ([], []), json.dumps(seen, indent=1)

@@ -264,7 +264,7 @@ class VmProvider(Provider):
                 vm_build.check_font_caches(image, lambda argv: self.exec(golden_id, argv))
 
             try:
-                self.warm.warm_up(SandboxSpec(image=image.ref), progress=progress, verify=check)
+                self.warm_up(SandboxSpec(image=image.ref), progress=progress, verify=check)
             except (EngineUnavailable, ProviderError, SandboxStartError) as exc:
                 progress(f"warm state not saved ({exc}); sandboxes will cold-boot")
             except ImageBuildError:
@@ -461,14 +461,19 @@ class VmProvider(Provider):
         return info
 
     def warm_up(
-        self, spec: SandboxSpec, *, slots: int | None = None, progress: Progress | None = None
+        self,
+        spec: SandboxSpec,
+        *,
+        slots: int | None = None,
+        progress: Progress | None = None,
+        verify: Callable[[str], None] | None = None,
     ) -> int:
         """Make sure ``slots`` (default: all) golden states exist for ``spec``'s shape
-        (:meth:`WarmStarter.warm_up`).
+        (:meth:`WarmStarter.warm_up`; ``verify`` checks each golden guest before it is saved).
 
         :return: how many valid golden states this shape now has.
         """
-        return self.warm.warm_up(spec, slots=slots, progress=progress)
+        return self.warm.warm_up(spec, slots=slots, progress=progress, verify=verify)
 
     def wait_painted(self, sandbox_id: str, plan: DomainPlan) -> None:
         """Wait (at most :data:`READY_TIMEOUT_S`) until the agent answers and the desktop is
