@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-CUBICLE := $(PY) -m orchestrator.cli
+CUBICLE := $(PY) -m cubicle.orchestrator.cli
 PYTEST_ARGS ?=
 
 .PHONY: help host venv lock newest engine image vm-host vm-image drill conformance test unit attack bench lint fmt

@@ -12,8 +12,8 @@ gpt-5.4, which uses the GA ``computer`` tool; ``computer-use-preview`` works too
 Needs ``pip install 'cubicle[agents]'``, Docker and the guest image (``make image``). The run is
 recorded like ``cubicle run`` records its own: ``--out`` gets ``trajectory.jsonl``, the
 screenshots and ``report.html``. Safety checks are decided by ``--policy FILE`` (a
-``drivers/policy_file.py`` policy, which also decides every action), else by a terminal prompt
-when stdin is a terminal, else denied; the offline script's one check is approved by its
+``cubicle/drivers/policy_file.py`` policy, which also decides every action), else by a terminal
+prompt when stdin is a terminal, else denied; the offline script's one check is approved by its
 policy.
 """
 
@@ -27,13 +27,20 @@ from pathlib import Path
 
 from agents import Agent, ComputerTool, ModelSettings, OpenAIResponsesModel, RunConfig, Runner
 
-from drivers import FilePolicy, GuestDriver, NonInteractive, TerminalPrompt, Viewport, load_policy
-from drivers.agents_computer import CubicleComputer
-from drivers.approvals import ApprovalPolicy
-from drivers.policy_file import parse_policy
-from drivers.scripted_model import ScriptedModel, parse_script
-from orchestrator.agents_run import AgentsRunRecording
-from orchestrator.sandbox import Sandbox
+from cubicle.drivers import (
+    FilePolicy,
+    GuestDriver,
+    NonInteractive,
+    TerminalPrompt,
+    Viewport,
+    load_policy,
+)
+from cubicle.drivers.agents_computer import CubicleComputer
+from cubicle.drivers.approvals import ApprovalPolicy
+from cubicle.drivers.policy_file import parse_policy
+from cubicle.drivers.scripted_model import ScriptedModel, parse_script
+from cubicle.orchestrator.agents_run import AgentsRunRecording
+from cubicle.orchestrator.sandbox import Sandbox
 
 VIEW = Viewport.fit(1024, 640)  # what the model sees of the 1280x800 screen
 

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from orchestrator.errors import EngineUnavailable
-from orchestrator.providers.docker.provider import IMAGE_ENV, DockerProvider
+from cubicle.orchestrator.errors import EngineUnavailable
+from cubicle.orchestrator.providers.docker.provider import IMAGE_ENV, DockerProvider
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""No import cycle between the project's modules (orchestrator/, drivers/, guest/).
+"""No import cycle between the project's modules (cubicle/, cubicle_guest/).
 
 Every ``import``/``from … import`` counts, wherever it is written: at module level, under
 ``if TYPE_CHECKING:`` and inside functions (a lazy import is still a dependency of the design).
@@ -12,10 +12,10 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-from orchestrator.tasks import shipped_tasks
+from cubicle.orchestrator.tasks import shipped_tasks
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("orchestrator", "drivers", "guest")
+PACKAGES = ("cubicle", "cubicle_guest")
 KNOWN_CYCLES: list[set[str]] = []
 """Cycles tolerated for now, each with the follow-up that removes it."""
 
@@ -122,14 +122,14 @@ def test_the_checker_finds_a_cycle_through_type_checking_and_function_imports(
 
 def test_no_import_cycle_between_project_modules() -> None:
     graph = import_graph()
-    assert "orchestrator.providers.vm.provider" in graph  # the walk sees the subpackages
+    assert "cubicle.orchestrator.providers.vm.provider" in graph  # the walk sees the subpackages
     found = [c for c in cycles(graph) if c not in KNOWN_CYCLES]
     assert found == [], "import cycles: " + "; ".join(" <-> ".join(sorted(c)) for c in found)
 
 
-RUN = "orchestrator.run_task"
-DRILL = "orchestrator.drill"
-SHARED = "orchestrator.modelrun"
+RUN = "cubicle.orchestrator.run_task"
+DRILL = "cubicle.orchestrator.drill"
+SHARED = "cubicle.orchestrator.modelrun"
 
 
 def _in(package: str, module: str) -> bool:
@@ -167,25 +167,29 @@ def test_the_separation_check_finds_run_and_drill_importing_each_other() -> None
     # the layout before the shared package: run_task imported the drill's session module and
     # the drill's cli imported run_task (for its register_run)
     graph = {
-        RUN: {"orchestrator.drill.session"},
-        "orchestrator.drill.session": {"orchestrator.trajectory.recorder"},
-        "orchestrator.drill.cli": {RUN, "orchestrator.drill.session"},
-        "orchestrator.trajectory.recorder": set(),
-        SHARED + ".loop": {"orchestrator.view.x"},
-        "orchestrator.view.x": {"orchestrator.drill.runner"},  # transitively, lazily or not
-        "orchestrator.drill.runner": set(),
+        RUN: {"cubicle.orchestrator.drill.session"},
+        "cubicle.orchestrator.drill.session": {"cubicle.orchestrator.trajectory.recorder"},
+        "cubicle.orchestrator.drill.cli": {RUN, "cubicle.orchestrator.drill.session"},
+        "cubicle.orchestrator.trajectory.recorder": set(),
+        SHARED + ".loop": {"cubicle.orchestrator.view.x"},
+        "cubicle.orchestrator.view.x": {
+            "cubicle.orchestrator.drill.runner"
+        },  # transitively, lazily or not
+        "cubicle.orchestrator.drill.runner": set(),
     }
     assert run_and_drill_problems(graph) == [
-        f"{RUN} reaches orchestrator.drill.session",
-        f"orchestrator.drill.cli reaches {RUN}",
-        f"{SHARED}.loop reaches orchestrator.drill.runner",
+        f"{RUN} reaches cubicle.orchestrator.drill.session",
+        f"cubicle.orchestrator.drill.cli reaches {RUN}",
+        f"{SHARED}.loop reaches cubicle.orchestrator.drill.runner",
     ]
 
 
 def test_cubicle_run_and_the_drill_share_a_package_and_import_neither_other() -> None:
     graph = import_graph()
     assert run_and_drill_problems(graph) == []
-    assert RUN in graph and "orchestrator.drill.runner" in graph and SHARED + ".loop" in graph
+    assert (
+        RUN in graph and "cubicle.orchestrator.drill.runner" in graph and SHARED + ".loop" in graph
+    )
 
 
 def test_no_shipped_task_verifier_lives_in_the_drill_or_cubicle_run() -> None:

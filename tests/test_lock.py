@@ -15,7 +15,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from orchestrator.providers.guest_build import GUEST_LOCK, guest_requirements
+from cubicle.orchestrator.providers.guest_build import GUEST_LOCK, guest_requirements
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCKS = ("build", "host", "peers", "guest")

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guest import protocol
-from guest.errors import GuestError, ProtocolError
+from cubicle_guest import protocol
+from cubicle_guest.errors import GuestError, ProtocolError
 
 
 def test_frame_round_trip_with_blob_split_at_every_byte() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from orchestrator import labels as L
+from cubicle.orchestrator import labels as L
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

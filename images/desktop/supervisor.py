@@ -4,7 +4,8 @@ Who starts it (always as the unprivileged desktop user, with the agent's venv Py
 ``/opt/cubicle``, where ``images/desktop/install`` puts it beside ``desktop_ready.py``):
 
 - Docker: the container's main process (``ENTRYPOINT``, under docker-init, which reaps orphans);
-  its parameters come from the container's environment (orchestrator/providers/docker/provider.py).
+  its parameters come from the container's environment
+  (cubicle/orchestrator/providers/docker/provider.py).
 - VM: the guest's PID 1 (images/vm/cubicle-init) does root's part only (file systems, network, the
   agent's virtio port, the process limit, the proxy environment, reaping) and starts it with the
   parameters of the kernel command line; when it exits, init powers the VM off, as a container
@@ -39,7 +40,7 @@ What it does:
   the window manager appears) the panel (tint2) starts; it then waits until the panel is drawn
   before it listens, so the agent's hello means the first screenshot shows the desktop a model
   will drive. Each part waits at most ``CUBICLE_DESKTOP_READY_S``; lateness is logged, not
-  fatal. A restarted agent is ``python -m guest --listen ADDRESS``.
+  fatal. A restarted agent is ``python -m cubicle_guest --listen ADDRESS``.
 - The agent, openbox and the panel are restarted when they exit (back-off 0.5 s -> 5 s); Xvfb
   exiting ends the supervisor with status 1 (the desktop is gone). Between events it sleeps
   (woken by SIGCHLD/SIGTERM or a due restart), never polls.
@@ -331,10 +332,10 @@ def start_first_agent(config: Settings, close: list[int]) -> tuple[Forked, int, 
     Then, with ``desktop_ready`` (python-xlib, from the agent's venv, beside this file), it waits
     until openbox manages the screen, then until the panel is drawn, announcing each on the
     returned *said* pipe (``wm ready|late``, then ``panel ready|late``; EOF if it failed), while
-    a thread builds the agent on the display (``guest.__main__.prepare``: its X connections,
+    a thread builds the agent on the display (``cubicle_guest.__main__.prepare``: its X connections,
     keymap and screen grabber); then it says so on ``config.boot_done_fd`` (if any) and serves
     (``--listen ADDRESS``) and exits with its status. So its hello means a drawn desktop.
-    Restarts are plain ``python -m guest``.
+    Restarts are plain ``python -m cubicle_guest``.
 
     :param close: descriptors the child must not keep (the wake-up pipe).
     :returns: the child, the read end of *said*, the write end of *X-up* (the caller closes both).
@@ -370,12 +371,12 @@ def _check_then_serve(config: Settings, said: int, x_up: int) -> int:
         # the import needs nothing; the agent's X set-up (its connections, the keymap, DAMAGE,
         # the screen grabber) needs only the X server: both overlap the desktop's start
         try:
-            import guest.__main__  # noqa: PLC0415
+            import cubicle_guest.__main__  # noqa: PLC0415
 
-            loaded["serve"] = guest.__main__.serve
+            loaded["serve"] = cubicle_guest.__main__.serve
             log(f"first agent: libraries loaded (at {since_start()})")
             display_up.wait()
-            loaded["prepared"] = guest.__main__.prepare(["--listen", config.listen])
+            loaded["prepared"] = cubicle_guest.__main__.prepare(["--listen", config.listen])
             log(f"first agent: built on the display (at {since_start()})")
         except BaseException as exc:
             loaded["error"] = exc
@@ -486,7 +487,9 @@ def main() -> int:
     wm = Child("openbox", ["openbox", "--sm-disable"])
     panel = Child("panel", ["tint2", "-c", config.panel_config])
     agent = Child(
-        "agent", [sys.executable, "-m", "guest", "--listen", config.listen], config.agent_socket
+        "agent",
+        [sys.executable, "-m", "cubicle_guest", "--listen", config.listen],
+        config.agent_socket,
     )
     if config.agent_socket is not None:  # a tmpfs mount in Docker; made here where it is not
         os.makedirs(os.path.dirname(config.agent_socket), mode=0o700, exist_ok=True)

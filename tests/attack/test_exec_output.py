@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from guest import protocol
+from cubicle_guest import protocol
 from tests.orchestrator.conftest import Tracker
 
 pytestmark = [pytest.mark.attack, pytest.mark.docker]

@@ -18,10 +18,10 @@ from pathlib import Path
 import docker
 import pytest
 
-from guest.errors import CubicleError
-from orchestrator.errors import ConfigError
-from orchestrator.provider import SandboxSpec
-from orchestrator.providers.docker.provider import DockerProvider
+from cubicle.orchestrator.errors import ConfigError
+from cubicle.orchestrator.provider import SandboxSpec
+from cubicle.orchestrator.providers.docker.provider import DockerProvider
+from cubicle_guest.errors import CubicleError
 from tests.orchestrator.conftest import Tracker
 from tests.support.unix_server import unix_server
 
@@ -108,7 +108,7 @@ def test_row4_docker_keeps_nothing_in_a_run_folder_others_can_write(
 
 
 def test_row4_a_vm_home_others_can_write_is_refused_naming_it(others_folder: Path) -> None:
-    from orchestrator.providers.vm import VmProvider  # noqa: PLC0415 — libvirt-python is optional
+    from cubicle.orchestrator.providers.vm import VmProvider  # noqa: PLC0415 — libvirt-python is optional
 
     provider = VmProvider(home=others_folder / "vm", uri="test:///default")
     with pytest.raises(ConfigError, match="refusing the host folder") as caught:

@@ -13,9 +13,9 @@ import time
 import docker
 import pytest
 
-from orchestrator.errors import ConfigError
-from orchestrator.provider import SandboxSpec
-from orchestrator.sandbox import Sandbox
+from cubicle.orchestrator.errors import ConfigError
+from cubicle.orchestrator.provider import SandboxSpec
+from cubicle.orchestrator.sandbox import Sandbox
 from tests.attack.cgroups import cgroup_file, cpu_seconds, stat_field
 from tests.orchestrator.conftest import Tracker
 

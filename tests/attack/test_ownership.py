@@ -21,9 +21,9 @@ import time
 import docker
 import pytest
 
-from orchestrator import labels as L
-from orchestrator.providers.docker.provider import DockerProvider
-from orchestrator.sandbox import Sandbox
+from cubicle.orchestrator import labels as L
+from cubicle.orchestrator.providers.docker.provider import DockerProvider
+from cubicle.orchestrator.sandbox import Sandbox
 from tests.orchestrator.conftest import CliRun, Tracker
 from tests.orchestrator.support import leftovers
 from tests.support.killpoints import paused_at

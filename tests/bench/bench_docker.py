@@ -13,9 +13,9 @@ import statistics
 import time
 from typing import Any
 
-from orchestrator.errors import EngineUnavailable, ImageMissing
-from orchestrator.providers.docker.provider import DockerProvider
-from orchestrator.sandbox import Sandbox
+from cubicle.orchestrator.errors import EngineUnavailable, ImageMissing
+from cubicle.orchestrator.providers.docker.provider import DockerProvider
+from cubicle.orchestrator.sandbox import Sandbox
 from tests.bench.report import Report, Sample
 
 CYCLES = 8

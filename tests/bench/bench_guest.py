@@ -21,9 +21,9 @@ from typing import Any
 
 from PIL import Image, ImageDraw, ImageOps
 
-from guest import protocol
-from guest.client import AgentClient
-from guest.server import FRAME_CACHE_ENV
+from cubicle_guest import protocol
+from cubicle_guest.client import AgentClient
+from cubicle_guest.server import FRAME_CACHE_ENV
 from tests.bench.report import Report
 from tests.support.agent import start_agent
 from tests.support.xvfb import Xvfb, XvfbUnavailable

@@ -18,11 +18,11 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from orchestrator import labels as L
-from orchestrator.pool import admin, registry
-from orchestrator.provider import SandboxSpec
-from orchestrator.providers.docker.provider import DockerProvider
-from orchestrator.sandbox import Sandbox
+from cubicle.orchestrator import labels as L
+from cubicle.orchestrator.pool import admin, registry
+from cubicle.orchestrator.provider import SandboxSpec
+from cubicle.orchestrator.providers.docker.provider import DockerProvider
+from cubicle.orchestrator.sandbox import Sandbox
 from tests.bench.bench_docker import docker_or_skip
 from tests.bench.report import Report, Sample
 

@@ -14,10 +14,10 @@ import os
 import time
 from collections.abc import Iterator
 
-from orchestrator.providers import DOCKER_ENGINE_ENV
-from orchestrator.providers.docker.engine import Engine
-from orchestrator.providers.docker.provider import IMAGE_ENV, DockerProvider
-from orchestrator.sandbox import Sandbox
+from cubicle.orchestrator.providers import DOCKER_ENGINE_ENV
+from cubicle.orchestrator.providers.docker.engine import Engine
+from cubicle.orchestrator.providers.docker.provider import IMAGE_ENV, DockerProvider
+from cubicle.orchestrator.sandbox import Sandbox
 from tests.bench.bench_docker import docker_or_skip
 from tests.bench.bench_transport import _click_times, _line
 from tests.bench.report import Report, Sample

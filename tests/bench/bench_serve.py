@@ -17,8 +17,8 @@ from typing import Any
 
 import docker
 
-from orchestrator import labels as L
-from orchestrator.sandbox import Sandbox
+from cubicle.orchestrator import labels as L
+from cubicle.orchestrator.sandbox import Sandbox
 from tests.bench.report import Report, Sample
 from tests.serve.conftest import Server, start_server
 from tests.serve.support import DRILL_ENV

@@ -10,7 +10,7 @@ screen changed visibly within 3 s after it, with no new input). Targets on Docke
 
 The same figures on a VM sandbox when libvirt runs here (root; the VM image of these sources is
 built first): under TCG with the drill's settle for that guest (every wait scaled,
-:func:`orchestrator.drill.runner.scaled_settle`), no target. Environment:
+:func:`cubicle.orchestrator.drill.runner.scaled_settle`), no target. Environment:
 ``CUBICLE_BENCH_SETTLE_BACKENDS`` (default ``docker,vm``), ``CUBICLE_BENCH_SETTLE_REPEAT``
 (default 8 on Docker, 3 on a VM), ``CUBICLE_BENCH_SETTLE`` (settle values to measure instead of
 the defaults, as ``cubicle run --settle``: ``idle_quiet_ms=80,quiet_ms=400``).
@@ -28,19 +28,19 @@ from typing import Any
 
 from PIL import Image
 
-from guest import protocol
-from guest.changes import changed_rects, is_visible
-from guest.client import AgentClient
-from guest.errors import CubicleError
-from guest.geometry import largest_cluster
-from orchestrator.desktop import PANEL
-from orchestrator.drill.runner import guest_time_scale, scaled_settle
-from orchestrator.errors import EngineUnavailable, ImageMissing
-from orchestrator.modelrun.guest_steps import GuestSteps
-from orchestrator.providers.docker.provider import DockerProvider
-from orchestrator.providers.vm import VmProvider
-from orchestrator.run_task import parse_settle
-from orchestrator.sandbox import Sandbox
+from cubicle.orchestrator.desktop import PANEL
+from cubicle.orchestrator.drill.runner import guest_time_scale, scaled_settle
+from cubicle.orchestrator.errors import EngineUnavailable, ImageMissing
+from cubicle.orchestrator.modelrun.guest_steps import GuestSteps
+from cubicle.orchestrator.providers.docker.provider import DockerProvider
+from cubicle.orchestrator.providers.vm import VmProvider
+from cubicle.orchestrator.run_task import parse_settle
+from cubicle.orchestrator.sandbox import Sandbox
+from cubicle_guest import protocol
+from cubicle_guest.changes import changed_rects, is_visible
+from cubicle_guest.client import AgentClient
+from cubicle_guest.errors import CubicleError
+from cubicle_guest.geometry import largest_cluster
 from tests.bench.report import Report, Sample
 
 REPEAT = {"docker": 8, "vm": 3}

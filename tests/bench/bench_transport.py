@@ -1,8 +1,8 @@
 """Agent transport: click round trip over the Docker exec bridge vs a host-local unix socket.
 
 Same run, side by side: a Docker sandbox's agent reached through ``docker exec`` of the stdio
-bridge (guest/bridge.py, the only way the host reaches a container's agent), and an agent on a
-local Xvfb reached on its unix socket (the floor: no engine, no bridge). Target: bridge click
+bridge (cubicle_guest/bridge.py, the only way the host reaches a container's agent), and an agent
+on a local Xvfb reached on its unix socket (the floor: no engine, no bridge). Target: bridge click
 p50 <= 1 ms. Also: opening a connection (one ``docker exec``), and the async client on both.
 """
 
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import anyio
 
-from drivers.async_client import AsyncAgentClient, connect_unix_async
-from guest.client import AgentClient
-from orchestrator.sandbox import Sandbox
+from cubicle.drivers.async_client import AsyncAgentClient, connect_unix_async
+from cubicle.orchestrator.sandbox import Sandbox
+from cubicle_guest.client import AgentClient
 from tests.bench.bench_docker import docker_or_skip
 from tests.bench.report import Report, Sample
 from tests.support.agent import start_agent

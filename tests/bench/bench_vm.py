@@ -25,13 +25,13 @@ import time
 
 from PIL import Image
 
-from guest.errors import CubicleError
-from orchestrator.network import NetworkPolicy
-from orchestrator.pool import admin
-from orchestrator.provider import SandboxSpec
-from orchestrator.providers.vm import VmProvider
-from orchestrator.providers.vm.image import load_image
-from orchestrator.sandbox import Sandbox, wait_ready
+from cubicle.orchestrator.network import NetworkPolicy
+from cubicle.orchestrator.pool import admin
+from cubicle.orchestrator.provider import SandboxSpec
+from cubicle.orchestrator.providers.vm import VmProvider
+from cubicle.orchestrator.providers.vm.image import load_image
+from cubicle.orchestrator.sandbox import Sandbox, wait_ready
+from cubicle_guest.errors import CubicleError
 from tests.bench.bench_pool import private_pools, wait_refilled
 from tests.bench.report import Report, Sample
 

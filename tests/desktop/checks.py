@@ -16,10 +16,10 @@ from typing import Any, cast
 
 from PIL import Image
 
-from guest.client import AgentClient
-from orchestrator.desktop import PANEL
-from orchestrator.providers.vm.build import FONT_CACHE_PROBE
-from orchestrator.sandbox import Sandbox
+from cubicle.orchestrator.desktop import PANEL
+from cubicle.orchestrator.providers.vm.build import FONT_CACHE_PROBE
+from cubicle.orchestrator.sandbox import Sandbox
+from cubicle_guest.client import AgentClient
 
 __all__ = [
     "ROOT_COLOURS",

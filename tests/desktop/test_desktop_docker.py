@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from orchestrator.desktop import PANEL
-from orchestrator.providers.guest_build import guest_packages
-from orchestrator.sandbox import Sandbox
+from cubicle.orchestrator.desktop import PANEL
+from cubicle.orchestrator.providers.guest_build import guest_packages
+from cubicle.orchestrator.sandbox import Sandbox
 from tests.desktop.checks import (
     ROOT_COLOURS,
     assert_browser_launcher_starts_a_sandboxed_chromium,

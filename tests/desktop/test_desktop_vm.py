@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.providers.vm import VmProvider
-from orchestrator.sandbox import Sandbox
+from cubicle.orchestrator.providers.vm import VmProvider
+from cubicle.orchestrator.sandbox import Sandbox
 from tests.desktop.checks import (
     assert_browser_launcher_starts_a_sandboxed_chromium,
     assert_chromium_opens_a_page_without_gpu_failures,

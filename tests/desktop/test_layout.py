@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.desktop import DESKTOP_DIR, PANEL, desktop_files
-from orchestrator.providers import guest_build
-from orchestrator.providers.docker import image as docker_image
-from orchestrator.providers.docker import seccomp as docker_seccomp
+from cubicle.orchestrator.desktop import DESKTOP_DIR, PANEL, desktop_files
+from cubicle.orchestrator.providers import guest_build
+from cubicle.orchestrator.providers.docker import image as docker_image
+from cubicle.orchestrator.providers.docker import seccomp as docker_seccomp
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,7 +75,7 @@ def test_nothing_run_in_a_guest_disables_chromiums_sandbox() -> None:
     """Guest-side files: the image sources, the drill's scripts and guest files, the agent.
     (Host tests that run a browser as root are outside this rule.)"""
     tracked = subprocess.run(
-        ["git", "ls-files", "images", "guest", "orchestrator", "vagrant"],
+        ["git", "ls-files", "images", "cubicle_guest", "cubicle", "vagrant"],
         cwd=REPO,
         capture_output=True,
         text=True,

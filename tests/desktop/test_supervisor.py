@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from guest.client import connect_unix
-from guest.waiting import Deadline, poll
+from cubicle_guest.client import connect_unix
+from cubicle_guest.waiting import Deadline, poll
 from tests.orchestrator.conftest import REPO
 
 pytestmark = pytest.mark.x11

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import docker
 import pytest
 
-from orchestrator.sandbox import Sandbox
+from cubicle.orchestrator.sandbox import Sandbox
 
 pytestmark = [pytest.mark.docker]
 

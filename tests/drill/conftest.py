@@ -17,8 +17,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from orchestrator import labels
-from orchestrator.sandbox import Sandbox
+from cubicle.orchestrator import labels
+from cubicle.orchestrator.sandbox import Sandbox
 from tests.drill.desktop import LocalDesktop, missing_apps
 
 REPO = Path(__file__).resolve().parents[2]

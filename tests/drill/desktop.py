@@ -1,6 +1,6 @@
 """A local test desktop for the drill: private Xvfb + openbox (the guest image's config) + agent.
 
-It satisfies :class:`orchestrator.modelrun.Desktop`, so the drill's own code runs against it
+It satisfies :class:`cubicle.orchestrator.modelrun.Desktop`, so the drill's own code runs against it
 exactly as against a sandbox. Everything runs as this user with HOME in a temporary folder; the
 owner stops it with :meth:`LocalDesktop.stop` (``with``), which ends the agent, openbox and Xvfb
 by the pids it started.
@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from guest.client import AgentClient
+from cubicle_guest.client import AgentClient
 from tests.support.agent import RunningAgent, start_agent
 from tests.support.processes import stop_process
 from tests.support.xvfb import Xvfb

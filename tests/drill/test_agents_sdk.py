@@ -1,11 +1,12 @@
 """The OpenAI Agents SDK's real ``Runner`` drives a cubicle desktop through our computers.
 
-Each test runs an ``Agent`` with ``ComputerTool`` (:mod:`drivers.agents_computer`) against the
-scripted model through ``OpenAIResponsesModel`` and our ``AsyncOpenAI`` client, on the local
+Each test runs an ``Agent`` with ``ComputerTool`` (:mod:`cubicle.drivers.agents_computer`) against
+the scripted model through ``OpenAIResponsesModel`` and our ``AsyncOpenAI`` client, on the local
 desktop (Xvfb + openbox + agent, mousepad): the model types a note and saves it through the Save
 As dialog, one safety check is approved by our policy, and a later call whose safety check the
 policy denies stops the run before its actions (which would have overwritten the note). The
-saved file's bytes, the trajectory and report.html (:mod:`orchestrator.agents_run`) are checked.
+saved file's bytes, the trajectory and report.html (:mod:`cubicle.orchestrator.agents_run`) are
+checked.
 """
 
 from __future__ import annotations
@@ -25,13 +26,13 @@ from agents import Agent, ComputerTool, ModelSettings, OpenAIResponsesModel, Run
 from agents.exceptions import UserError
 from PIL import Image, ImageChops
 
-from drivers import AsyncGuestDriver, FilePolicy, GuestDriver, NonInteractive, Viewport
-from drivers.agents_computer import ActionDenied, AsyncCubicleComputer, CubicleComputer
-from drivers.errors import ActionRejected, CoordinateOutOfView
-from drivers.policy_file import parse_policy
-from drivers.scripted_model import ScriptedModel, parse_script
-from orchestrator.agents_run import AgentsRunRecording
-from orchestrator.trajectory import read_trajectory
+from cubicle.drivers import AsyncGuestDriver, FilePolicy, GuestDriver, NonInteractive, Viewport
+from cubicle.drivers.agents_computer import ActionDenied, AsyncCubicleComputer, CubicleComputer
+from cubicle.drivers.errors import ActionRejected, CoordinateOutOfView
+from cubicle.drivers.policy_file import parse_policy
+from cubicle.drivers.scripted_model import ScriptedModel, parse_script
+from cubicle.orchestrator.agents_run import AgentsRunRecording
+from cubicle.orchestrator.trajectory import read_trajectory
 from tests.drill.desktop import LocalDesktop, app, wait_for_window
 
 pytestmark = pytest.mark.slow

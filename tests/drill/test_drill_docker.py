@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from drivers.approvals import NonInteractive
-from orchestrator.drill.runner import DrillResult, run_drill
-from orchestrator.modelrun.loop import LoopKind
-from orchestrator.sandbox import Sandbox
-from orchestrator.tasks import load_task, shipped_tasks
-from orchestrator.trajectory import read_trajectory
+from cubicle.drivers.approvals import NonInteractive
+from cubicle.orchestrator.drill.runner import DrillResult, run_drill
+from cubicle.orchestrator.modelrun.loop import LoopKind
+from cubicle.orchestrator.sandbox import Sandbox
+from cubicle.orchestrator.tasks import load_task, shipped_tasks
+from cubicle.orchestrator.trajectory import read_trajectory
 from tests.drill.conftest import PYTHON, REPO
 from tests.drill.test_trajectory_report import render_in_chromium
 
@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 def _drill_cli(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [PYTHON, "-m", "orchestrator.cli", "drill", *args],
+        [PYTHON, "-m", "cubicle.orchestrator.cli", "drill", *args],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from orchestrator.drill.runner import (
+from cubicle.orchestrator.drill.runner import (
     DRILL_SETTLE,
     FAILURE_SCREEN,
     SLOW_GUEST_TIME_SCALE,
@@ -21,11 +21,11 @@ from orchestrator.drill.runner import (
     run_drill,
     scaled_settle,
 )
-from orchestrator.modelrun.errors import GuestStepError
-from orchestrator.modelrun.guest_steps import GuestSteps
-from orchestrator.modelrun.verify import verify_task
-from orchestrator.provider import SandboxInfo
-from orchestrator.tasks import parse_task
+from cubicle.orchestrator.modelrun.errors import GuestStepError
+from cubicle.orchestrator.modelrun.guest_steps import GuestSteps
+from cubicle.orchestrator.modelrun.verify import verify_task
+from cubicle.orchestrator.provider import SandboxInfo
+from cubicle.orchestrator.tasks import parse_task
 from tests.drill.desktop import LocalDesktop
 
 pytestmark = [pytest.mark.x11, pytest.mark.slow]

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from PIL import Image, ImageDraw
 
-from drivers.errors import ScriptError
-from drivers.scripted_model import parse_script
-from drivers.scripted_model.expect import parse_sees
+from cubicle.drivers.errors import ScriptError
+from cubicle.drivers.scripted_model import parse_script
+from cubicle.drivers.scripted_model.expect import parse_sees
 
 WINDOWS: list[dict[str, Any]] = [
     {"title": "note.txt - Mousepad", "wm_class": ["mousepad", "Mousepad"], "focused": True},

@@ -24,17 +24,17 @@ from openai import AsyncComputerToolset, ComputerToolset, OpenAI
 from openai.types.responses import computer_action as modern
 from PIL import Image, ImageChops
 
-from drivers import ApproveAll, AsyncApprovals, AsyncGuestDriver, GuestDriver
-from drivers.errors import SettleOptionError
-from drivers.records import ActionRecord
-from drivers.scripted_model import ScriptedModel, parse_script
-from guest.errors import GuestError
-from guest.protocol import VISIBLE_CHANGE_AREA
-from orchestrator.errors import ConfigError
-from orchestrator.modelrun.loop import RecordedSession
-from orchestrator.run_task import parse_settle, run_task
-from orchestrator.trajectory import read_trajectory
-from orchestrator.trajectory.recorder import TrajectoryRecorder
+from cubicle.drivers import ApproveAll, AsyncApprovals, AsyncGuestDriver, GuestDriver
+from cubicle.drivers.errors import SettleOptionError
+from cubicle.drivers.records import ActionRecord
+from cubicle.drivers.scripted_model import ScriptedModel, parse_script
+from cubicle.orchestrator.errors import ConfigError
+from cubicle.orchestrator.modelrun.loop import RecordedSession
+from cubicle.orchestrator.run_task import parse_settle, run_task
+from cubicle.orchestrator.trajectory import read_trajectory
+from cubicle.orchestrator.trajectory.recorder import TrajectoryRecorder
+from cubicle_guest.errors import GuestError
+from cubicle_guest.protocol import VISIBLE_CHANGE_AREA
 from tests.drill.desktop import LocalDesktop, app, wait_for_window
 
 pytestmark = [pytest.mark.x11, pytest.mark.slow]

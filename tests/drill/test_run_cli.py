@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from drivers.scripted_model import ScriptedModel, parse_script
-from orchestrator.tasks import fill, load_task
-from orchestrator.trajectory import read_trajectory
+from cubicle.drivers.scripted_model import ScriptedModel, parse_script
+from cubicle.orchestrator.tasks import fill, load_task
+from cubicle.orchestrator.trajectory import read_trajectory
 from tests.drill.conftest import PYTHON, REPO
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 def _run_cli(model: ScriptedModel, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "offline-test"}
     return subprocess.run(
-        [PYTHON, "-m", "orchestrator.cli", "run", *args],
+        [PYTHON, "-m", "cubicle.orchestrator.cli", "run", *args],
         cwd=REPO,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -154,7 +154,7 @@ def test_run_with_a_task_file_sets_up_prints_effective_settings_and_runs_its_che
 def test_run_without_a_key_says_how_to_fix_it(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
     result = subprocess.run(
-        [PYTHON, "-m", "orchestrator.cli", "run", "x"],
+        [PYTHON, "-m", "cubicle.orchestrator.cli", "run", "x"],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -1,5 +1,5 @@
-"""The drill's stale-screenshot check (orchestrator/drill/stale.py) on a real X server and agent:
-an effect that shows after the screenshot makes it stale; ongoing animation does not."""
+"""The drill's stale-screenshot check (cubicle/orchestrator/drill/stale.py) on a real X server and
+agent: an effect that shows after the screenshot makes it stale; ongoing animation does not."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from guest.client import AgentClient
-from orchestrator.drill.stale import StaleCheck
+from cubicle.orchestrator.drill.stale import StaleCheck
+from cubicle_guest.client import AgentClient
 from tests.support.agent import start_agent
 from tests.support.processes import stop_process
 from tests.support.xvfb import Xvfb

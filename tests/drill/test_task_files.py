@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from drivers.scripted_model import parse_script
-from orchestrator.errors import ConfigError
-from orchestrator.run_task import effective_settings
-from orchestrator.tasks import (
+from cubicle.drivers.scripted_model import parse_script
+from cubicle.orchestrator.errors import ConfigError
+from cubicle.orchestrator.run_task import effective_settings
+from cubicle.orchestrator.tasks import (
     TASKS_DIR,
     TaskFileError,
     fill,
@@ -165,7 +165,7 @@ def test_run_refuses_task_text_together_with_a_task_file(tmp_path: Path) -> None
     with pytest.raises(ConfigError, match="what should the model do"):
         effective_settings(_run_args())
     result = subprocess.run(
-        [PYTHON, "-m", "orchestrator.cli", "run", "tidy up", "--task", "desktop"],
+        [PYTHON, "-m", "cubicle.orchestrator.cli", "run", "tidy up", "--task", "desktop"],
         cwd=REPO,
         env={"PATH": "/usr/bin:/bin", "OPENAI_API_KEY": "unused"},
         capture_output=True,

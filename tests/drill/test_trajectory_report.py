@@ -15,13 +15,13 @@ import jinja2
 import pytest
 from PIL import Image
 
-from orchestrator.trajectory import (
+from cubicle.orchestrator.trajectory import (
     TRAJECTORY_FILE,
     TrajectoryRecorder,
     read_trajectory,
     write_report,
 )
-from orchestrator.trajectory.report import (
+from cubicle.orchestrator.trajectory.report import (
     TEMPLATE,
     render_events,
     report_context,

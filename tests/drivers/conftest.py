@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from drivers.scripted_model import Script, parse_script
+from cubicle.drivers.scripted_model import Script, parse_script
 from tests.support.agent import RunningAgent, start_agent
 from tests.support.recorder import Recorder
 from tests.support.xvfb import Xvfb

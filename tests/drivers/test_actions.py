@@ -8,9 +8,9 @@ import pytest
 from openai.types.responses import computer_action as modern
 from openai.types.responses import response_computer_tool_call as legacy
 
-from drivers.actions import plan_action
-from drivers.errors import ActionRejected, CoordinateOutOfView
-from drivers.viewport import Rect, Viewport
+from cubicle.drivers.actions import plan_action
+from cubicle.drivers.errors import ActionRejected, CoordinateOutOfView
+from cubicle.drivers.viewport import Rect, Viewport
 
 GEOMETRY = Viewport.fit(800, 600, crop=Rect(0, 0, 1600, 1200)).geometry(1600, 1200)
 

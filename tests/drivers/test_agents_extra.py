@@ -1,4 +1,4 @@
-"""The ``agents`` extra stays optional: only :mod:`drivers.agents_computer` imports it."""
+"""The ``agents`` extra stays optional: only :mod:`cubicle.drivers.agents_computer` imports it."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ def _python(code: str) -> subprocess.CompletedProcess[str]:
 def test_the_base_packages_never_import_the_agents_sdk() -> None:
     done = _python(
         "import sys\n"
-        "import drivers, drivers.scripted_model, orchestrator.cli, orchestrator.run_task\n"
+        "import cubicle.drivers, cubicle.drivers.scripted_model\n"
+        "import cubicle.orchestrator.cli, cubicle.orchestrator.run_task\n"
         "print(sorted(m for m in sys.modules if m == 'agents' or m.startswith('agents.')))\n"
     )
     assert done.returncode == 0, done.stderr
@@ -34,9 +35,9 @@ def test_without_the_extra_the_computer_module_says_what_to_install() -> None:
     done = _python(
         "import sys\n"
         "sys.modules['agents'] = None  # as if openai-agents were not installed\n"
-        "from guest.errors import CubicleError\n"
+        "from cubicle_guest.errors import CubicleError\n"
         "try:\n"
-        "    import drivers.agents_computer\n"
+        "    import cubicle.drivers.agents_computer\n"
         "except CubicleError as exc:\n"
         "    assert isinstance(exc, ImportError), type(exc).__mro__\n"
         "    print(exc)\n"

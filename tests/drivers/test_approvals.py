@@ -18,10 +18,16 @@ from openai.types.responses.response_computer_tool_call import (
     ResponseComputerToolCall,
 )
 
-from drivers.approvals import ApproveAll, AsyncApprovals, FilePolicy, NonInteractive, TerminalPrompt
-from drivers.decisions import ActionFacts, DecisionLog, Judgement
-from drivers.policy_file import parse_policy
-from drivers.viewport import ViewGeometry, Viewport
+from cubicle.drivers.approvals import (
+    ApproveAll,
+    AsyncApprovals,
+    FilePolicy,
+    NonInteractive,
+    TerminalPrompt,
+)
+from cubicle.drivers.decisions import ActionFacts, DecisionLog, Judgement
+from cubicle.drivers.policy_file import parse_policy
+from cubicle.drivers.viewport import ViewGeometry, Viewport
 
 
 @dataclass

@@ -14,12 +14,12 @@ from openai.lib.computer import ComputerUseError
 from openai.types.responses import computer_action as modern
 from openai.types.responses.response_create_params import ResponseCreateParamsNonStreaming
 
-from drivers.approvals import ApproveAll, AsyncApprovals, NonInteractive
-from drivers.async_client import connect_unix_async
-from drivers.async_computer import AsyncGuestDriver
-from drivers.errors import ActionCancelled, CoordinateOutOfView
-from drivers.scripted_model import ScriptedModel
-from drivers.viewport import Viewport
+from cubicle.drivers.approvals import ApproveAll, AsyncApprovals, NonInteractive
+from cubicle.drivers.async_client import connect_unix_async
+from cubicle.drivers.async_computer import AsyncGuestDriver
+from cubicle.drivers.errors import ActionCancelled, CoordinateOutOfView
+from cubicle.drivers.scripted_model import ScriptedModel
+from cubicle.drivers.viewport import Viewport
 from tests.drivers.conftest import DesktopFactory, one_call_script
 
 pytestmark = pytest.mark.x11

@@ -18,13 +18,13 @@ from openai.types.responses import computer_action as modern
 from openai.types.responses.response_create_params import ResponseCreateParamsNonStreaming
 from PIL import Image
 
-from drivers.approvals import ApproveAll, FilePolicy, NonInteractive, TerminalPrompt
-from drivers.computer import GuestDriver
-from drivers.errors import ActionCancelled, ActionFailed, CoordinateOutOfView
-from drivers.policy_file import parse_policy
-from drivers.records import ActionRecord
-from drivers.scripted_model import ScriptedModel, parse_script
-from drivers.viewport import Rect, Viewport
+from cubicle.drivers.approvals import ApproveAll, FilePolicy, NonInteractive, TerminalPrompt
+from cubicle.drivers.computer import GuestDriver
+from cubicle.drivers.errors import ActionCancelled, ActionFailed, CoordinateOutOfView
+from cubicle.drivers.policy_file import parse_policy
+from cubicle.drivers.records import ActionRecord
+from cubicle.drivers.scripted_model import ScriptedModel, parse_script
+from cubicle.drivers.viewport import Rect, Viewport
 from tests.drivers.conftest import Desktop, DesktopFactory, one_call_script
 from tests.support.recorder import RecordedEvent, Recorder
 

@@ -11,13 +11,13 @@ from pathlib import Path
 import anyio
 import pytest
 
-from drivers.async_client import AsyncAgentClient, connect_unix_async
-from drivers.errors import ActionFailed, ActionTimeout, DriverError
-from drivers.guest_errors import map_guest_errors
-from guest import client as guest_client
-from guest import errors as guest_errors
-from guest.client import AgentConnectionError, AgentTimeout
-from guest.errors import CubicleError, GuestError
+from cubicle.drivers.async_client import AsyncAgentClient, connect_unix_async
+from cubicle.drivers.errors import ActionFailed, ActionTimeout, DriverError
+from cubicle.drivers.guest_errors import map_guest_errors
+from cubicle_guest import client as guest_client
+from cubicle_guest import errors as guest_errors
+from cubicle_guest.client import AgentConnectionError, AgentTimeout
+from cubicle_guest.errors import CubicleError, GuestError
 
 
 def _raise(exc: BaseException) -> None:
@@ -33,7 +33,7 @@ FOREIGN: dict[type[CubicleError], Callable[[], CubicleError]] = {
 
 
 def test_every_guest_side_exception_class_is_mapped() -> None:
-    """Fails when guest.errors/guest.client grow an exception the driver does not map."""
+    """Fails when cubicle_guest.errors/guest.client grow an exception the driver does not map."""
     public = {
         obj
         for module in (guest_errors, guest_client)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from drivers.decisions import ActionFacts, SafetyCheck
-from drivers.errors import PolicyFileError
-from drivers.policy_file import load_policy, parse_policy
+from cubicle.drivers.decisions import ActionFacts, SafetyCheck
+from cubicle.drivers.errors import PolicyFileError
+from cubicle.drivers.policy_file import load_policy, parse_policy
 
 VALID = """\
 version = 1

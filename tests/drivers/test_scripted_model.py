@@ -13,8 +13,8 @@ import openai
 import pytest
 from PIL import Image
 
-from drivers.errors import ScriptError, ScriptViolation
-from drivers.scripted_model import ScriptedModel, Turn, load_script, parse_script
+from cubicle.drivers.errors import ScriptError, ScriptViolation
+from cubicle.drivers.scripted_model import ScriptedModel, Turn, load_script, parse_script
 
 SCRIPT: dict[str, Any] = {
     "name": "demo",

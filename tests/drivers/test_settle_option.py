@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from drivers.errors import SettleOptionError
-from drivers.settle import check_settle, settle_for_agent
-from guest.protocol import FEATURES, IDLE_QUIET_MS, TYPING_QUIET_MS, SettleSpec
+from cubicle.drivers.errors import SettleOptionError
+from cubicle.drivers.settle import check_settle, settle_for_agent
+from cubicle_guest.protocol import FEATURES, IDLE_QUIET_MS, TYPING_QUIET_MS, SettleSpec
 
 
 def test_the_default_types_with_the_short_quiet_period_and_never_longer_than_quiet() -> None:

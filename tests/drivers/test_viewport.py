@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drivers.errors import CoordinateOutOfView, ViewportError
-from drivers.viewport import Rect, ViewGeometry, Viewport
-from guest.geometry import fit_size
+from cubicle.drivers.errors import CoordinateOutOfView, ViewportError
+from cubicle.drivers.viewport import Rect, ViewGeometry, Viewport
+from cubicle_guest.geometry import fit_size
 
 
 def test_fit_keeps_aspect_1920x1080_into_1280x800() -> None:
@@ -94,7 +94,7 @@ boxes = st.tuples(st.integers(1, 4000), st.integers(1, 4000))
 
 @given(screens, boxes)
 def test_fit_matches_the_guests_own_fit(screen: tuple[int, int], box: tuple[int, int]) -> None:
-    """The driver predicts the size the agent will produce (guest.geometry.fit_size)."""
+    """The driver predicts the size the agent will produce (cubicle_guest.geometry.fit_size)."""
     geometry = Viewport.fit(*box).geometry(*screen)
     assert (geometry.width, geometry.height) == fit_size(screen[0], screen[1], *box)
 

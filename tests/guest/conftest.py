@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from guest.client import AgentClient
+from cubicle_guest.client import AgentClient
 from tests.support.agent import RunningAgent, start_agent
 from tests.support.recorder import Recorder
 from tests.support.xvfb import Xvfb

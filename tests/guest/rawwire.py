@@ -8,7 +8,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from guest import protocol
+from cubicle_guest import protocol
 
 
 class RawConnection:

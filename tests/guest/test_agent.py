@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from guest import protocol
-from guest.client import AgentClient, connect_unix
-from guest.errors import GuestError
-from guest.transport import find_virtio_port
+from cubicle_guest import protocol
+from cubicle_guest.client import AgentClient, connect_unix
+from cubicle_guest.errors import GuestError
+from cubicle_guest.transport import find_virtio_port
 from tests.support.agent import REPO_ROOT, RunningAgent, start_agent
 from tests.support.recorder import Recorder
 from tests.support.xvfb import Xvfb
@@ -100,7 +100,7 @@ def test_stale_socket_is_replaced_and_a_live_one_is_refused(xserver: Xvfb, tmp_p
     leftover.close()  # a socket file nobody listens on
     with start_agent(xserver.display, tmp_path) as running:
         second = subprocess.run(
-            [sys.executable, "-m", "guest", "--listen", f"unix:{running.socket_path}"],
+            [sys.executable, "-m", "cubicle_guest", "--listen", f"unix:{running.socket_path}"],
             env={**xserver.env(), "PYTHONPATH": str(REPO_ROOT)},
             cwd=REPO_ROOT,
             capture_output=True,
@@ -117,7 +117,7 @@ def test_stale_socket_is_replaced_and_a_live_one_is_refused(xserver: Xvfb, tmp_p
 def test_missing_display_is_a_clear_error(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "DISPLAY"}
     result = subprocess.run(
-        [sys.executable, "-m", "guest", "--listen", f"unix:{tmp_path}/a.sock"],
+        [sys.executable, "-m", "cubicle_guest", "--listen", f"unix:{tmp_path}/a.sock"],
         env={**env, "PYTHONPATH": str(REPO_ROOT)},
         cwd=REPO_ROOT,
         capture_output=True,
@@ -150,7 +150,7 @@ def test_virtio_transport_over_a_character_device(xserver: Xvfb, tmp_path: Path)
     device = os.ttyname(guest_end)
     log = open(tmp_path / "agent.log", "wb")  # noqa: SIM115 - closed in finally
     process = subprocess.Popen(
-        [sys.executable, "-m", "guest", "--listen", f"virtio:{device}"],
+        [sys.executable, "-m", "cubicle_guest", "--listen", f"virtio:{device}"],
         env={**xserver.env(), "PYTHONPATH": str(REPO_ROOT)},
         cwd=REPO_ROOT,
         stdout=subprocess.DEVNULL,
@@ -192,7 +192,7 @@ def test_stdio_transport(xserver: Xvfb) -> None:
         protocol.request(8, "keypress", {"keys": ["nope"]})
     )
     result = subprocess.run(
-        [sys.executable, "-m", "guest", "--stdio"],
+        [sys.executable, "-m", "cubicle_guest", "--stdio"],
         input=request,
         env={**xserver.env(), "PYTHONPATH": str(REPO_ROOT)},
         cwd=REPO_ROOT,

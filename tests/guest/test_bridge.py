@@ -1,4 +1,5 @@
-"""The stdio bridge (``python -m guest.bridge``) as the engine runs it: a real process, real pipes.
+"""The stdio bridge (``python -m cubicle_guest.bridge``) as the engine runs it: a real process,
+real pipes.
 
 A local unix server stands in for the agent; the test speaks to the bridge's stdin/stdout.
 """
@@ -12,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from guest.bridge import EXIT_UNREACHABLE
+from cubicle_guest.bridge import EXIT_UNREACHABLE
 from tests.support.unix_server import unix_server
 
 
@@ -35,7 +36,7 @@ def echo_server(path: Path) -> Iterator[list[str]]:
 
 def bridge(path: Path, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "guest.bridge", str(path), *extra],
+        [sys.executable, "-m", "cubicle_guest.bridge", str(path), *extra],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -122,9 +123,11 @@ def test_a_bad_command_line_exits_2_with_the_usage(tmp_path: Path) -> None:
         process = bridge(tmp_path / "agent.sock", *extra)
         _out, err = process.communicate(b"", timeout=30)
         assert process.returncode == 2, (extra, err)
-        assert b"usage: python -m guest.bridge PATH [--wait SECONDS]" in err
+        assert b"usage: python -m cubicle_guest.bridge PATH [--wait SECONDS]" in err
     process = subprocess.Popen(
-        [sys.executable, "-m", "guest.bridge"], stdin=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, "-m", "cubicle_guest.bridge"],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     _out, err = process.communicate(b"", timeout=30)
     assert process.returncode == 2 and b"usage" in err

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from guest import protocol
-from guest.client import AgentClient
-from guest.errors import GuestError
+from cubicle_guest import protocol
+from cubicle_guest.client import AgentClient
+from cubicle_guest.errors import GuestError
 from tests.support.agent import RunningAgent, pixel_at, start_agent
 from tests.support.processes import stop_process
 from tests.support.xvfb import Xvfb

@@ -21,9 +21,9 @@ from PIL import Image
 from Xlib import display as xdisplay
 from Xlib.protocol import request
 
-from guest.framecache import BAND_ROWS, GRAB_TRIES
-from guest.screen import Screen
-from guest.server import FRAME_CACHE_ENV
+from cubicle_guest.framecache import BAND_ROWS, GRAB_TRIES
+from cubicle_guest.screen import Screen
+from cubicle_guest.server import FRAME_CACHE_ENV
 from tests.guest.paint import Painter
 from tests.support.agent import start_agent
 from tests.support.processes import stop_process

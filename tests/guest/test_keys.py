@@ -7,9 +7,9 @@ import string
 import pytest
 from Xlib import X
 
-from guest.client import AgentClient
-from guest.errors import GuestError
-from guest.keys import KEY_NAMES, char_keysym, is_typing_key, keysym_number, resolve_key
+from cubicle_guest.client import AgentClient
+from cubicle_guest.errors import GuestError
+from cubicle_guest.keys import KEY_NAMES, char_keysym, is_typing_key, keysym_number, resolve_key
 from tests.support.recorder import RecordedEvent, Recorder
 
 pytestmark = pytest.mark.x11

@@ -1,5 +1,5 @@
 """``launch_cap_ms``: an action that launched a program waits past its cap for the program's first
-drawn frame, and only that action (guest/changes.py, guest/launches.py).
+drawn frame, and only that action (cubicle_guest/changes.py, cubicle_guest/launches.py).
 
 A real X client (tests/guest/late_launcher.py) plays a panel launcher and a slow program: a click
 broadcasts a startup notification, maps a flat window and draws into it 2.5 s later — later than
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from guest import protocol
-from guest.client import AgentClient
+from cubicle_guest import protocol
+from cubicle_guest.client import AgentClient
 from tests.guest import late_launcher
 from tests.support.agent import RunningAgent, pixel_at, start_agent
 from tests.support.processes import stop_process

@@ -1,5 +1,5 @@
-"""Launch tracking (guest/launches.py): startup-notification messages, a launch pending until a
-window mapped after it is drawn, and the busy signal of a program that uses CPU."""
+"""Launch tracking (cubicle_guest/launches.py): startup-notification messages, a launch pending
+until a window mapped after it is drawn, and the busy signal of a program that uses CPU."""
 
 from __future__ import annotations
 
@@ -16,7 +16,13 @@ from PIL import Image
 from Xlib import X, Xatom
 from Xlib import display as xdisplay
 
-from guest.launches import CpuWatch, LaunchWatcher, is_drawn, parse_startup_message, process_tree
+from cubicle_guest.launches import (
+    CpuWatch,
+    LaunchWatcher,
+    is_drawn,
+    parse_startup_message,
+    process_tree,
+)
 from tests.guest.late_launcher import broadcast
 from tests.support.xvfb import Xvfb
 

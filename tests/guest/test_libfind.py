@@ -1,4 +1,4 @@
-"""guest/libfind.py: the agent's shared-library lookups from one ``ldconfig -p`` read.
+"""cubicle_guest/libfind.py: the agent's shared-library lookups from one ``ldconfig -p`` read.
 
 The answers must be ctypes.util.find_library's, name for name (mss loads what they name), and
 the cache must be read once per process however many libraries are asked for."""
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from guest import libfind
+from cubicle_guest import libfind
 
 MSS_LIBRARIES = [
     "X11",
@@ -60,7 +60,7 @@ def count(event, args):
 sys.addaudithook(count)
 import ctypes.util
 if sys.argv[1] == "installed":
-    from guest import libfind
+    from cubicle_guest import libfind
     libfind.install()
 found = [ctypes.util.find_library(name) for name in sys.argv[2:]]
 print(len(runs), all(found))

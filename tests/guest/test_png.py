@@ -1,4 +1,4 @@
-"""guest.png writes PNGs that a standard decoder reads back pixel-exact."""
+"""cubicle_guest.png writes PNGs that a standard decoder reads back pixel-exact."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import zlib
 import pytest
 from PIL import Image
 
-from guest.png import adler32_combine, assemble_png, deflate_bands, encode_png
+from cubicle_guest.png import adler32_combine, assemble_png, deflate_bands, encode_png
 
 
 @pytest.mark.parametrize(("width", "height"), [(1, 1), (3, 200), (257, 129), (640, 1000)])

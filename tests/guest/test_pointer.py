@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from Xlib import X
 
-from guest import protocol
-from guest.client import AgentClient
-from guest.errors import GuestError
-from guest.protocol import BUTTONS, SCROLL_PIXELS_PER_CLICK
+from cubicle_guest import protocol
+from cubicle_guest.client import AgentClient
+from cubicle_guest.errors import GuestError
+from cubicle_guest.protocol import BUTTONS, SCROLL_PIXELS_PER_CLICK
 from tests.support.recorder import RecordedEvent, Recorder
 
 pytestmark = pytest.mark.x11

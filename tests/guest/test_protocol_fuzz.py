@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from guest import protocol
+from cubicle_guest import protocol
 from tests.guest.rawwire import RawConnection
 from tests.support.agent import RunningAgent
 

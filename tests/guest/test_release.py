@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 from Xlib import display
 
-from guest.errors import GuestError
-from guest.xinput import XInput
+from cubicle_guest.errors import GuestError
+from cubicle_guest.xinput import XInput
 from tests.support.recorder import Recorder
 from tests.support.xvfb import Xvfb
 

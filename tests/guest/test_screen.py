@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 from PIL import Image
 
-from guest.client import AgentClient
-from guest.errors import GuestError
+from cubicle_guest.client import AgentClient
+from cubicle_guest.errors import GuestError
 from tests.guest.paint import Painter
 from tests.support.xvfb import Xvfb
 

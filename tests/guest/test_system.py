@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from guest import protocol
-from guest.client import AgentClient
-from guest.errors import GuestError
-from guest.waiting import Deadline, poll
-from orchestrator.hostprocs import alive
+from cubicle.orchestrator.hostprocs import alive
+from cubicle_guest import protocol
+from cubicle_guest.client import AgentClient
+from cubicle_guest.errors import GuestError
+from cubicle_guest.waiting import Deadline, poll
 from tests.guest.rawwire import RawConnection
 from tests.support.agent import RunningAgent
 

@@ -1,5 +1,5 @@
-"""The virtio loop's wait for a host (guest.transport): the port's SIGIO ends it at once, so a
-host that connects (a VM just restored from a warm state) is not answered a sleep later."""
+"""The virtio loop's wait for a host (cubicle_guest.transport): the port's SIGIO ends it at once,
+so a host that connects (a VM just restored from a warm state) is not answered a sleep later."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import signal
 import time
 
-from guest.transport import HOST_ABSENT_SLEEP_S, _HostWake
+from cubicle_guest.transport import HOST_ABSENT_SLEEP_S, _HostWake
 
 
 def test_sigio_of_the_port_ends_the_wait_and_close_restores_the_handlers() -> None:

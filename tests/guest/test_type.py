@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from guest.client import AgentClient
-from guest.errors import GuestError
-from guest.protocol import MAX_TEXT_CHARS
+from cubicle_guest.client import AgentClient
+from cubicle_guest.errors import GuestError
+from cubicle_guest.protocol import MAX_TEXT_CHARS
 from tests.support.recorder import Recorder
 from tests.support.xvfb import Xvfb
 

@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 from PIL import Image, ImageDraw
 
-from guest.changes import changed_rects, is_visible, pixel_changes
-from guest.geometry import Rect, clusters, largest_cluster
-from guest.protocol import VISIBLE_CHANGE_AREA
+from cubicle_guest.changes import changed_rects, is_visible, pixel_changes
+from cubicle_guest.geometry import Rect, clusters, largest_cluster
+from cubicle_guest.protocol import VISIBLE_CHANGE_AREA
 
 
 def _screen() -> Image.Image:

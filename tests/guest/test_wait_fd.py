@@ -1,5 +1,6 @@
-"""``python -m guest --wait-fd FD``: the agent loads, then waits for the desktop before it opens
-the display and listens (the Docker supervisor overlaps the agent's start with the desktop's)."""
+"""``python -m cubicle_guest --wait-fd FD``: the agent loads, then waits for the desktop before it
+opens the display and listens (the Docker supervisor overlaps the agent's start with the
+desktop's)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from guest.client import connect_unix
+from cubicle_guest.client import connect_unix
 from tests.support.agent import REPO_ROOT
 from tests.support.processes import stop_process
 from tests.support.xvfb import Xvfb
@@ -22,7 +23,15 @@ pytestmark = pytest.mark.x11
 
 def _start(display: str, socket_path: Path, gate: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "guest", "--listen", f"unix:{socket_path}", "--wait-fd", str(gate)],
+        [
+            sys.executable,
+            "-m",
+            "cubicle_guest",
+            "--listen",
+            f"unix:{socket_path}",
+            "--wait-fd",
+            str(gate),
+        ],
         env={**os.environ, "DISPLAY": display},
         pass_fds=(gate,),
         stdin=subprocess.DEVNULL,

@@ -1,4 +1,4 @@
-"""guest.waiting: the one deadline/poll helper (host and guest code wait with it)."""
+"""cubicle_guest.waiting: the one deadline/poll helper (host and guest code wait with it)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from guest.waiting import Deadline, poll
+from cubicle_guest.waiting import Deadline, poll
 
 
 def test_poll_tries_at_once_then_until_and_at_the_deadline() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from guest.client import AgentClient
+from cubicle_guest.client import AgentClient
 from tests.guest.paint import Painter
 from tests.support.recorder import Recorder
 from tests.support.xvfb import Xvfb

@@ -17,9 +17,9 @@ from pathlib import Path
 import docker
 import pytest
 
-from orchestrator import labels as L
-from orchestrator.providers.docker.provider import DockerProvider
-from orchestrator.sandbox import Sandbox
+from cubicle.orchestrator import labels as L
+from cubicle.orchestrator.providers.docker.provider import DockerProvider
+from cubicle.orchestrator.sandbox import Sandbox
 from tests.orchestrator.support import leftovers
 from tests.support.cli import run_cli
 
@@ -29,7 +29,8 @@ CliRun = Callable[..., "subprocess.CompletedProcess[str]"]
 
 @pytest.fixture
 def cli(docker_image: str) -> CliRun:
-    """Run ``python -m orchestrator.cli ARGS...`` as a subprocess; returns the completed process."""
+    """Run ``python -m cubicle.orchestrator.cli ARGS...`` as a subprocess; returns the completed
+    process."""
 
     def run(*args: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
         return run_cli(*args, timeout=timeout)

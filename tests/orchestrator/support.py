@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import docker
 
-from orchestrator import labels as L
+from cubicle.orchestrator import labels as L
 
 
 def leftovers(client: docker.DockerClient, match: Mapping[str, str]) -> list[str]:

@@ -5,7 +5,7 @@ ports domain rules admit), which only the egress proxy can reach: the guest sits
 network. Names resolve through the proxy container's hosts file, which the test fills (the proxy
 is the only resolver the guest has). Every assertion is on what the guest received and what the
 origin server saw; questions are answered through the host-side API
-(:class:`orchestrator.origin_questions.OriginQuestions`), over the real control channel.
+(:class:`cubicle.orchestrator.origin_questions.OriginQuestions`), over the real control channel.
 """
 
 from __future__ import annotations
@@ -25,16 +25,16 @@ import docker
 import docker.models.containers
 import pytest
 
-from drivers.approvals import FilePolicy
-from drivers.policy_file import load_policy
-from drivers.scripted_model import ScriptedModel, Turn, parse_script
-from orchestrator import labels as L
-from orchestrator.network import NetworkPolicy
-from orchestrator.origin_answers import run_answers
-from orchestrator.origin_questions import Answer, OriginQuestions
-from orchestrator.run_task import run_task
-from orchestrator.sandbox import Sandbox
-from orchestrator.trajectory import read_trajectory
+from cubicle.drivers.approvals import FilePolicy
+from cubicle.drivers.policy_file import load_policy
+from cubicle.drivers.scripted_model import ScriptedModel, Turn, parse_script
+from cubicle.orchestrator import labels as L
+from cubicle.orchestrator.network import NetworkPolicy
+from cubicle.orchestrator.origin_answers import run_answers
+from cubicle.orchestrator.origin_questions import Answer, OriginQuestions
+from cubicle.orchestrator.run_task import run_task
+from cubicle.orchestrator.sandbox import Sandbox
+from cubicle.orchestrator.trajectory import read_trajectory
 from tests.desktop.checks import click_launcher, colour_share, screenshot, wait_window, window_box
 from tests.orchestrator.conftest import CliRun, Tracker
 from tests.support.origin_server import GREEN, OriginServer, origin, resolve_in_proxy
@@ -450,7 +450,7 @@ def test_cubicle_run_without_a_terminal_denies_and_reports_it(
         env = {**os.environ, "OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "offline"}
         argv = ["run", "browse", "--network", "ask:example.test", "--ask-timeout", "30"]
         process = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator.cli", *argv, "--out", str(out)],
+            [sys.executable, "-m", "cubicle.orchestrator.cli", *argv, "--out", str(out)],
             cwd=Path(__file__).resolve().parents[2],
             env=env,
             stdin=subprocess.DEVNULL,
@@ -485,7 +485,15 @@ def test_cubicle_ask_on_a_terminal_approves_with_y(
     inherited = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the child starts with it ignored
     try:
         process = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator.cli", "ask", sandbox.id, "--by", "pty tester"],
+            [
+                sys.executable,
+                "-m",
+                "cubicle.orchestrator.cli",
+                "ask",
+                sandbox.id,
+                "--by",
+                "pty tester",
+            ],
             cwd=Path(__file__).resolve().parents[2],
             stdin=side,
             stdout=subprocess.PIPE,

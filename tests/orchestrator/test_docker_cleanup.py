@@ -13,9 +13,9 @@ from contextlib import contextmanager
 import docker
 import pytest
 
-from orchestrator import labels as L
-from orchestrator.providers.docker.provider import DockerProvider
-from orchestrator.sandbox import Sandbox
+from cubicle.orchestrator import labels as L
+from cubicle.orchestrator.providers.docker.provider import DockerProvider
+from cubicle.orchestrator.sandbox import Sandbox
 from tests.orchestrator.conftest import REPO, CliRun, Tracker
 from tests.orchestrator.support import leftovers
 
@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.docker]
 
 OWNER_SCRIPT = """
 import sys, time
-from orchestrator.sandbox import Sandbox, teardown_on_signals
+from cubicle.orchestrator.sandbox import Sandbox, teardown_on_signals
 if sys.argv[1] == "guarded":
     with teardown_on_signals() as guard:
         sandbox = guard.add(Sandbox.create())

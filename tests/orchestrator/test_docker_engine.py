@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import ConfigError
-from orchestrator.providers import DOCKER_ENGINE_ENV
-from orchestrator.providers.docker.engine import (
+from cubicle.orchestrator.errors import ConfigError
+from cubicle.orchestrator.providers import DOCKER_ENGINE_ENV
+from cubicle.orchestrator.providers.docker.engine import (
     LOCAL_URL,
     Engine,
     EngineBook,
     default_engine,
     explicit_engine,
 )
-from orchestrator.providers.docker.provider import DockerProvider
-from orchestrator.providers.docker.relay import relay
+from cubicle.orchestrator.providers.docker.provider import DockerProvider
+from cubicle.orchestrator.providers.docker.relay import relay
 
 
 @pytest.mark.parametrize(
@@ -144,7 +144,7 @@ def test_relay_carries_every_byte_both_ways_over_tls_and_ends_cleanly(tmp_path: 
 
 
 def test_cli_names_a_bad_engine_url(capsys: pytest.CaptureFixture[str]) -> None:
-    from orchestrator.cli import main  # noqa: PLC0415
+    from cubicle.orchestrator.cli import main  # noqa: PLC0415
 
     assert main(["ls", "--engine", "http://box:2375"]) == 1
     err = capsys.readouterr().err

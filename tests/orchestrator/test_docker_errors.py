@@ -10,11 +10,11 @@ import sys
 import docker.errors
 import pytest
 
-from orchestrator.errors import EngineUnavailable, ImageMissing
-from orchestrator.network import NetworkPolicy
-from orchestrator.provider import SandboxSpec
-from orchestrator.providers.docker.errors import MAPPED, map_docker_errors
-from orchestrator.providers.docker.provider import DockerProvider
+from cubicle.orchestrator.errors import EngineUnavailable, ImageMissing
+from cubicle.orchestrator.network import NetworkPolicy
+from cubicle.orchestrator.provider import SandboxSpec
+from cubicle.orchestrator.providers.docker.errors import MAPPED, map_docker_errors
+from cubicle.orchestrator.providers.docker.provider import DockerProvider
 from tests.orchestrator.conftest import REPO
 
 
@@ -50,7 +50,7 @@ def test_missing_engine_is_reported_with_the_fix(monkeypatch: pytest.MonkeyPatch
 
 def test_cli_exit_codes_for_a_missing_engine() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "up"],
+        [sys.executable, "-m", "cubicle.orchestrator.cli", "up"],
         capture_output=True,
         text=True,
         cwd=REPO,

@@ -11,7 +11,7 @@ import docker
 import docker.errors
 import pytest
 
-from orchestrator.providers.docker.image import prune_stale_images
+from cubicle.orchestrator.providers.docker.image import prune_stale_images
 
 REPOSITORY = "cubicle-prunetest"
 

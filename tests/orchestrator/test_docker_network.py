@@ -7,7 +7,7 @@ import json
 import docker
 import pytest
 
-from orchestrator.sandbox import Sandbox
+from cubicle.orchestrator.sandbox import Sandbox
 from tests.orchestrator.conftest import CliRun, Tracker
 from tests.orchestrator.support import bridge_gateway, http_server
 from tests.support.guest_probes import DIRECT_PROBE

@@ -13,13 +13,13 @@ import docker
 import pytest
 from PIL import Image
 
-from guest.errors import GuestError
-from orchestrator import labels as L
-from orchestrator.desktop import PANEL
-from orchestrator.errors import ProviderError, SandboxNotFound, SandboxStartError
-from orchestrator.provider import SandboxSpec
-from orchestrator.providers.docker.provider import GUEST_UID, DockerProvider
-from orchestrator.sandbox import Sandbox
+from cubicle.orchestrator import labels as L
+from cubicle.orchestrator.desktop import PANEL
+from cubicle.orchestrator.errors import ProviderError, SandboxNotFound, SandboxStartError
+from cubicle.orchestrator.provider import SandboxSpec
+from cubicle.orchestrator.providers.docker.provider import GUEST_UID, DockerProvider
+from cubicle.orchestrator.sandbox import Sandbox
+from cubicle_guest.errors import GuestError
 from tests.orchestrator.conftest import CliRun, Tracker
 from tests.orchestrator.support import leftovers
 
@@ -96,7 +96,8 @@ def test_applications_open_maximized_above_the_panel(sandboxes: Tracker) -> None
     assert settle["waited_ms"] >= 0
     assert terms, f"xterm never mapped a window; windows: {windows}"
     term = terms[0]
-    # maximized in the work area, under its title bar, down to the panel (orchestrator/desktop.py)
+    # maximized in the work area, under its title bar, down to the panel
+    # (cubicle/orchestrator/desktop.py)
     assert (term["x"], term["width"]) == (0, 1280)
     assert 0 < term["y"] <= 40 and term["y"] + term["height"] == PANEL.top((1280, 800)), term
     _, png = sandbox.screenshot()

@@ -16,10 +16,10 @@ from openai.lib.computer import Screenshot
 from openai.types.responses.computer_action import Click
 from PIL import Image
 
-from drivers import AsyncGuestDriver, Viewport
-from guest.errors import ProtocolError
-from orchestrator.errors import SandboxNotFound
-from orchestrator.providers.docker.exec import DockerStreamCodec
+from cubicle.drivers import AsyncGuestDriver, Viewport
+from cubicle.orchestrator.errors import SandboxNotFound
+from cubicle.orchestrator.providers.docker.exec import DockerStreamCodec
+from cubicle_guest.errors import ProtocolError
 from tests.orchestrator.conftest import Tracker
 
 
@@ -65,7 +65,7 @@ def test_the_kept_stderr_is_bounded() -> None:
 
 def bridges(engine: docker.DockerClient, sandbox_id: str) -> list[str]:
     top = engine.containers.get(f"cubicle-{sandbox_id}").top()
-    return [p[-1] for p in top["Processes"] if "guest.bridge" in p[-1]]
+    return [p[-1] for p in top["Processes"] if "cubicle_guest.bridge" in p[-1]]
 
 
 @pytest.mark.docker

@@ -1,8 +1,8 @@
-"""Ask mode of the egress proxy as deployed (orchestrator/egress.py run with ``python -I``), its
-control socket and the host-side API (orchestrator/origin_questions.py): held requests, approve,
-deny, cancel, timeout, shared questions, the log. Upstreams listen on a non-loopback host
-address (an ask-approved destination may never be a loopback one). No Docker here; the same
-over a real sandbox is tests/orchestrator/test_docker_ask.py."""
+"""Ask mode of the egress proxy as deployed (cubicle/orchestrator/egress.py run with ``python
+-I``), its control socket and the host-side API (cubicle/orchestrator/origin_questions.py): held
+requests, approve, deny, cancel, timeout, shared questions, the log. Upstreams listen on a
+non-loopback host address (an ask-approved destination may never be a loopback one). No Docker
+here; the same over a real sandbox is tests/orchestrator/test_docker_ask.py."""
 
 from __future__ import annotations
 
@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import egress
-from orchestrator.origin_questions import (
+from cubicle.orchestrator import egress
+from cubicle.orchestrator.origin_questions import (
     OriginQuestions,
     QuestionChannelClosed,
     QuestionClosed,
     QuestionError,
 )
-from orchestrator.provider import AgentStream
+from cubicle.orchestrator.provider import AgentStream
 from tests.orchestrator.support import Server, http_server
 from tests.support.egress import RunningProxy, egress_proxy, statuses, upstream
 from tests.support.listener import host_addresses

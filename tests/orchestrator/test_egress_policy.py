@@ -2,7 +2,7 @@
 IDNA, IP literals; fuzzed with hypothesis.
 
 There is one origin type, one origin parser and one decision, in the standalone proxy
-(orchestrator/egress.py); policy parsing (orchestrator/network.py) uses them.
+(cubicle/orchestrator/egress.py); policy parsing (cubicle/orchestrator/network.py) uses them.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator import egress, network
-from orchestrator.errors import ConfigError
-from orchestrator.network import NetworkPolicy
+from cubicle.orchestrator import egress, network
+from cubicle.orchestrator.errors import ConfigError
+from cubicle.orchestrator.network import NetworkPolicy
 
 POLICY = NetworkPolicy.parse(
     "allow:example.com,api.example.org:8443,10.1.2.3:80,[2001:db8::1]:443,bücher.de"
@@ -81,7 +81,7 @@ def test_one_definition_of_origins_and_decisions() -> None:
         "forbidden_address",
     }
     for path in [
-        p for pkg in ("orchestrator", "drivers", "guest") for p in (repo / pkg).rglob("*.py")
+        p for pkg in ("cubicle", "cubicle_guest") for p in (repo / pkg).rglob("*.py")
     ]:
         if path.name == "egress.py":
             continue

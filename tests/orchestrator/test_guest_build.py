@@ -1,7 +1,7 @@
-"""One guest build for both backends (orchestrator/providers/guest_build.py): what goes into every
-guest changes both images' names, a backend's own file only its own; the wheelhouse holds the
-agent and its locked dependencies (requirements/guest.txt, checked by hash) as wheels the guest's
-Python installs."""
+"""One guest build for both backends (cubicle/orchestrator/providers/guest_build.py): what goes
+into every guest changes both images' names, a backend's own file only its own; the wheelhouse
+holds the agent and its locked dependencies (requirements/guest.txt, checked by hash) as wheels the
+guest's Python installs."""
 
 from __future__ import annotations
 
@@ -13,27 +13,27 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.providers import guest_build
-from orchestrator.providers.docker import image as docker_image
-from orchestrator.providers.vm import build as vm_build
-from orchestrator.providers.vm import image as vm_image
+from cubicle.orchestrator.providers import guest_build
+from cubicle.orchestrator.providers.docker import image as docker_image
+from cubicle.orchestrator.providers.vm import build as vm_build
+from cubicle.orchestrator.providers.vm import image as vm_image
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def checkout(tmp_path: Path) -> Path:
-    """The image sources of this checkout, copied (images/, guest/, the guest's lock, the egress
-    proxy)."""
+    """The image sources of this checkout, copied (images/, cubicle_guest/, the guest's lock, the
+    egress proxy)."""
     root = tmp_path / "checkout"
     shutil.copytree(REPO / "images", root / "images", ignore=shutil.ignore_patterns("__pycache__"))
-    (root / "guest").mkdir()
+    (root / "cubicle_guest").mkdir()
     for path in guest_build.guest_sources(REPO):
-        shutil.copy2(path, root / "guest" / path.name)
+        shutil.copy2(path, root / "cubicle_guest" / path.name)
     (root / "requirements").mkdir()
     shutil.copy2(REPO / guest_build.GUEST_LOCK, root / guest_build.GUEST_LOCK)
-    (root / "orchestrator").mkdir()
-    shutil.copy2(REPO / "orchestrator" / "egress.py", root / "orchestrator" / "egress.py")
+    (root / guest_build.EGRESS_SOURCE).parent.mkdir(parents=True)
+    shutil.copy2(REPO / guest_build.EGRESS_SOURCE, root / guest_build.EGRESS_SOURCE)
     return root
 
 
@@ -55,16 +55,24 @@ def _append(relative: str) -> Callable[[Path], None]:
         (_append("images/guest-packages.txt"), True, True),
         (_append("images/desktop/tint2rc"), True, True),
         (_append("images/guest-setup"), True, True),
-        (_append("guest/screen.py"), True, True),
-        (_append("guest/pyproject.toml"), True, True),
+        (_append("cubicle_guest/screen.py"), True, True),
+        (_append("cubicle_guest/pyproject.toml"), True, True),
         (_append("requirements/guest.txt"), True, True),
-        (lambda root: (root / "guest" / "extra_module.py").write_text("X = 1\n"), True, True),
+        (
+            lambda root: (root / "cubicle_guest" / "extra_module.py").write_text("X = 1\n"),
+            True,
+            True,
+        ),
         (_append("images/desktop/supervisor.py"), True, True),
         (_append("images/docker/Dockerfile"), True, False),
-        (_append("orchestrator/egress.py"), True, False),
+        (_append("cubicle/orchestrator/egress.py"), True, False),
         (_append("images/vm/cubicle-init"), False, True),
         (_append("images/vm/provision"), False, True),
-        (lambda root: (root / "guest" / "notes.txt").write_text("not packed\n"), False, False),
+        (
+            lambda root: (root / "cubicle_guest" / "notes.txt").write_text("not packed\n"),
+            False,
+            False,
+        ),
     ],
 )
 def test_each_input_names_the_images_it_goes_into(
@@ -103,7 +111,7 @@ def test_a_missing_or_empty_guest_lock_is_named(checkout: Path) -> None:
 
 
 def test_a_missing_input_is_named(checkout: Path) -> None:
-    (checkout / "orchestrator" / "egress.py").unlink()
+    (checkout / guest_build.EGRESS_SOURCE).unlink()
     with pytest.raises(Exception, match=r"image sources are not available: .*egress\.py"):
         docker_image.content_hash("sha256:base", checkout)
 
@@ -128,7 +136,7 @@ def test_the_wheelhouse_holds_the_agent_and_its_pinned_dependencies_for_the_gues
     tmp_path: Path, machine: str, platform_tag: str
 ) -> None:
     """Needs PyPI (or the configured index); the checkout is left as it was."""
-    before = sorted(p.name for p in (REPO / "guest").iterdir())
+    before = sorted(p.name for p in (REPO / "cubicle_guest").iterdir())
     wheels = tmp_path / "wheels"
     guest_build.build_wheelhouse(wheels, machine=machine, progress=lambda line: None)
     names = sorted(p.name for p in wheels.iterdir())
@@ -140,9 +148,9 @@ def test_the_wheelhouse_holds_the_agent_and_its_pinned_dependencies_for_the_gues
     assert "-cp311-" in pillow and pillow.endswith(f"_{platform_tag}.whl"), pillow
     agent = next(n for n in names if n.startswith("cubicle_guest-"))
     with zipfile.ZipFile(wheels / agent) as packed:
-        modules = {Path(n).name for n in packed.namelist() if n.startswith("guest/")}
+        modules = {Path(n).name for n in packed.namelist() if n.startswith("cubicle_guest/")}
     assert {p.name for p in guest_build.guest_sources() if p.suffix == ".py"} == modules
-    assert sorted(p.name for p in (REPO / "guest").iterdir()) == before
+    assert sorted(p.name for p in (REPO / "cubicle_guest").iterdir()) == before
 
 
 @pytest.mark.slow

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import ConfigError
-from orchestrator.hostdirs import check_host_folder, host_folder
+from cubicle.orchestrator.errors import ConfigError
+from cubicle.orchestrator.hostdirs import check_host_folder, host_folder
 
 NOBODY = 65534
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand folders to others")

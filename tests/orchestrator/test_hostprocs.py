@@ -1,6 +1,6 @@
-"""The host's process scan (orchestrator.hostprocs): labelled ``python -m MODULE OPTION VALUE``
-processes are found by their exact argv and this user's only, ended by pid (SIGKILL after the
-timeout for one that ignores SIGTERM); processes that vanish mid-scan and zombies are skipped; a
+"""The host's process scan (cubicle.orchestrator.hostprocs): labelled ``python -m MODULE OPTION
+VALUE`` processes are found by their exact argv and this user's only, ended by pid (SIGKILL after
+the timeout for one that ignores SIGTERM); processes that vanish mid-scan and zombies are skipped; a
 VM egress proxy is found by its ``--label``. (A domain's QEMU: tests/vm/test_vm_units.py.)"""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.hostprocs import alive, argv_of, module_pids, processes, stop_pids
-from orchestrator.providers.vm.network import stop_proxy
+from cubicle.orchestrator.hostprocs import alive, argv_of, module_pids, processes, stop_pids
+from cubicle.orchestrator.providers.vm.network import stop_proxy
 from tests.support.processes import stop_process
 
 NOBODY = 65534

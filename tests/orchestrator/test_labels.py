@@ -1,4 +1,4 @@
-"""orchestrator.labels: the reserved namespace, and who counts as a live owner."""
+"""cubicle.orchestrator.labels: the reserved namespace, and who counts as a live owner."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from orchestrator import labels as L
-from orchestrator.errors import ConfigError
+from cubicle.orchestrator import labels as L
+from cubicle.orchestrator.errors import ConfigError
 
 
 def make(owner: L.Owner, **extra: str) -> dict[str, str]:

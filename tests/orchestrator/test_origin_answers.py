@@ -9,12 +9,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from drivers.errors import PolicyFileError
-from drivers.policy_file import parse_policy
-from orchestrator.errors import ConfigError
-from orchestrator.network import NetworkPolicy
-from orchestrator.origin_answers import OriginAnswerer, TerminalQuestions, with_ask_timeout
-from orchestrator.origin_questions import OriginQuestion
+from cubicle.drivers.errors import PolicyFileError
+from cubicle.drivers.policy_file import parse_policy
+from cubicle.orchestrator.errors import ConfigError
+from cubicle.orchestrator.network import NetworkPolicy
+from cubicle.orchestrator.origin_answers import OriginAnswerer, TerminalQuestions, with_ask_timeout
+from cubicle.orchestrator.origin_questions import OriginQuestion
 from tests.orchestrator.support import http_server
 from tests.orchestrator.test_egress_ask import HOST, WAIT_S, ask_proxy, controller, get
 from tests.support.egress import statuses

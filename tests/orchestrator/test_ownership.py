@@ -1,4 +1,5 @@
-"""The ownership rule (orchestrator/ownership.py) on its own: stamps and verdicts, every state."""
+"""The ownership rule (cubicle/orchestrator/ownership.py) on its own: stamps and verdicts, every
+state."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import sys
 
 import pytest
 
-from orchestrator import labels as L
-from orchestrator.ownership import MalformedStamp, Stamp, parse_stamp, verdict
+from cubicle.orchestrator import labels as L
+from cubicle.orchestrator.ownership import MalformedStamp, Stamp, parse_stamp, verdict
 
 NOW = 1_000_000.0
 

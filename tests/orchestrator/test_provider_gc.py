@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import ClassVar
 
-from orchestrator.provider import (
+from cubicle.orchestrator.provider import (
     AgentStream,
     DoctorCheck,
     Progress,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.errors import ConfigError, SandboxNotFound
-from orchestrator.providers import PROVIDERS, backend_of, get_provider
-from orchestrator.providers.docker.provider import DockerProvider
+from cubicle.orchestrator.errors import ConfigError, SandboxNotFound
+from cubicle.orchestrator.providers import PROVIDERS, backend_of, get_provider
+from cubicle.orchestrator.providers.docker.provider import DockerProvider
 
 
 def test_get_provider_by_name() -> None:
@@ -19,7 +19,7 @@ def test_unknown_backend_lists_the_known_ones() -> None:
 
 
 def test_a_provider_whose_module_is_missing_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(PROVIDERS, "ghost", "orchestrator.providers.ghost:GhostProvider")
+    monkeypatch.setitem(PROVIDERS, "ghost", "cubicle.orchestrator.providers.ghost:GhostProvider")
     with pytest.raises(
         ConfigError,
         match=r"backend .ghost. is not available: its module orchestrator\.providers\.ghost",

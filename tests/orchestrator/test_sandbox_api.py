@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator import labels as L
-from orchestrator.errors import ConfigError
-from orchestrator.ownership import parse_stamp
-from orchestrator.provider import SandboxInfo, SandboxSpec, parse_size
-from orchestrator.sandbox import Sandbox
+from cubicle.orchestrator import labels as L
+from cubicle.orchestrator.errors import ConfigError
+from cubicle.orchestrator.ownership import parse_stamp
+from cubicle.orchestrator.provider import SandboxInfo, SandboxSpec, parse_size
+from cubicle.orchestrator.sandbox import Sandbox
 
 
 @pytest.mark.parametrize(

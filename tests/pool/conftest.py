@@ -11,12 +11,12 @@ from typing import Any
 import docker
 import pytest
 
-from orchestrator import labels as L
-from orchestrator.pool import admin, refill, registry
-from orchestrator.pool.registry import PoolRecord
-from orchestrator.provider import Provider, SandboxSpec
-from orchestrator.providers.docker.provider import DockerProvider
-from orchestrator.sandbox import Sandbox
+from cubicle.orchestrator import labels as L
+from cubicle.orchestrator.pool import admin, refill, registry
+from cubicle.orchestrator.pool.registry import PoolRecord
+from cubicle.orchestrator.provider import Provider, SandboxSpec
+from cubicle.orchestrator.providers.docker.provider import DockerProvider
+from cubicle.orchestrator.sandbox import Sandbox
 from tests.orchestrator.conftest import cli, engine, provider
 from tests.orchestrator.support import leftovers
 

@@ -15,12 +15,12 @@ import docker
 import docker.errors
 import pytest
 
-from guest.waiting import Deadline, poll
-from orchestrator import labels as L
-from orchestrator.pool import docker_pool, fill, marks, refill, registry
-from orchestrator.pool.registry import PoolRecord
-from orchestrator.providers.docker.provider import DockerProvider
-from orchestrator.sandbox import Sandbox
+from cubicle.orchestrator import labels as L
+from cubicle.orchestrator.pool import docker_pool, fill, marks, refill, registry
+from cubicle.orchestrator.pool.registry import PoolRecord
+from cubicle.orchestrator.providers.docker.provider import DockerProvider
+from cubicle.orchestrator.sandbox import Sandbox
+from cubicle_guest.waiting import Deadline, poll
 from tests.desktop.checks import assert_panel_drawn, screenshot
 from tests.orchestrator.conftest import REPO, CliRun
 from tests.orchestrator.support import leftovers
@@ -158,7 +158,7 @@ def test_drained_pool_leaves_nothing(pools: Pools, engine: docker.DockerClient) 
 
 
 def _drain_cli(key: str) -> list[str]:
-    from orchestrator.pool import admin  # noqa: PLC0415
+    from cubicle.orchestrator.pool import admin  # noqa: PLC0415
 
     return admin.drain(key)
 
@@ -196,15 +196,15 @@ def test_gc_collects_expired_members_and_pools(
 
 
 def _shape(provider: DockerProvider, spec: object) -> registry.PoolShape:
-    from orchestrator.pool.claim import shape_for  # noqa: PLC0415
+    from cubicle.orchestrator.pool.claim import shape_for  # noqa: PLC0415
 
     return shape_for(provider, spec)  # type: ignore[arg-type]
 
 
 CLAIMER = """
 import sys, time
-from orchestrator.sandbox import Sandbox
-from orchestrator.provider import SandboxSpec
+from cubicle.orchestrator.sandbox import Sandbox
+from cubicle.orchestrator.provider import SandboxSpec
 sandbox = Sandbox.create(spec=SandboxSpec(screen=(1000, int(sys.argv[1])), ttl_s=900))
 print(sandbox.id, flush=True)
 time.sleep(600)
@@ -257,9 +257,9 @@ def _python(code: str, *args: str) -> str:
 
 HALF_CLAIM = """
 import sys
-from orchestrator.pool import docker_pool
-from orchestrator.provider import SandboxSpec
-from orchestrator.providers.docker.provider import DockerProvider
+from cubicle.orchestrator.pool import docker_pool
+from cubicle.orchestrator.provider import SandboxSpec
+from cubicle.orchestrator.providers.docker.provider import DockerProvider
 provider = DockerProvider()
 (member,) = [m for m in docker_pool.members(provider, sys.argv[1]) if m.sandbox_id == sys.argv[2]]
 assert docker_pool.take(provider, member, SandboxSpec(ttl_s=900))
@@ -286,9 +286,9 @@ def test_a_claimer_gone_between_marker_and_rename_leaves_nothing_to_claim_and_gc
 
 FRESH_CREATE = """
 import sys
-from orchestrator.provider import SandboxSpec
-from orchestrator.sandbox import Sandbox
-assert not [m for m in sys.modules if m.startswith("orchestrator.pool")], "the pool is loaded"
+from cubicle.orchestrator.provider import SandboxSpec
+from cubicle.orchestrator.sandbox import Sandbox
+assert not [m for m in sys.modules if m.startswith("cubicle.orchestrator.pool")], "pool loaded"
 said = []
 spec = SandboxSpec(screen=(int(sys.argv[1]), int(sys.argv[2])), ttl_s=900)
 with Sandbox.create(spec=spec, progress=said.append) as sandbox:
@@ -312,7 +312,7 @@ def _bridge_execs(provider: DockerProvider, container_id: str) -> dict[str, dict
     for exec_id in api.inspect_container(container_id)["ExecIDs"] or []:
         with contextlib.suppress(docker.errors.NotFound):  # the engine forgets ended ones
             shown = api.exec_inspect(exec_id)
-            if "guest.bridge" in shown["ProcessConfig"]["arguments"]:
+            if "cubicle_guest.bridge" in shown["ProcessConfig"]["arguments"]:
                 found[exec_id] = shown
     return found
 
@@ -354,7 +354,7 @@ def test_a_lost_claim_closes_its_early_connection_unused(pools: Pools) -> None:
     # stdin ends (the claimer closed the stream) or, never spoken to, by its own bound; either
     # way it never reached the agent
     events = _exec_events(pools.provider, member.container_id, since)[earlier:]
-    assert len(events) == 2 and "guest.bridge" in events[0] and events[1] == "die 0", events
+    assert len(events) == 2 and "cubicle_guest.bridge" in events[0] and events[1] == "die 0", events
     # the winner's member is untouched: still running, still named as a member
     info = pools.provider.describe(member.sandbox_id)
     assert info is not None and info.state == "running"

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import claims
-from orchestrator import labels as L
-from orchestrator.errors import ConfigError
-from orchestrator.pool import marks, registry
-from orchestrator.pool.claim import claim
-from orchestrator.pool.registry import PoolRecord, PoolShape
-from orchestrator.provider import Provider, SandboxSpec
+from cubicle.orchestrator import claims
+from cubicle.orchestrator import labels as L
+from cubicle.orchestrator.errors import ConfigError
+from cubicle.orchestrator.pool import marks, registry
+from cubicle.orchestrator.pool.claim import claim
+from cubicle.orchestrator.pool.registry import PoolRecord, PoolShape
+from cubicle.orchestrator.provider import Provider, SandboxSpec
 from tests.orchestrator.conftest import REPO
 
 
@@ -130,7 +130,7 @@ def test_bad_fill_requests_are_refused_naming_the_problem(
     args: list[str], says: str, tmp_path: Path
 ) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "pool", "fill", *args],
+        [sys.executable, "-m", "cubicle.orchestrator.cli", "pool", "fill", *args],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -172,8 +172,8 @@ def test_an_absent_claimer_plugin_is_skipped_and_a_broken_one_raises(
 
 def test_sandbox_imports_nothing_of_the_pool() -> None:
     code = (
-        "import sys, orchestrator.sandbox\n"
-        "print(sorted(m for m in sys.modules if m.startswith('orchestrator.pool')))"
+        "import sys, cubicle.orchestrator.sandbox\n"
+        "print(sorted(m for m in sys.modules if m.startswith('cubicle.orchestrator.pool')))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True

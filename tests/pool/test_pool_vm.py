@@ -1,10 +1,10 @@
 """Warm pools on VMs (libvirt/QEMU, TCG here): claims are atomic, fresh and never shared, an
 unclaimed member cannot be used, drains and gc leave nothing.
 
-Members restore from the default shape's saved state (:mod:`orchestrator.providers.vm.warm`):
-each test's pools differ from every other pool by their CPU limit only (``cpus`` below 1 is one
-vCPU, so no new saved state is booted), and are drained at teardown with every sandbox they gave
-out checked gone (domain, QEMU, run folder).
+Members restore from the default shape's saved state
+(:mod:`cubicle.orchestrator.providers.vm.warm`): each test's pools differ from every other pool by
+their CPU limit only (``cpus`` below 1 is one vCPU, so no new saved state is booted), and are
+drained at teardown with every sandbox they gave out checked gone (domain, QEMU, run folder).
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from guest.waiting import Deadline, poll
-from orchestrator.pool import admin, fill, refill, registry, vm_pool
-from orchestrator.pool.claim import shape_for
-from orchestrator.pool.registry import PoolRecord
-from orchestrator.provider import SandboxSpec
-from orchestrator.providers.vm import VmProvider, run_marks
-from orchestrator.sandbox import Sandbox
+from cubicle.orchestrator.pool import admin, fill, refill, registry, vm_pool
+from cubicle.orchestrator.pool.claim import shape_for
+from cubicle.orchestrator.pool.registry import PoolRecord
+from cubicle.orchestrator.provider import SandboxSpec
+from cubicle.orchestrator.providers.vm import VmProvider, run_marks
+from cubicle.orchestrator.sandbox import Sandbox
+from cubicle_guest.waiting import Deadline, poll
 from tests.desktop.checks import assert_panel_drawn, screenshot
 from tests.pool.conftest import Pools
 from tests.support.cli import run_cli
@@ -188,9 +188,9 @@ def test_gc_collects_expired_vm_members(vm_pools: Pools, vm_provider: VmProvider
 
 CLAIMER = """
 import sys, time
-from orchestrator.pool import vm_pool
-from orchestrator.provider import SandboxSpec
-from orchestrator.providers.vm import VmProvider
+from cubicle.orchestrator.pool import vm_pool
+from cubicle.orchestrator.provider import SandboxSpec
+from cubicle.orchestrator.providers.vm import VmProvider
 provider = VmProvider()
 (member,) = [m for m in vm_pool.members(provider, sys.argv[1]) if m.sandbox_id == sys.argv[2]]
 assert vm_pool.take(provider, member, SandboxSpec(ttl_s=900))

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import docker
 import pytest
 
-from orchestrator.providers import DOCKER_ENGINE_ENV
-from orchestrator.providers.docker.engine import Engine, connect
+from cubicle.orchestrator.providers import DOCKER_ENGINE_ENV
+from cubicle.orchestrator.providers.docker.engine import Engine, connect
 from tests.remote.enginebox import EngineBox, leftovers, sweep_stale
 from tests.support.cli import run_cli
 
@@ -58,7 +58,7 @@ class Remote:
         return connect(self.engine)
 
     def cli(self, *args: str, timeout: float = 240.0) -> subprocess.CompletedProcess[str]:
-        """``python -m orchestrator.cli ARGS`` with this transport's environment (no
+        """``python -m cubicle.orchestrator.cli ARGS`` with this transport's environment (no
         ``--engine`` added: pass it where the test means to)."""
         return run_cli(*args, timeout=timeout, env=self.env)
 

@@ -25,10 +25,10 @@ import docker
 import pytest
 from PIL import Image
 
-from orchestrator import labels as L
-from orchestrator.providers.docker.engine import EngineBook
-from orchestrator.providers.docker.provider import DockerProvider, guest_name
-from orchestrator.sandbox import Sandbox
+from cubicle.orchestrator import labels as L
+from cubicle.orchestrator.providers.docker.engine import EngineBook
+from cubicle.orchestrator.providers.docker.provider import DockerProvider, guest_name
+from cubicle.orchestrator.sandbox import Sandbox
 from tests.orchestrator.support import http_server, leftovers
 from tests.orchestrator.test_docker_network import PROXY_PROBE, run_probe
 from tests.remote.conftest import Remote
@@ -130,19 +130,19 @@ def test_agent_over_the_relayed_exec_stream(on_remote: Remote) -> None:
             assert big.stdout_truncated, len(big.stdout)
             assert set(big.stdout) == {"x"} and len(big.stdout) > 1_000_000
         bridges = sandbox.provider.docker_exec(  # type: ignore[attr-defined]
-            sandbox.id, ["pgrep", "-f", "guest.bridge"]
+            sandbox.id, ["pgrep", "-f", "cubicle_guest.bridge"]
         )
         deadline = time.monotonic() + 5
         while bridges.stdout.strip() and time.monotonic() < deadline:
             bridges = sandbox.provider.docker_exec(  # type: ignore[attr-defined]
-                sandbox.id, ["pgrep", "-f", "guest.bridge"]
+                sandbox.id, ["pgrep", "-f", "cubicle_guest.bridge"]
             )
         assert bridges.stdout.strip() == "", "a bridge outlived its connection"
 
 
 CREATE_AND_WAIT = """
 import sys, time
-from orchestrator.sandbox import Sandbox
+from cubicle.orchestrator.sandbox import Sandbox
 sandbox = Sandbox.create(screen=(800, 600))
 print(sandbox.id, flush=True)
 time.sleep(600)

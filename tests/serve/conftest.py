@@ -1,7 +1,7 @@
 """Fixtures of the ``cubicle serve`` tests: a real server subprocess and real openai clients.
 
-``server`` starts ``python -m orchestrator.cli serve --port 0`` with a private data folder and
-a known token, waits for its ``base_url`` line, and stops it with SIGTERM at teardown; then no
+``server`` starts ``python -m cubicle.orchestrator.cli serve --port 0`` with a private data folder
+and a known token, waits for its ``base_url`` line, and stops it with SIGTERM at teardown; then no
 container, network or volume owned by that server process may remain (checked by label).
 """
 
@@ -19,8 +19,8 @@ import docker
 import pytest
 from openai import AsyncOpenAI, OpenAI
 
-from orchestrator import labels as L
-from orchestrator.view.state import DIR_ENV
+from cubicle.orchestrator import labels as L
+from cubicle.orchestrator.view.state import DIR_ENV
 from tests.orchestrator.conftest import engine
 from tests.orchestrator.support import leftovers
 
@@ -71,7 +71,7 @@ def start_server(data_dir: Path, *extra: str, env: dict[str, str] | None = None)
         [
             sys.executable,
             "-m",
-            "orchestrator.cli",
+            "cubicle.orchestrator.cli",
             "serve",
             "--port",
             "0",

@@ -14,7 +14,7 @@ from openai.types.beta.agent_session_input_param import AgentSessionInputParam
 from openai.types.beta.environment_param import EnvironmentParamOpenAIHosted
 from PIL import Image
 
-from orchestrator import labels as L
+from cubicle.orchestrator import labels as L
 from tests.orchestrator.support import leftovers
 from tests.serve.conftest import Server
 
@@ -72,8 +72,8 @@ STALE_CHECK = "stale model-visible screenshots"
 def assert_turn_went_through(events: list[AgentSessionEvent]) -> None:
     """The turn's loop ran to the model's final message and the session went idle.
 
-    The drill's outcome also holds its own checks of the guest (:mod:`orchestrator.drill`): on
-    a loaded machine its stale-screenshot check can fail a turn whose loop went through — the
+    The drill's outcome also holds its own checks of the guest (:mod:`cubicle.orchestrator.drill`):
+    on a loaded machine its stale-screenshot check can fail a turn whose loop went through — the
     drill's business, tested in tests/drill. Any other failure fails here.
     """
     kinds = types(events)

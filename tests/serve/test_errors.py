@@ -266,7 +266,7 @@ def test_bad_server_options_are_refused_before_anything_starts(
         [
             sys.executable,
             "-m",
-            "orchestrator.cli",
+            "cubicle.orchestrator.cli",
             "serve",
             *options,
             "--port",

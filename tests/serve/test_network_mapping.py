@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.serve.environment import parse_environment
-from orchestrator.serve.errors import ApiError
+from cubicle.orchestrator.serve.environment import parse_environment
+from cubicle.orchestrator.serve.errors import ApiError
 
 NO_ASK = None
 ASK = 30.0

@@ -32,11 +32,11 @@ from openai.types.beta.agents.session_create_params import Agent as AgentParam
 from openai.types.beta.environment_param import EnvironmentParamOpenAIHosted
 from PIL import Image
 
-from drivers.scripted_model import ScriptedModel, Turn, parse_script
-from orchestrator import labels as L
-from orchestrator.desktop import PANEL
-from orchestrator.sandbox import Sandbox
-from orchestrator.trajectory import read_trajectory
+from cubicle.drivers.scripted_model import ScriptedModel, Turn, parse_script
+from cubicle.orchestrator import labels as L
+from cubicle.orchestrator.desktop import PANEL
+from cubicle.orchestrator.sandbox import Sandbox
+from cubicle.orchestrator.trajectory import read_trajectory
 from tests.desktop.checks import wait_window, window_box
 from tests.orchestrator.conftest import engine
 from tests.orchestrator.support import leftovers
@@ -198,7 +198,7 @@ async def closing_async(
 def egress_answers(sandbox_id: str) -> list[dict[str, Any]]:
     """The ``answer`` lines of the sandbox's egress log, as ``cubicle logs`` prints them."""
     done = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "logs", sandbox_id],
+        [sys.executable, "-m", "cubicle.orchestrator.cli", "logs", sandbox_id],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -2,8 +2,8 @@
 ``browser_origin_access`` required action, and its decision goes back to the proxy.
 
 The question channel here is a stand-in with the interface of
-``orchestrator.origin_questions.OriginQuestions`` (next / answer / close; a test checks the real
-class has it); the whole path on Docker, through the openai client, is
+``cubicle.orchestrator.origin_questions.OriginQuestions`` (next / answer / close; a test checks the
+real class has it); the whole path on Docker, through the openai client, is
 tests/serve/test_origin_access.py.
 """
 
@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 from openai.types.beta.agent_session import AgentSession
 
-from guest.errors import CubicleError
-from orchestrator.serve import origins, wire
-from orchestrator.serve.agents import parse_agent
-from orchestrator.serve.environment import parse_environment
-from orchestrator.serve.store import Session, TurnState
+from cubicle.orchestrator.serve import origins, wire
+from cubicle.orchestrator.serve.agents import parse_agent
+from cubicle.orchestrator.serve.environment import parse_environment
+from cubicle.orchestrator.serve.store import Session, TurnState
+from cubicle_guest.errors import CubicleError
 
 pytestmark = pytest.mark.newest  # the required action validates against openai's own models
 
@@ -162,7 +162,7 @@ def test_no_turn_cancels_and_a_passed_deadline_withdraws() -> None:
 
 def test_the_stand_in_has_the_real_channels_interface() -> None:
     """What :func:`origins.relay` calls exists on the real class with the same parameters."""
-    real = importlib.import_module("orchestrator.origin_questions")
+    real = importlib.import_module("cubicle.orchestrator.origin_questions")
     for name in ("next", "answer", "close"):
         ours = inspect.signature(getattr(Channel, name)).parameters
         theirs = inspect.signature(getattr(real.OriginQuestions, name)).parameters

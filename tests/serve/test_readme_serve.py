@@ -10,7 +10,7 @@ import docker
 import pytest
 from openai import OpenAI
 
-from orchestrator import labels as L
+from cubicle.orchestrator import labels as L
 from tests.orchestrator.support import leftovers
 from tests.serve.conftest import TOKEN, Server, engine, server
 from tests.test_readme import README

@@ -9,9 +9,9 @@ from typing import Any
 import docker
 import pytest
 
-from drivers.scripted_model import ScriptedModel, parse_script
-from orchestrator import labels as L
-from orchestrator.desktop import PANEL
+from cubicle.drivers.scripted_model import ScriptedModel, parse_script
+from cubicle.orchestrator import labels as L
+from cubicle.orchestrator.desktop import PANEL
 from tests.orchestrator.conftest import engine
 from tests.orchestrator.support import leftovers
 from tests.serve.conftest import start_server

@@ -8,8 +8,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from orchestrator import labels as L
-from orchestrator.providers.docker.provider import DockerProvider
+from cubicle.orchestrator import labels as L
+from cubicle.orchestrator.providers.docker.provider import DockerProvider
 from tests.orchestrator.support import leftovers
 from tests.serve.conftest import engine, start_server
 from tests.serve.support import DRILL_ENV

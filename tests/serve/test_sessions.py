@@ -15,8 +15,8 @@ from openai.types.beta.agent_session_event import AgentSessionEvent
 from openai.types.beta.agents import session_create_params
 from openai.types.beta.environment_param import EnvironmentParamOpenAIHosted
 
-from orchestrator import labels as L
-from orchestrator.sandbox import Sandbox
+from cubicle.orchestrator import labels as L
+from cubicle.orchestrator.sandbox import Sandbox
 from tests.orchestrator.support import leftovers
 from tests.serve.conftest import Server, engine, server
 from tests.serve.support import (

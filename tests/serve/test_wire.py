@@ -15,12 +15,12 @@ from openai.types.beta.agent_session_event import AgentSessionEvent
 from openai.types.beta.agent_session_item import AgentSessionItem
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from orchestrator.serve import wire
-from orchestrator.serve.agents import parse_agent
-from orchestrator.serve.environment import parse_environment
-from orchestrator.serve.errors import ApiError
-from orchestrator.serve.reporter import TurnReporter, describe_actions
-from orchestrator.serve.store import PendingApproval, Session, page
+from cubicle.orchestrator.serve import wire
+from cubicle.orchestrator.serve.agents import parse_agent
+from cubicle.orchestrator.serve.environment import parse_environment
+from cubicle.orchestrator.serve.errors import ApiError
+from cubicle.orchestrator.serve.reporter import TurnReporter, describe_actions
+from cubicle.orchestrator.serve.store import PendingApproval, Session, page
 
 pytestmark = pytest.mark.newest
 

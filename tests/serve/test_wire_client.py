@@ -1,7 +1,7 @@
 """The sessions wire as the real ``openai`` client speaks it, with its default retries, against
 ``cubicle serve``'s app with every request counted on the server.
 
-The server is the real app (:func:`orchestrator.serve.app.build_app`) under uvicorn in this
+The server is the real app (:func:`cubicle.orchestrator.serve.app.build_app`) under uvicorn in this
 process, behind an ASGI layer that counts each request it receives, so "the client asked once"
 is read on the server, not assumed from the client's settings. Nothing here starts a sandbox.
 """
@@ -23,9 +23,9 @@ import uvicorn
 from openai import OpenAI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from orchestrator.serve.app import ServerState, build_app
-from orchestrator.serve.registry import Registry
-from orchestrator.serve.wire import MAX_TOOLS_BYTES
+from cubicle.orchestrator.serve.app import ServerState, build_app
+from cubicle.orchestrator.serve.registry import Registry
+from cubicle.orchestrator.serve.wire import MAX_TOOLS_BYTES
 
 pytestmark = pytest.mark.newest
 

@@ -1,4 +1,4 @@
-"""Start the real guest agent (``python -m guest``) on a test's Xvfb.
+"""Start the real guest agent (``python -m cubicle_guest``) on a test's Xvfb.
 
     with Xvfb(1280, 800) as x, start_agent(x.display, tmp_path) as agent:
         with agent.client() as client:
@@ -21,7 +21,7 @@ from typing import Self
 
 from PIL import Image
 
-from guest.client import AgentClient, connect_unix
+from cubicle_guest.client import AgentClient, connect_unix
 from tests.support.processes import stop_process
 
 __all__ = ["AgentStartError", "RunningAgent", "pixel_at", "start_agent"]
@@ -36,7 +36,7 @@ class AgentStartError(RuntimeError):
 
 
 class RunningAgent:
-    """A ``python -m guest --listen unix:...`` process serving ``display``.
+    """A ``python -m cubicle_guest --listen unix:...`` process serving ``display``.
 
     :param socket_path: where the agent listens (its directory must exist).
     :param log_path: file receiving the agent's stderr.

@@ -1,4 +1,4 @@
-"""Run the ``cubicle`` CLI as a subprocess of the tests (``python -m orchestrator.cli``)."""
+"""Run the ``cubicle`` CLI as a subprocess of the tests (``python -m cubicle.orchestrator.cli``)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def run_cli(
     """The completed ``cubicle ARGS`` (text output captured), with ``env`` added to this
     process's environment."""
     return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args],
+        [sys.executable, "-m", "cubicle.orchestrator.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -1,4 +1,5 @@
-"""A real egress proxy (orchestrator/egress.py run standalone with ``python -I``, as deployed) on
+"""A real egress proxy (cubicle/orchestrator/egress.py run standalone with ``python -I``, as
+deployed) on
 127.0.0.1, upstream HTTP servers that record what reaches them, and a raw client; no outside
 network. Waits are on events (the proxy's output lines), never on sleeps."""
 

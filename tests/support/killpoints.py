@@ -1,7 +1,7 @@
 """Stop a real ``cubicle`` command at a named point of a sandbox's creation, to ``kill -9`` it there
 (or to run ``gc`` while it is paused there, mid-create).
 
-The child runs ``orchestrator.cli.main(ARGS)`` with the engine libraries' create/start calls
+The child runs ``cubicle.orchestrator.cli.main(ARGS)`` with the engine libraries' create/start calls
 wrapped: at the chosen point it prints ``at POINT SANDBOX_ID`` and waits for a line on stdin
 (``go``) before going on. Nothing in the product knows about this. Points:
 
@@ -37,8 +37,8 @@ CHILD = r"""
 import sys
 import docker.models.containers as C
 import docker.models.networks as N
-from orchestrator import labels as L
-from orchestrator.cli import main
+from cubicle.orchestrator import labels as L
+from cubicle.orchestrator.cli import main
 
 stop_at, argv = sys.argv[1], sys.argv[2:]
 
@@ -83,10 +83,10 @@ def container_start(self, *args, **kwargs):
 C.Container.start = container_start
 
 try:
-    from orchestrator.providers.vm import network as vm_network
-    from orchestrator.providers.vm import provider as vm_provider
-    from orchestrator.providers.vm import warm_start as vm_warm_start
-    from orchestrator.providers.vm import VmProvider
+    from cubicle.orchestrator.providers.vm import network as vm_network
+    from cubicle.orchestrator.providers.vm import provider as vm_provider
+    from cubicle.orchestrator.providers.vm import warm_start as vm_warm_start
+    from cubicle.orchestrator.providers.vm import VmProvider
 except ImportError:
     pass
 else:
@@ -145,7 +145,7 @@ else:
 
     VmProvider._create_cold = create_cold
 
-from orchestrator.providers.docker.provider import DockerProvider
+from cubicle.orchestrator.providers.docker.provider import DockerProvider
 
 for cls in [DockerProvider] + ([VmProvider] if "VmProvider" in globals() else []):
     if not hasattr(cls, "mark_ready"):  # a cubicle without ready marks (to show the old holes)
@@ -203,7 +203,7 @@ def paused_at(
             for word in (line + out).split():  # `up` printed an id: nothing may outlive the test
                 if word.startswith(("dk-", "vm-")):
                     subprocess.run(
-                        [sys.executable, "-m", "orchestrator.cli", "down", word],
+                        [sys.executable, "-m", "cubicle.orchestrator.cli", "down", word],
                         cwd=REPO,
                         capture_output=True,
                         check=False,

@@ -21,7 +21,7 @@ import docker
 import docker.models.containers
 import pytest
 
-from orchestrator import labels as L
+from cubicle.orchestrator import labels as L
 
 __all__ = ["GREEN", "NAMES", "OriginServer", "origin", "resolve_in_proxy"]
 

@@ -29,7 +29,7 @@ from typing import Any, Self
 
 from Xlib import XK, X, display
 
-from guest.keys import keysym_name
+from cubicle_guest.keys import keysym_name
 
 __all__ = ["RecordedEvent", "Recorder", "keysym_char"]
 

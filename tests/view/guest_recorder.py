@@ -1,8 +1,8 @@
 """An input recorder *inside* a Docker sandbox, streaming what the guest's X server delivers.
 
 :class:`GuestRecorder` runs :mod:`tests.support.recorder` in the guest (its source is passed to
-the guest's python; the guest venv has python-xlib and :mod:`guest.keys`) over a ``docker exec``
-stream: a fullscreen white window at 0,0 that prints each event as a JSON line. Closing the
+the guest's python; the guest venv has python-xlib and :mod:`cubicle_guest.keys`) over a ``docker
+exec`` stream: a fullscreen white window at 0,0 that prints each event as a JSON line. Closing the
 stream ends it (the script exits when its stdin ends).
 """
 
@@ -16,8 +16,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from orchestrator.providers.docker.exec import DockerStreamCodec, open_exec_socket
-from orchestrator.providers.docker.provider import GUEST_PYTHON, GUEST_UID, DockerProvider
+from cubicle.orchestrator.providers.docker.exec import DockerStreamCodec, open_exec_socket
+from cubicle.orchestrator.providers.docker.provider import GUEST_PYTHON, GUEST_UID, DockerProvider
 
 SCRIPT = """
 import dataclasses, json, os, sys, threading, types

@@ -15,12 +15,12 @@ import pytest
 from PIL import Image
 from playwright.sync_api import Page
 
-from drivers import ApproveAll
-from drivers.scripted_model import ScriptedModel, parse_script
-from orchestrator.run_task import TaskResult, run_task
-from orchestrator.sandbox import Sandbox
-from orchestrator.trajectory import read_trajectory
-from orchestrator.view.control import open_view, set_mode
+from cubicle.drivers import ApproveAll
+from cubicle.drivers.scripted_model import ScriptedModel, parse_script
+from cubicle.orchestrator.run_task import TaskResult, run_task
+from cubicle.orchestrator.sandbox import Sandbox
+from cubicle.orchestrator.trajectory import read_trajectory
+from cubicle.orchestrator.view.control import open_view, set_mode
 from tests.view.guest_recorder import GuestRecorder
 from tests.view.test_view_docker import (
     MAX_MAD,

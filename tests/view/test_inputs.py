@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.view.inputs import RfbInputTap, append_input, read_inputs
+from cubicle.orchestrator.view.inputs import RfbInputTap, append_input, read_inputs
 
 # what noVNC 1.3 sent to x11vnc in a takeover session (captured), then a click at (123, 456)
 NOVNC = bytes.fromhex(

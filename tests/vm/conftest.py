@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import EngineUnavailable
-from orchestrator.providers.vm import VmProvider
-from orchestrator.providers.vm.virt import open_connection
+from cubicle.orchestrator.errors import EngineUnavailable
+from cubicle.orchestrator.providers.vm import VmProvider
+from cubicle.orchestrator.providers.vm.virt import open_connection
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_TIMES: dict[str, float] = {}

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from guest.client import connect_unix
-from orchestrator.providers.vm import VmProvider
+from cubicle.orchestrator.providers.vm import VmProvider
+from cubicle_guest.client import connect_unix
 from tests.vm.conftest import REPO, qemu_pids_using
 
 pytestmark = [pytest.mark.vm, pytest.mark.slow]

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from orchestrator.network import NetworkPolicy
-from orchestrator.provider import SandboxSpec
-from orchestrator.providers.vm import VmProvider
-from orchestrator.sandbox import wait_ready
+from cubicle.orchestrator.network import NetworkPolicy
+from cubicle.orchestrator.provider import SandboxSpec
+from cubicle.orchestrator.providers.vm import VmProvider
+from cubicle.orchestrator.sandbox import wait_ready
 from tests.support.guest_probes import DIRECT_PROBE
 from tests.support.listener import Listener, host_addresses
 

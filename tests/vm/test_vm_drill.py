@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import labels as L
-from orchestrator.providers.vm import VmProvider
-from orchestrator.trajectory import read_trajectory
+from cubicle.orchestrator import labels as L
+from cubicle.orchestrator.providers.vm import VmProvider
+from cubicle.orchestrator.trajectory import read_trajectory
 from tests.vm.conftest import REPO
 
 pytestmark = [pytest.mark.vm, pytest.mark.slow]
@@ -49,7 +49,7 @@ def test_cubicle_drill_passes_in_a_vm_and_leaves_nothing(
         [
             sys.executable,
             "-m",
-            "orchestrator.cli",
+            "cubicle.orchestrator.cli",
             "drill",
             "--backend",
             "vm",

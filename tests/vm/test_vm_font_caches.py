@@ -1,17 +1,18 @@
-"""The VM image build's font-cache check (:func:`orchestrator.providers.vm.build.check_font_caches`,
-run by the build in its golden boot) on a real guest: it passes on the image as built, and when a
-program rescanned a font folder it refuses, naming the cache file and the folder."""
+"""The VM image build's font-cache check
+(:func:`cubicle.orchestrator.providers.vm.build.check_font_caches`, run by the build in its golden
+boot) on a real guest: it passes on the image as built, and when a program rescanned a font folder
+it refuses, naming the cache file and the folder."""
 
 from __future__ import annotations
 
 import pytest
 
-from orchestrator.errors import ImageBuildError
-from orchestrator.provider import ExecResult
-from orchestrator.providers.vm import VmProvider
-from orchestrator.providers.vm import image as vm_image
-from orchestrator.providers.vm.build import check_font_caches
-from orchestrator.sandbox import Sandbox
+from cubicle.orchestrator.errors import ImageBuildError
+from cubicle.orchestrator.provider import ExecResult
+from cubicle.orchestrator.providers.vm import VmProvider
+from cubicle.orchestrator.providers.vm import image as vm_image
+from cubicle.orchestrator.providers.vm.build import check_font_caches
+from cubicle.orchestrator.sandbox import Sandbox
 from tests.vm.conftest import assert_gone
 
 pytestmark = [pytest.mark.vm, pytest.mark.slow]

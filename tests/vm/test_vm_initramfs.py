@@ -1,5 +1,5 @@
-"""The VM initramfs (orchestrator/providers/vm/build.py): Debian's modules go in without their
-appended signatures (the guest kernel would hash and RSA-check each one as it loads it: ~0.4 s
+"""The VM initramfs (cubicle/orchestrator/providers/vm/build.py): Debian's modules go in without
+their appended signatures (the guest kernel would hash and RSA-check each one as it loads it: ~0.4 s
 of a cold boot under TCG), in dependency order, in a cpio the kernel unpacks."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import ImageBuildError
-from orchestrator.providers.vm.build import (
+from cubicle.orchestrator.errors import ImageBuildError
+from cubicle.orchestrator.providers.vm.build import (
     INITRAMFS_MODULES,
     MODULE_SIGNATURE_MAGIC,
     initramfs,

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from orchestrator.egress import EGRESS_PORT
-from orchestrator.network import NetworkPolicy
-from orchestrator.origin_questions import OriginQuestions
-from orchestrator.provider import SandboxSpec
-from orchestrator.providers.vm import VmProvider
-from orchestrator.providers.vm import network as vm_network
-from orchestrator.sandbox import wait_ready
+from cubicle.orchestrator.egress import EGRESS_PORT
+from cubicle.orchestrator.network import NetworkPolicy
+from cubicle.orchestrator.origin_questions import OriginQuestions
+from cubicle.orchestrator.provider import SandboxSpec
+from cubicle.orchestrator.providers.vm import VmProvider
+from cubicle.orchestrator.providers.vm import network as vm_network
+from cubicle.orchestrator.sandbox import wait_ready
 from tests.orchestrator.support import http_server
 from tests.support.guest_probes import DIRECT_PROBE
 from tests.support.listener import host_addresses
@@ -113,7 +113,7 @@ def test_allow_forwards_exactly_the_allowed_origins(
             seen = _run(vm_provider, info.id, PROXY_PROBE, *urls.values())
             bridge_v6 = _ipv6_addresses(vm_network.bridge_name(info.id))
             logs = subprocess.run(
-                [sys.executable, "-m", "orchestrator.cli", "logs", info.id],
+                [sys.executable, "-m", "cubicle.orchestrator.cli", "logs", info.id],
                 cwd=REPO,
                 capture_output=True,
                 text=True,
@@ -163,10 +163,10 @@ def test_allow_forwards_exactly_the_allowed_origins(
 
 CREATOR = """
 import sys, time
-from orchestrator.network import NetworkPolicy
-from orchestrator.origin_questions import OriginQuestions
-from orchestrator.providers.vm import VmProvider
-from orchestrator.provider import SandboxSpec
+from cubicle.orchestrator.network import NetworkPolicy
+from cubicle.orchestrator.origin_questions import OriginQuestions
+from cubicle.orchestrator.providers.vm import VmProvider
+from cubicle.orchestrator.provider import SandboxSpec
 spec = SandboxSpec(ttl_s=3600, network=NetworkPolicy.parse("allow:example.com"))
 info = VmProvider().create(spec)
 print(info.id, flush=True)

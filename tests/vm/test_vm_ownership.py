@@ -20,11 +20,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from orchestrator import labels as L
-from orchestrator.provider import SandboxSpec
-from orchestrator.providers.vm import VmProvider
-from orchestrator.providers.vm import network as vm_network
-from orchestrator.providers.vm.domain import METADATA_NS
+from cubicle.orchestrator import labels as L
+from cubicle.orchestrator.provider import SandboxSpec
+from cubicle.orchestrator.providers.vm import VmProvider
+from cubicle.orchestrator.providers.vm import network as vm_network
+from cubicle.orchestrator.providers.vm.domain import METADATA_NS
 from tests.support.killpoints import REPO, paused_at
 from tests.vm.conftest import assert_gone, qemu_pids_using
 
@@ -39,7 +39,7 @@ DRILL = ("drill", "--backend", "vm", "--loop", "toolset")
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args],
+        [sys.executable, "-m", "cubicle.orchestrator.cli", *args],
         capture_output=True,
         text=True,
         cwd=REPO,

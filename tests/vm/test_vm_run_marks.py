@@ -1,5 +1,6 @@
-"""The marks of a VM run folder (:mod:`orchestrator.providers.vm.run_marks`; no libvirt needed):
-made once, the claim won by exactly one of many racing claimers, never seen half-written."""
+"""The marks of a VM run folder (:mod:`cubicle.orchestrator.providers.vm.run_marks`; no libvirt
+needed): made once, the claim won by exactly one of many racing claimers, never seen
+half-written."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.providers.vm import run_marks
+from cubicle.orchestrator.providers.vm import run_marks
 
 ROUNDS = 150
 RACERS = 8

@@ -20,16 +20,16 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from guest.errors import CubicleError
-from guest.waiting import Deadline, poll
-from orchestrator.errors import ProviderError, SandboxStartError
-from orchestrator.network import NetworkPolicy
-from orchestrator.provider import SandboxSpec
-from orchestrator.providers.vm import VmProvider
-from orchestrator.providers.vm import image as vm_image
-from orchestrator.providers.vm import warm_start as vm_warm_start
-from orchestrator.providers.vm.warm import slots_for
-from orchestrator.sandbox import Sandbox, wait_ready
+from cubicle.orchestrator.errors import ProviderError, SandboxStartError
+from cubicle.orchestrator.network import NetworkPolicy
+from cubicle.orchestrator.provider import SandboxSpec
+from cubicle.orchestrator.providers.vm import VmProvider
+from cubicle.orchestrator.providers.vm import image as vm_image
+from cubicle.orchestrator.providers.vm import warm_start as vm_warm_start
+from cubicle.orchestrator.providers.vm.warm import slots_for
+from cubicle.orchestrator.sandbox import Sandbox, wait_ready
+from cubicle_guest.errors import CubicleError
+from cubicle_guest.waiting import Deadline, poll
 from tests.desktop.checks import assert_fonts_are_never_rescanned, guest_pids
 from tests.support.guest_probes import DIRECT_PROBE
 from tests.support.listener import Listener, host_addresses
@@ -229,9 +229,9 @@ def test_not_ready_in_time_through_sandbox_removes_everything(
 
 CREATOR = """
 import sys, time
-from orchestrator.providers.vm import VmProvider
-from orchestrator.providers.vm.warm import slots_for
-from orchestrator.provider import SandboxSpec
+from cubicle.orchestrator.providers.vm import VmProvider
+from cubicle.orchestrator.providers.vm.warm import slots_for
+from cubicle.orchestrator.provider import SandboxSpec
 info = VmProvider(warm_slots=int(sys.argv[1])).create(SandboxSpec(ttl_s=3600))
 print(info.id, flush=True)
 time.sleep(3600)

@@ -1,5 +1,6 @@
 """libvirt saved-state files copied under a new domain identity
-(:mod:`orchestrator.providers.vm.saved_state`; no libvirt needed: files in libvirt's layout).
+(:mod:`cubicle.orchestrator.providers.vm.saved_state`; no libvirt needed: files in libvirt's
+layout).
 
 The real restore of such a copy, beside its slot's own restore, is
 tests/vm/test_vm_sandbox.py::test_a_busy_warm_slot_makes_the_next_sandbox_restore_from_a_copy.
@@ -13,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import ProviderError
-from orchestrator.providers.vm.saved_state import (
+from cubicle.orchestrator.errors import ProviderError
+from cubicle.orchestrator.providers.vm.saved_state import (
     HEADER,
     SavedStateError,
     clone_saved_state,

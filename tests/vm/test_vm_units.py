@@ -19,12 +19,12 @@ from typing import Literal
 
 import pytest
 
-from orchestrator.errors import ConfigError, ImageMissing
-from orchestrator.labels import SANDBOX
-from orchestrator.network import NetworkPolicy
-from orchestrator.provider import SandboxSpec
-from orchestrator.providers.vm import VmProvider
-from orchestrator.providers.vm.domain import (
+from cubicle.orchestrator.errors import ConfigError, ImageMissing
+from cubicle.orchestrator.labels import SANDBOX
+from cubicle.orchestrator.network import NetworkPolicy
+from cubicle.orchestrator.provider import SandboxSpec
+from cubicle.orchestrator.providers.vm import VmProvider
+from cubicle.orchestrator.providers.vm.domain import (
     AGENT_PORT,
     Accelerator,
     DomainPlan,
@@ -33,12 +33,12 @@ from orchestrator.providers.vm.domain import (
     probe_accelerator,
     retarget_saved_xml,
 )
-from orchestrator.providers.vm.files import FileAccess
-from orchestrator.providers.vm.image import VmImage, image_ref, load_image
-from orchestrator.providers.vm.network import VmNetwork, bridge_name, network_name
-from orchestrator.providers.vm.qemu_process import end_qemu, find_qemu
-from orchestrator.providers.vm.virt import SANDBOX_STATES, DomainState
-from orchestrator.providers.vm.warm import WarmKey, slots_for
+from cubicle.orchestrator.providers.vm.files import FileAccess
+from cubicle.orchestrator.providers.vm.image import VmImage, image_ref, load_image
+from cubicle.orchestrator.providers.vm.network import VmNetwork, bridge_name, network_name
+from cubicle.orchestrator.providers.vm.qemu_process import end_qemu, find_qemu
+from cubicle.orchestrator.providers.vm.virt import SANDBOX_STATES, DomainState
+from cubicle.orchestrator.providers.vm.warm import WarmKey, slots_for
 
 
 def _plan(tmp_path: Path, **changes: object) -> DomainPlan:

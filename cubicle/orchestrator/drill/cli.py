@@ -1,0 +1,166 @@
+"""The ``cubicle drill`` subcommand (registered by ``cubicle.orchestrator.cli``).
+
+``cubicle drill`` — the offline, keyless end-to-end check of a task (default: the shipped
+``desktop`` task; ``--task NAME|FILE``; ``--all``: every shipped task): for each task and loop a
+fresh sandbox (the task's screen and network), the task's set-up, the scripted model on
+127.0.0.1 driving the real openai loop (``ComputerToolset`` and/or ``ResponsesToolRunner``) by
+pixels only, then the task's checks through the agent. It prints a table (task, loop, verdict,
+steps, seconds, stale screenshots). Exit 0 only when every check of every run holds; 1 when one
+failed (the summary says which, expected vs got); 130/143 when cancelled by SIGINT/SIGTERM. Each
+sandbox is destroyed unless ``--keep``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from cubicle.orchestrator.drill.runner import DrillResult, guest_time_scale, run_drill
+from cubicle.orchestrator.errors import ConfigError
+from cubicle.orchestrator.modelrun.console import default_out, destroy_quietly, progress
+from cubicle.orchestrator.modelrun.loop import LoopKind
+from cubicle.orchestrator.modelrun.signals import cancel_on_signals
+from cubicle.orchestrator.providers import PROVIDERS
+from cubicle.orchestrator.sandbox import Sandbox, teardown_on_signals
+from cubicle.orchestrator.tasks import DEFAULT_TASK, Task, load_task, shipped_tasks
+from cubicle.orchestrator.view.recording import add_record_argument, parse_record
+
+__all__ = ["cmd_drill", "register", "results_table"]
+
+
+def register(sub: Any) -> None:
+    """Add ``drill`` to the ``cubicle`` subcommand parser."""
+    p = sub.add_parser(
+        "drill",
+        help="offline keyless end-to-end drill (scripted model, real SDK loop, real apps)",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
+    p.add_argument("--backend", default="docker", choices=sorted(PROVIDERS), help="sandbox backend")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument(
+        "--task",
+        default=None,
+        metavar="NAME|FILE",
+        help=f"a shipped task's name or a task file (default: {DEFAULT_TASK})",
+    )
+    which.add_argument(
+        "--all", action="store_true", help="every shipped task (tasks/*.toml): a conformance run"
+    )
+    p.add_argument(
+        "--loop",
+        choices=["toolset", "runner", "both"],
+        default="both",
+        help="which SDK loop plays the script: ComputerToolset.run, "
+        "ResponsesToolRunner.run, or both in turn (default)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="trajectory folder (default runs/drill-<time>; one subfolder per loop)",
+    )
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="leave the sandbox (and the apps) running; remove it with cubicle down ID",
+    )
+    add_record_argument(p, where="each report")
+    p.set_defaults(func=cmd_drill)
+
+
+def cmd_drill(args: argparse.Namespace) -> int:
+    loops: list[LoopKind] = ["toolset", "runner"] if args.loop == "both" else [args.loop]
+    record = parse_record(args.record) if args.record is not None else None
+    tasks: list[Task] = shipped_tasks() if args.all else [load_task(args.task or DEFAULT_TASK)]
+    for task in tasks:
+        if task.scripted is None:
+            raise ConfigError(f"task {task.name} has no [scripted] section: it cannot be drilled")
+    out: Path = args.out or default_out("drill")
+    started = time.monotonic()
+    results: list[DrillResult] = []
+    runs = [(task, loop) for task in tasks for loop in loops]
+    with cancel_on_signals() as cancel:
+        for task, loop in runs:
+            if cancel():
+                break
+            folder = out / task.name / loop if len(tasks) > 1 or args.all else out / loop
+            result = _one_run(args, task, loop, folder, cancel=cancel, record=record)
+            results.append(result)
+            print(result.summary(), flush=True)
+    wall = time.monotonic() - started
+    print(results_table(results), flush=True)
+    passed = len(results) == len(runs) and all(r.ok for r in results)
+    print(
+        f"drill {'PASSED' if passed else 'FAILED'} on {args.backend}: {len(results)} of "
+        f"{len(runs)} runs in {wall:.1f} s including the sandboxes; trajectories in {out}",
+        flush=True,
+    )
+    if cancel():
+        return cancel.exit_code
+    return 0 if passed else 1
+
+
+def _one_run(
+    args: argparse.Namespace,
+    task: Task,
+    loop: LoopKind,
+    out: Path,
+    *,
+    cancel: Callable[[], bool],
+    record: tuple[float, int] | None,
+) -> DrillResult:
+    """One task with one loop in a sandbox of its own (apps the model opened stay open)."""
+    started = time.monotonic()
+    with teardown_on_signals():
+        sandbox = Sandbox.create(
+            args.backend,
+            network=task.setup.network,
+            screen=task.setup.screen_size,
+            detached=args.keep,
+            progress=progress,
+        )
+    try:
+        progress(f"{sandbox.id}: task {task.name} with the {loop} loop")
+        result = run_drill(
+            sandbox,
+            task=task,
+            loop=loop,
+            out=out,
+            cancel_requested=cancel,
+            keep_apps=args.keep,
+            time_scale=guest_time_scale(sandbox.info),
+            record=record,
+        )
+    finally:
+        if args.keep:
+            progress(f"{sandbox.id} kept; remove it with: cubicle down {sandbox.id}")
+        else:
+            destroy_quietly(sandbox)
+    result.sandbox_s = time.monotonic() - started
+    return result
+
+
+def results_table(results: list[DrillResult]) -> str:
+    """The conformance table: task, loop, verdict, steps (actions), seconds (sandbox
+    included), stale screenshots (stale of checked)."""
+    header = ("task", "loop", "verdict", "steps", "seconds", "stale")
+    rows = [
+        (
+            r.task,
+            r.loop,
+            "PASSED" if r.ok else ("CANCELLED" if r.cancelled else "FAILED"),
+            str(r.actions),
+            f"{r.sandbox_s or r.wall_s:.1f}",
+            f"{r.stale_check.stale}/{r.stale_check.checked}" if r.stale_check else "-",
+        )
+        for r in results
+    ]
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        for row in (header, *rows)
+    ]
+    return "\n".join(line.rstrip() for line in lines)

@@ -1,0 +1,422 @@
+"""Run the real openai computer-use loop with every step recorded into a trajectory.
+
+Shared by ``cubicle drill`` and ``cubicle run``. :class:`RecordedSession` wires the SDK's
+callbacks and the driver's observer to a
+:class:`~cubicle.orchestrator.trajectory.TrajectoryRecorder`:
+
+- the driver's ``on_action`` records (screen pixels, durations, screenshot bytes) →
+  ``action``/``screenshot`` events, paired with the action the model sent (text, keys, button),
+  which ``before_action`` saw first;
+- ``approve_safety_checks``/``before_action`` delegate to :mod:`cubicle.drivers.approvals` policies
+and
+  record every decision (who decided and why, from the policy's decision log);
+- ``on_diagnostic`` → ``diagnostic`` events (the SDK's content-free timings);
+- an httpx event hook on the OpenAI client → ``model_turn`` events (response id, calls and their
+  actions, the final message, usage, request time), never the request bodies (screenshots).
+
+:func:`run_loop` runs either ``openai.ComputerToolset.run`` or ``ResponsesToolRunner.run`` in a
+worker thread, so the caller's thread keeps handling signals: :meth:`LoopThread.cancel` sets the
+SDK's ``cancelled`` flag and closes the toolset (``draining`` while a call is active), then
+:meth:`LoopThread.wait` joins it.
+"""
+
+from __future__ import annotations
+
+import collections
+import ipaddress
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import httpx2
+import openai
+from openai import ComputerToolset, OpenAI
+from openai.lib.computer import ComputerActionInput
+from openai.lib.responses_tool_runner import ResponsesToolRunner
+from openai.lib.tool_diagnostics import ToolDiagnostic
+from openai.types.responses import Response, ResponseComputerToolCall
+from openai.types.responses.response_create_params import ResponseCreateParamsNonStreaming
+
+from cubicle.drivers.approvals import ApprovalPolicy
+from cubicle.drivers.records import ActionRecord
+from cubicle.drivers.stall import DEFAULT_STALL_LIMIT, StallDetector
+from cubicle.orchestrator.trajectory.recorder import TrajectoryRecorder
+
+__all__ = [
+    "LoopKind",
+    "LoopOutcome",
+    "LoopThread",
+    "RecordedSession",
+    "error_chain",
+    "is_loopback",
+]
+
+LoopKind = Literal["toolset", "runner"]
+
+
+def error_chain(exc: BaseException) -> str:
+    """``exc``'s message plus its causes (ToolRunnerError hides the original in ``__context__``)."""
+    parts: list[str] = []
+    current: BaseException | None = exc
+    while current is not None and len(parts) < 5:
+        text = f"{type(current).__name__}: {current}"
+        if text not in parts:
+            parts.append(text)
+        current = current.__cause__ or current.__context__
+    return " <- ".join(parts)
+
+
+def is_loopback(url: str) -> bool:
+    """Whether ``url``'s host is this machine (a local model stand-in): its client must ignore
+    proxy variables (:meth:`RecordedSession.http_client`'s ``trust_env``)."""
+    host = urlsplit(url).hostname or ""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _point_dict(points: tuple[tuple[int, int], ...]) -> dict[str, Any] | None:
+    if not points:
+        return None
+    if len(points) == 1:
+        return {"x": points[0][0], "y": points[0][1]}
+    return {"path": [{"x": x, "y": y} for x, y in points]}
+
+
+class RecordedSession:
+    """The recording glue for one run (see the module docstring).
+
+    :param recorder: where events go; the caller owns and closes it.
+    :param safety_policy: decides ``approve_safety_checks``.
+    :param action_policy: decides ``before_action``; ``None`` lets every action run (the
+        decision is still recorded as such).
+    :param stall_limit: state-changing actions in a row without a visible change that make the
+        run stalled (:mod:`cubicle.drivers.stall`; ``0`` never). On a stall a ``warning`` event is
+        recorded and ``on_stall`` is called once (the run stops the loop there).
+    :param gate: the hand-over gate (see :attr:`gate`), or ``None``.
+    """
+
+    def __init__(
+        self,
+        recorder: TrajectoryRecorder,
+        *,
+        safety_policy: ApprovalPolicy,
+        action_policy: ApprovalPolicy | None = None,
+        stall_limit: int = DEFAULT_STALL_LIMIT,
+        on_stall: Callable[[str], None] | None = None,
+        gate: Callable[[], bool] | None = None,
+    ) -> None:
+        self.recorder = recorder
+        self.gate = gate
+        """Called first in ``before_action``; blocks while a person has control (hand-over,
+        :class:`cubicle.orchestrator.view.handover.HandoverGate.wait`); ``False`` (cancelled)
+        refuses."""
+        self.safety_policy = safety_policy
+        self.action_policy = action_policy
+        self.stall = StallDetector(stall_limit)
+        self.on_stall = on_stall
+        self.stalled: str | None = None
+        """The stall message once the run stalled, else ``None``."""
+        self.last_model_shot: bytes | None = None
+        """The PNG of the latest screenshot the SDK took (what the model sees next)."""
+        self._pending: collections.deque[dict[str, Any]] = collections.deque()
+        self._request_started: dict[int, float] = {}
+        self.model_s = 0.0
+        """Seconds spent waiting for model responses (HTTP)."""
+        self.executed_actions = 0
+        self.driver_s = 0.0
+        """Seconds the driver spent on actions and screenshots (guest round trips)."""
+        self.next_shot_note: str | None = None
+        """Says who took the next screenshot when it is not the SDK (recorded, then cleared)."""
+
+    # -- SDK callbacks -------------------------------------------------------------------------
+
+    def approve_safety_checks(self, call: ResponseComputerToolCall) -> bool:
+        allowed = self.safety_policy.approve_safety_checks(call)
+        decision = self.safety_policy.log[-1]
+        checks = [
+            {"id": c.id, "code": c.code, "message": c.message}
+            for c in call.pending_safety_checks or []
+        ]
+        self.recorder.event(
+            "approval",
+            subject="safety_check",
+            allowed=allowed is True,
+            by=decision.decided_by,
+            reason=decision.reason,
+            call_id=call.call_id,
+            detail=", ".join(str(c["code"]) for c in checks),
+            checks=checks,
+        )
+        return allowed is True
+
+    def before_action(self, action: ComputerActionInput) -> bool:
+        if self.gate is not None and not self.gate():
+            return False
+        if self.action_policy is None:
+            allowed, by, reason = True, "none", "no action policy: actions run without approval"
+        else:
+            allowed = self.action_policy.before_action(action)
+            decision = self.action_policy.log[-1]
+            by, reason = decision.decided_by, decision.reason
+        if (self.action_policy is not None and action.type != "screenshot") or not allowed:
+            self.recorder.event(
+                "approval",
+                subject="action",
+                allowed=allowed is True,
+                by=by,
+                reason=reason,
+                detail=str(action.type),
+            )
+        if allowed and action.type != "screenshot":
+            self._pending.append(action.model_dump(exclude_none=True))
+        return allowed is True
+
+    def on_diagnostic(self, diagnostic: ToolDiagnostic) -> None:
+        self.recorder.event("diagnostic", **dict(diagnostic))
+
+    # -- driver observer -------------------------------------------------------------------------
+
+    def on_action(self, record: ActionRecord) -> None:
+        geometry = record.geometry
+        self.driver_s += record.duration_s
+        if record.kind == "screenshot":
+            if record.image is not None and record.outcome == "done":
+                note, self.next_shot_note = self.next_shot_note, None
+                self.recorder.screenshot(
+                    record.image,
+                    size=(geometry.width, geometry.height),
+                    native={
+                        "screen": list(geometry.screen),
+                        "crop": str(geometry.crop),
+                        "duration_ms": round(record.duration_s * 1000, 1),
+                    },
+                    note=note,
+                )
+                if note is None:
+                    self.last_model_shot = record.image
+            else:
+                self.recorder.event(
+                    "error", where="screenshot", type=record.outcome, message=record.error or ""
+                )
+            # a batch ends with its screenshot: actions approved but never sent are dropped here
+            # so they cannot pair with the next batch's records
+            self._pending.clear()
+            return
+        sent = (
+            self._pending.popleft()
+            if self._pending and self._pending[0].get("type") == record.kind
+            else {}
+        )
+        model: dict[str, Any] = {k: v for k, v in sent.items() if k not in ("type", "text", "keys")}
+        if not model:
+            model = _point_dict(record.model_points) or {}
+        fields: dict[str, Any] = {
+            "type": record.kind,
+            "model": model,
+            "native": _point_dict(record.native_points),
+            "duration_ms": round(record.duration_s * 1000, 1),
+            "outcome": record.outcome,
+        }
+        if "text" in sent:
+            fields["text"] = sent["text"]
+        if sent.get("keys"):
+            fields["keys"] = sent["keys"]
+        if record.error:
+            fields["error"] = record.error
+        if record.receipt is not None:
+            fields["receipt"] = record.receipt.as_dict()
+        if record.outcome == "done":
+            self.executed_actions += 1
+        self.recorder.action(**fields)
+        if self.stall.observe(record) and self.stalled is None:
+            self.stalled = (
+                f"stalled: {self.stall.unchanged_in_row} state-changing actions in a row changed "
+                f"nothing visible on the screen (the last: {record.kind})"
+            )
+            self.recorder.event(
+                "warning",
+                what="stall",
+                message=self.stalled,
+                actions=self.stall.unchanged_in_row,
+            )
+            if self.on_stall is not None:
+                self.on_stall(self.stalled)
+
+    # -- the OpenAI client -------------------------------------------------------------------
+
+    def http_client(self, *, trust_env: bool = True) -> httpx2.Client:
+        """An HTTP client for ``openai.OpenAI`` that records every model turn.
+
+        :param trust_env: ``False`` ignores proxy variables (the drill's model is on 127.0.0.1).
+        """
+        return openai.DefaultHttpxClient(
+            trust_env=trust_env,
+            event_hooks={"request": [self._on_request], "response": [self._on_response]},
+        )
+
+    def async_http_client(self, *, trust_env: bool = True) -> httpx2.AsyncClient:
+        """:meth:`http_client` for ``openai.AsyncOpenAI`` (e.g. the Agents SDK's model)."""
+
+        async def on_request(request: httpx2.Request) -> None:
+            self._on_request(request)
+
+        async def on_response(response: httpx2.Response) -> None:
+            if "json" in response.headers.get("content-type", ""):
+                await response.aread()  # a streamed (SSE) body is left to the SDK
+            self._on_response(response)
+
+        return openai.DefaultAsyncHttpxClient(
+            trust_env=trust_env,
+            event_hooks={"request": [on_request], "response": [on_response]},
+        )
+
+    def _on_request(self, request: httpx2.Request) -> None:
+        self._request_started[id(request)] = time.monotonic()
+
+    def _on_response(self, response: httpx2.Response) -> None:
+        started = self._request_started.pop(id(response.request), None)
+        elapsed = time.monotonic() - started if started is not None else 0.0
+        self.model_s += elapsed
+        if not response.request.url.path.endswith("/responses"):
+            return
+        if "json" not in response.headers.get("content-type", ""):
+            # a streamed (SSE) turn: the runner's turns are recorded from the actions instead
+            self.recorder.model_turn(
+                status=f"http {response.status_code}",
+                response_id=None,
+                calls=[],
+                message=None,
+                duration_ms=round(elapsed * 1000, 1),
+            )
+            return
+        response.read()
+        try:
+            body = json.loads(response.content)
+        except ValueError:
+            body = {}
+        if response.status_code != 200 or not isinstance(body, dict):
+            error = body.get("error") if isinstance(body, dict) else None
+            message = error.get("message") if isinstance(error, dict) else response.text[:300]
+            self.recorder.model_turn(
+                status=f"http {response.status_code}",
+                response_id=None,
+                calls=[],
+                message=None,
+                error=message,
+                duration_ms=round(elapsed * 1000, 1),
+            )
+            return
+        calls: list[dict[str, Any]] = []
+        texts: list[str] = []
+        for item in body.get("output") or []:
+            if not isinstance(item, dict):
+                continue
+            if item.get("type") == "computer_call":
+                actions = item.get("actions") or ([item["action"]] if item.get("action") else [])
+                calls.append(
+                    {
+                        "call_id": item.get("call_id"),
+                        "actions": actions,
+                        "pending_safety_checks": item.get("pending_safety_checks") or [],
+                    }
+                )
+            elif item.get("type") == "message":
+                texts.extend(
+                    str(part.get("text", ""))
+                    for part in item.get("content") or []
+                    if isinstance(part, dict) and part.get("type") == "output_text"
+                )
+        self.recorder.model_turn(
+            status=body.get("status"),
+            response_id=body.get("id"),
+            calls=calls,
+            message="\n".join(texts) or None,
+            usage=body.get("usage"),
+            duration_ms=round(elapsed * 1000, 1),
+        )
+
+
+@dataclass
+class LoopOutcome:
+    """How a loop ended: the final response, or the error that stopped it."""
+
+    response: Response | None = None
+    error: BaseException | None = None
+
+    @property
+    def final_message(self) -> str | None:
+        return self.response.output_text if self.response is not None else None
+
+
+class LoopThread:
+    """Runs one SDK loop in a worker thread so the caller can cancel it cooperatively.
+
+    :param kind: ``toolset`` (``ComputerToolset.run``) or ``runner`` (``ResponsesToolRunner.run``).
+    :param driver: an ``openai.ComputerDriver``; the caller owns it.
+    """
+
+    def __init__(
+        self,
+        kind: LoopKind,
+        driver: Any,
+        client: OpenAI,
+        params: ResponseCreateParamsNonStreaming,
+        session: RecordedSession,
+        *,
+        max_steps: int,
+    ) -> None:
+        self.kind = kind
+        self.toolset = ComputerToolset(driver)
+        self.runner = ResponsesToolRunner(computer=self.toolset) if kind == "runner" else None
+        self._client = client
+        self._params = params
+        self._session = session
+        self._max_steps = max_steps
+        self._cancel = threading.Event()
+        self.outcome = LoopOutcome()
+        self._thread = threading.Thread(target=self._main, name=f"cubicle-{kind}-loop", daemon=True)
+
+    def cancelled(self) -> bool:
+        """The SDK's ``cancelled`` callable."""
+        return self._cancel.is_set()
+
+    def start(self) -> LoopThread:
+        self._thread.start()
+        return self
+
+    def _main(self) -> None:
+        session = self._session
+        try:
+            run = self.runner.run if self.runner is not None else self.toolset.run
+            self.outcome.response = run(
+                self._client,
+                self._params,
+                max_steps=self._max_steps,
+                approve_safety_checks=session.approve_safety_checks,
+                before_action=session.before_action,
+                cancelled=self.cancelled,
+                on_diagnostic=session.on_diagnostic,
+            )
+        except BaseException as exc:  # reported by the caller, which owns the outcome
+            self.outcome.error = exc
+
+    def cancel(self) -> str:
+        """Ask the loop to stop at its next checkpoint; return the toolset's close status."""
+        self._cancel.set()
+        status = self.runner.close() if self.runner is not None else self.toolset.close()
+        return str(status.get("status")) if isinstance(status, dict) else str(status)
+
+    def wait(self, timeout: float | None = None, *, poll_s: float = 0.2) -> bool:
+        """Join the worker (polling, so signal handlers run); True when it has finished."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._thread.is_alive():
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            self._thread.join(poll_s)
+        return True

@@ -1,0 +1,531 @@
+"""The network of an ``allow:`` or ``open`` VM sandbox: its own libvirt network and host firewall
+rules (and for ``allow:`` a host egress proxy, :mod:`cubicle.orchestrator.egress`), created per
+sandbox and removed by name.
+
+Per sandbox ``vm-XXXXXXXXXX``, a transient libvirt network ``cubicle-vm-XXXXXXXXXX`` on bridge
+``cbvm-XXXXXXXXXX`` with the host at ``10.231.N.1/24`` (a free ``/24`` of :data:`SUBNET_POOL`)
+and the guest at ``10.231.N.2`` (set by its init from the kernel command line; no DHCP), and
+iptables rules tagged with the comment ``cubicle-vm-XXXXXXXXXX``:
+
+``allow:``
+  - the network is isolated (no ``<forward>``) with no DNS; the guest has no default route and a
+    resolver that does not answer (``127.0.0.1``);
+  - at the top of ``INPUT``/``FORWARD``: from the bridge the host accepts only TCP to the
+    proxy's address and port and rejects the rest (an isolated libvirt network alone still lets
+    the guest reach every host service on the bridge address); nothing is forwarded to or from
+    the bridge;
+  - the egress proxy: ``python3 -I <home>/proxy/<hash>/egress.py --listen 10.231.N.1:3128
+    --allow … --label vm-XXXXXXXXXX``, a host process (as ``nobody`` when started by root) in
+    its own session, its decisions in ``<run>/egress.log`` and its pid + start time in
+    ``<run>/egress.json``.
+``open``
+  - the network NATs to the host's uplinks (``<forward mode='nat'>``, libvirt's own rules) with
+    libvirt's DNS forwarder on ``10.231.N.1``; the guest's default route and resolver are
+    ``10.231.N.1``: it reaches what the host reaches, and host services listening on a
+    non-loopback address (as a Docker ``open`` container does through its bridge gateway);
+  - never the host's loopback: the kernel does not route ``127.0.0.0/8`` from a bridge, and a
+    ``raw``-table rule drops such packets before any DNAT could send them elsewhere. (QEMU
+    user-mode networking, the old ``open``, maps ``10.0.2.2`` to the host's ``127.0.0.1``.)
+
+Both: ip6tables drops all IPv6 from the bridge (link-local addresses).
+
+Who cleans up: :func:`teardown` (called by ``VmProvider.destroy``) and :func:`collect` (called by
+``VmProvider.gc`` with the ids still in use) find every piece by the sandbox id alone — the
+network by name, the rules by comment, the proxy by the ``--label`` on its command line — so a
+creator killed half-way leaves nothing that gc cannot find.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import ipaddress
+import json
+import os
+import pwd
+import random
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from cubicle.orchestrator.egress import EGRESS_PORT
+from cubicle.orchestrator.errors import ProviderError
+from cubicle.orchestrator.hostprocs import processes
+from cubicle.orchestrator.network import NetworkPolicy
+from cubicle.orchestrator.providers import guest_build
+from cubicle.orchestrator.providers.vm.virt import libvirt_module, map_libvirt_errors
+from cubicle_guest.waiting import Deadline, poll
+
+__all__ = [
+    "SUBNET_POOL",
+    "VmNetwork",
+    "bridge_name",
+    "collect",
+    "leftovers",
+    "network_name",
+    "remove_network",
+    "remove_rules",
+    "rule_comment",
+    "setup",
+    "stop_proxy",
+    "teardown",
+]
+
+SUBNET_POOL: Final = ipaddress.IPv4Network("10.231.0.0/16")
+"""Where the per-sandbox ``/24`` subnets come from (one per ``allow:`` sandbox)."""
+NAME_PREFIX: Final = "cubicle-"
+PROXY_READY_S: Final = 10.0
+PROXY_STOP_S: Final = 5.0
+CONTROL_SOCKET: Final = "egress-control.sock"
+"""Ask mode: the proxy's control socket in the run folder (root's alone, 0600)."""
+EGRESS_SOURCE: Final = guest_build.REPO_ROOT / guest_build.EGRESS_SOURCE
+LIBVIRT_DNSMASQ_DIR: Final = Path("/var/lib/libvirt/dnsmasq")
+_ID = re.compile(r"vm-[0-9a-z]+")
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+"""Proxies this process started, kept so they are reaped (and not reported by ``Popen.__del__``
+as still running) when :func:`teardown` stops them."""
+
+
+def network_name(sandbox_id: str) -> str:
+    """The libvirt network of ``sandbox_id`` (also the iptables rule comment)."""
+    return NAME_PREFIX + sandbox_id
+
+
+rule_comment = network_name
+
+
+def bridge_name(sandbox_id: str) -> str:
+    """``cbvm-`` + the id's hex part: at most 15 characters (Linux's interface name limit)."""
+    return ("cbvm-" + sandbox_id.removeprefix("vm-"))[:15]
+
+
+@dataclass(frozen=True)
+class VmNetwork:
+    """What the domain and the guest need: the libvirt network and the guest's settings."""
+
+    sandbox_id: str
+    name: str
+    bridge: str
+    subnet: ipaddress.IPv4Network
+    mode: Literal["allow", "open"] = "allow"
+
+    @property
+    def host_address(self) -> ipaddress.IPv4Address:
+        return self.subnet.network_address + 1
+
+    @property
+    def guest_address(self) -> ipaddress.IPv4Address:
+        return self.subnet.network_address + 2
+
+    @property
+    def proxy_url(self) -> str:
+        return f"http://{self.host_address}:{EGRESS_PORT}"
+
+    def cmdline(self) -> tuple[str, ...]:
+        """Kernel command line items read by ``images/vm/cubicle-init``: address/prefix,
+        gateway, resolver and (``allow:``) the proxy URL for HTTP(S)_PROXY. ``allow:`` has no
+        gateway and a resolver that does not answer; ``open`` routes and resolves through the
+        host's address on the bridge."""
+        address = f"{self.guest_address}/{self.subnet.prefixlen}"
+        if self.mode == "open":
+            return (f"cubicle.net={address},{self.host_address},{self.host_address}",)
+        return (f"cubicle.net={address},,127.0.0.1", f"cubicle.proxy={self.proxy_url}")
+
+
+# --------------------------------------------------------------------------- setup
+
+
+def setup(
+    conn: Any, sandbox_id: str, policy: NetworkPolicy, run: Path, *, proxy_home: Path
+) -> VmNetwork:
+    """Create the network and the firewall rules of an ``allow:`` or ``open`` sandbox, and the
+    proxy of an ``allow:`` one.
+
+    ``run`` is the sandbox's run directory (it must exist); ``proxy_home`` is where the proxy
+    script is copied for ``nobody`` to read (:func:`proxy_script`). On failure the caller tears
+    down (:func:`teardown` finds every piece by ``sandbox_id``).
+
+    :raises ProviderError: naming the piece that could not be made.
+    """
+    if not (policy.proxied or policy.mode == "open"):
+        raise ValueError(f"vm_network.setup is for proxied and open policies, got {policy}")
+    network = _create_network(conn, sandbox_id, "open" if policy.mode == "open" else "allow")
+    _add_rules(network)
+    if network.mode == "allow":
+        _start_proxy(network, policy, run, proxy_script(proxy_home))
+    return network
+
+
+def _used_subnets(conn: Any) -> set[ipaddress.IPv4Network]:
+    used = set()
+    with map_libvirt_errors("list networks"):
+        networks = conn.listAllNetworks(0)
+    for net in networks:
+        with contextlib.suppress(Exception):  # a network that vanished while listing
+            root = ET.fromstring(net.XMLDesc(0))  # noqa: S314 — XML from our own libvirtd
+            for ip in root.findall("ip"):
+                address, prefix = ip.get("address"), ip.get("prefix")
+                netmask = ip.get("netmask")
+                if address and (prefix or netmask):
+                    used.add(ipaddress.ip_network(f"{address}/{prefix or netmask}", strict=False))
+    return {n for n in used if isinstance(n, ipaddress.IPv4Network)}
+
+
+def _create_network(
+    conn: Any, sandbox_id: str, mode: Literal["allow", "open"], attempts: int = 8
+) -> VmNetwork:
+    libvirt = libvirt_module()
+    name, bridge = network_name(sandbox_id), bridge_name(sandbox_id)
+    if os.geteuid() == 0:  # libvirt writes <bridge>.macs here; Debian makes it only for 'default'
+        LIBVIRT_DNSMASQ_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
+    used = _used_subnets(conn)
+    free = [s for s in SUBNET_POOL.subnets(new_prefix=24) if s not in used]
+    last = "no free /24 left"
+    for subnet in random.sample(free, min(attempts, len(free))):
+        network = VmNetwork(sandbox_id, name, bridge, subnet, mode)
+        root = ET.Element("network")
+        ET.SubElement(root, "name").text = name
+        if mode == "open":
+            ET.SubElement(root, "forward", mode="nat")
+        ET.SubElement(root, "bridge", name=bridge, stp="off", delay="0")
+        ET.SubElement(root, "dns", enable="yes" if mode == "open" else "no")
+        ET.SubElement(root, "ip", address=str(network.host_address), prefix="24")
+        try:
+            conn.networkCreateXML(ET.tostring(root, encoding="unicode"))
+        except libvirt.libvirtError as exc:
+            # another sandbox (or a host route) took this subnet since we listed: try another
+            last = exc.get_error_message()
+            continue
+        return network
+    raise ProviderError(
+        f"could not create the isolated network {name} of {sandbox_id} in {SUBNET_POOL} "
+        f"after {attempts} subnets: {last}"
+    )
+
+
+def _iptables(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
+    path = shutil.which(tool)
+    if path is None:
+        raise ProviderError(
+            f"{tool} is not installed; allow: VM sandboxes need it (scripts/host-packages/vm.txt)"
+        )
+    return subprocess.run([path, "-w", *args], capture_output=True, text=True, check=False)
+
+
+Rule = tuple[str, str, str, list[str]]
+"""(tool, table, chain, rule spec) of one firewall rule."""
+TABLE_CHAINS: Final = (("filter", "INPUT"), ("filter", "FORWARD"), ("raw", "PREROUTING"))
+"""Where a sandbox's rules live (gc scans these)."""
+
+
+def _rules(network: VmNetwork) -> list[Rule]:
+    """The sandbox's rules, in the order they end up at the top of their chains."""
+    tag = ["-m", "comment", "--comment", rule_comment(network.sandbox_id)]
+    bridge = network.bridge
+    ipv6 = [
+        ("ip6tables", "filter", "INPUT", ["-i", bridge, *tag, "-j", "DROP"]),
+        ("ip6tables", "filter", "FORWARD", ["-i", bridge, *tag, "-j", "DROP"]),
+        ("ip6tables", "filter", "FORWARD", ["-o", bridge, *tag, "-j", "DROP"]),
+    ]
+    if network.mode == "open":
+        loopback = ["-i", bridge, "-d", "127.0.0.0/8", *tag, "-j", "DROP"]
+        return [("iptables", "raw", "PREROUTING", loopback), *ipv6]
+    proxy = [
+        "-d", str(network.host_address), "-p", "tcp", "--dport", str(EGRESS_PORT),
+    ]  # fmt: skip
+    return [
+        ("iptables", "filter", "INPUT", ["-i", bridge, *proxy, *tag, "-j", "ACCEPT"]),
+        ("iptables", "filter", "INPUT", ["-i", bridge, *tag, "-j", "REJECT"]),
+        ("iptables", "filter", "FORWARD", ["-i", bridge, *tag, "-j", "REJECT"]),
+        ("iptables", "filter", "FORWARD", ["-o", bridge, *tag, "-j", "REJECT"]),
+        *ipv6,
+    ]
+
+
+def _add_rules(network: VmNetwork) -> None:
+    # inserted bottom-up at position 1, so they end in _rules' order above everything else
+    for tool, table, chain, rule in reversed(_rules(network)):
+        done = _iptables(tool, "-t", table, "-I", chain, "1", *rule)
+        if done.returncode != 0:
+            raise ProviderError(
+                f"{tool} refused a rule of sandbox {network.sandbox_id} "
+                f"(-t {table} {chain} {' '.join(rule)}): {done.stderr.strip()}"
+            )
+
+
+def _proxy_user() -> dict[str, Any]:
+    """Drop to ``nobody`` when root (the proxy needs no privilege), else run as we are."""
+    if os.geteuid() != 0:
+        return {}
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        return {}
+    return {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
+
+
+def proxy_python_check() -> str | None:
+    """``None`` when the proxy's Python can import h11, else what is wrong (for doctor)."""
+    python = _proxy_python()
+    done = subprocess.run(
+        [python, "-I", "-c", "import h11"], capture_output=True, text=True, check=False
+    )
+    if done.returncode == 0:
+        return None
+    return f"{python} cannot import h11, which the allow: egress proxy needs"
+
+
+def _proxy_python() -> str:
+    """A Python any user can run: the system one (with Debian's ``python3-h11``,
+    scripts/host-packages/vm.txt) when root, else ours (h11 is a dependency of cubicle)."""
+    system = Path("/usr/bin/python3")
+    return str(system) if os.geteuid() == 0 and system.exists() else sys.executable
+
+
+def proxy_script(home: Path) -> Path:
+    """``<home>/proxy/<hash>/egress.py``: a copy of the proxy that ``nobody`` can read (the run
+    directories cannot be entered by other users), one per version of its source."""
+    source = EGRESS_SOURCE.read_bytes()
+    directory = home / "proxy" / hashlib.sha256(source).hexdigest()[:16]
+    script = directory / "egress.py"
+    if script.is_file() and script.read_bytes() == source:
+        return script
+    directory.mkdir(parents=True, exist_ok=True)
+    for path in (home / "proxy", directory):
+        path.chmod(0o755)
+    partial = directory / f".egress-{os.getpid()}.tmp"
+    partial.write_bytes(source)
+    partial.chmod(0o644)
+    partial.replace(script)
+    return script
+
+
+def _private_file(path: Path) -> int:
+    """Open ``path`` for appending, created ``0600`` (root's alone; QEMU does not need it)."""
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+
+
+def _start_proxy(network: VmNetwork, policy: NetworkPolicy, run: Path, script: Path) -> None:
+    argv = [
+        _proxy_python(),
+        "-I",
+        str(script),
+        "--listen",
+        f"{network.host_address}:{EGRESS_PORT}",
+        "--label",
+        network.sandbox_id,
+    ]
+    argv += ["--policy", str(policy.proxy_policy)]
+    control = None
+    if policy.mode == "ask":
+        # root binds the control socket (0600, in the root-only run folder) and hands the
+        # listening descriptor to the proxy, which runs as nobody
+        control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        path = run / CONTROL_SOCKET
+        path.unlink(missing_ok=True)
+        control.bind(str(path))
+        os.chmod(path, 0o600)
+        control.listen(8)
+        argv += ["--ask-timeout", f"{policy.ask_timeout:g}", "--control-fd", str(control.fileno())]
+    log_path = run / "egress.log"
+    try:
+        with os.fdopen(_private_file(log_path), "ab") as log_file:
+            proxy = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # outlives its creator until destroy/gc, like the domain
+                close_fds=True,
+                pass_fds=() if control is None else (control.fileno(),),
+                **_proxy_user(),
+            )
+    finally:
+        if control is not None:
+            control.close()
+    _CHILDREN[proxy.pid] = proxy
+    with os.fdopen(_private_file(run / "egress.json"), "w") as record:
+        record.write(json.dumps({"pid": proxy.pid, "start_time": _start_time(proxy.pid)}) + "\n")
+    for _ in poll(Deadline(PROXY_READY_S), 0.05):
+        if '"event": "listening"' in log_path.read_text(errors="replace"):
+            return
+        if proxy.poll() is not None:
+            break
+    tail = log_path.read_text(errors="replace").strip().splitlines()[-10:]
+    raise ProviderError(
+        f"the egress proxy of {network.sandbox_id} did not listen on "
+        f"{network.host_address}:{EGRESS_PORT} within {PROXY_READY_S:.0f} s "
+        f"(exit code {proxy.poll()}): " + " | ".join(tail)
+    )
+
+
+# --------------------------------------------------------------------------- teardown
+
+
+def _start_time(pid: int) -> str | None:
+    """Field 22 of /proc/PID/stat (clock ticks since boot): tells a reused pid apart."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _proxy_processes() -> Iterator[tuple[int, str]]:
+    """(pid, sandbox id) of every running cubicle VM egress proxy (found by its command line)."""
+    for process in processes():
+        argv = [arg.decode("utf-8", "replace") for arg in process.argv]
+        if len(argv) < 3 or not any(a.endswith("/egress.py") for a in argv[:3]):
+            continue
+        if "--label" in argv[:-1]:
+            label = argv[argv.index("--label") + 1]
+            if _ID.fullmatch(label):
+                yield process.pid, label
+
+
+def _stop(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    child = _CHILDREN.pop(pid, None)
+    if child is not None:  # our own child: wait reaps it
+        try:
+            child.wait(PROXY_STOP_S)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+        return
+    for _ in poll(Deadline(PROXY_STOP_S), 0.02):
+        if _start_time(pid) is None or _is_zombie(pid):
+            return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def _stop_proxy(sandbox_id: str, run: Path | None) -> None:
+    record = run / "egress.json" if run is not None else None
+    if record is not None and record.exists():
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            saved = json.loads(record.read_text())
+            pid = int(saved["pid"])
+            if saved.get("start_time") and _start_time(pid) == saved["start_time"]:
+                _stop(pid)
+    for pid, label in _proxy_processes():
+        if label == sandbox_id:
+            _stop(pid)
+
+
+def _tagged_rules() -> Iterator[tuple[str, str, str, list[str]]]:
+    """(tool, sandbox id, table, rule spec for ``-D``) of every cubicle VM rule in the chains of
+    :data:`TABLE_CHAINS`."""
+    for tool in ("iptables", "ip6tables"):
+        if shutil.which(tool) is None:
+            continue
+        for table, chain in TABLE_CHAINS:
+            listed = _iptables(tool, "-t", table, "-S", chain)
+            for line in listed.stdout.splitlines():
+                words = shlex.split(line)  # parses iptables' own output; nothing is run by a shell
+                if len(words) < 2 or words[0] != "-A" or "--comment" not in words[:-1]:
+                    continue
+                comment = words[words.index("--comment") + 1]
+                if comment.startswith(NAME_PREFIX) and _ID.fullmatch(
+                    comment.removeprefix(NAME_PREFIX)
+                ):
+                    yield tool, comment.removeprefix(NAME_PREFIX), table, words[1:]
+
+
+def _remove_rules(sandbox_ids: set[str]) -> None:
+    """Delete the rules of ``sandbox_ids``. A rule another process deleted since the listing
+    (a concurrent ``gc`` or ``down``) is gone, which is what was wanted: not a failure."""
+    failures = []
+    for tool, sandbox_id, table, rule in _tagged_rules():
+        if sandbox_id in sandbox_ids:
+            done = _iptables(tool, "-t", table, "-D", *rule)
+            if done.returncode != 0 and _iptables(tool, "-t", table, "-C", *rule).returncode == 0:
+                failures.append(f"{tool} -t {table} -D {' '.join(rule)}: {done.stderr.strip()}")
+    if failures:
+        raise ProviderError("could not remove firewall rules: " + "; ".join(failures))
+
+
+def _destroy_network(conn: Any, name: str) -> None:
+    libvirt = libvirt_module()
+    try:
+        net = conn.networkLookupByName(name)
+    except libvirt.libvirtError as exc:
+        if exc.get_error_code() == libvirt.VIR_ERR_NO_NETWORK:
+            return
+        raise ProviderError(f"libvirt could not look up network {name}: {exc}") from exc
+    try:
+        if net.isActive():
+            net.destroy()  # transient: destroying removes it
+        if net.isPersistent():
+            net.undefine()
+    except libvirt.libvirtError as exc:
+        # gone or stopped meanwhile (a concurrent gc or down): what was wanted
+        gone = (libvirt.VIR_ERR_NO_NETWORK, libvirt.VIR_ERR_OPERATION_INVALID)
+        if exc.get_error_code() not in gone:
+            raise ProviderError(f"libvirt could not remove network {name}: {exc}") from exc
+
+
+def stop_proxy(sandbox_id: str, run: Path | None) -> None:
+    """End the egress proxy of ``sandbox_id`` (by its record in ``run``, and by its label)."""
+    _stop_proxy(sandbox_id, run)
+
+
+def remove_rules(sandbox_id: str) -> None:
+    """Delete the firewall rules of ``sandbox_id``; only once its domain is gone (until then
+    they are what keeps the guest from the host's services)."""
+    _remove_rules({sandbox_id})
+
+
+def remove_network(conn: Any, sandbox_id: str) -> None:
+    """Remove the libvirt network of ``sandbox_id`` (once no domain is attached to it)."""
+    _destroy_network(conn, network_name(sandbox_id))
+
+
+def teardown(conn: Any, sandbox_id: str, run: Path | None) -> None:
+    """Stop the proxy, remove the rules and the network of ``sandbox_id``, one after the other
+    (idempotent; a sandbox without an ``allow:`` network costs a network lookup, an iptables
+    listing and a /proc scan)."""
+    stop_proxy(sandbox_id, run)
+    remove_rules(sandbox_id)
+    remove_network(conn, sandbox_id)
+
+
+def leftovers(conn: Any) -> dict[str, set[str]]:
+    """Sandbox ids that still have a network, firewall rules or a proxy process, by kind."""
+    with map_libvirt_errors("list networks"):
+        names = [net.name() for net in conn.listAllNetworks(0)]
+    return {
+        "network": {
+            n.removeprefix(NAME_PREFIX)
+            for n in names
+            if n.startswith(NAME_PREFIX) and _ID.fullmatch(n.removeprefix(NAME_PREFIX))
+        },
+        "rule": {sandbox_id for _tool, sandbox_id, _table, _rule in _tagged_rules()},
+        "proxy": {sandbox_id for _pid, sandbox_id in _proxy_processes()},
+    }
+
+
+def collect(conn: Any, keep: set[str]) -> set[str]:
+    """Tear down the network pieces of every sandbox id not in ``keep``; return those ids."""
+    found = set().union(*leftovers(conn).values()) - keep
+    for sandbox_id in sorted(found):
+        teardown(conn, sandbox_id, None)
+    return found

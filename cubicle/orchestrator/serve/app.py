@@ -1,0 +1,661 @@
+"""The HTTP side of ``cubicle serve``: the Agents sessions API and the console (Starlette).
+
+Routes (all under the bearer token of :mod:`cubicle.orchestrator.serve.auth`, except the console
+page):
+
+=========================================  ==================================================
+``POST   /v1/agents/sessions``              create (``stream: true`` → SSE of its first turn)
+``GET    /v1/agents/sessions``              list (``after``/``limit``/``order``, ``agent_id``,
+                                            ``metadata[KEY]=VALUE``)
+``GET    /v1/agents/sessions/{id}``         retrieve
+``DELETE /v1/agents/sessions/{id}``         delete: cancels the turn, removes the sandbox,
+                                            its folder, its streams
+``POST   /v1/agents/sessions/{id}/events``  inputs: message, cancel, approval answers (202)
+``GET    /v1/agents/sessions/{id}/events``  SSE: the current status, then live events
+``GET    /v1/agents/sessions/{id}/items``   items, paginated as the SDK pages them
+any other ``/v1/...``                       501 in the error shape (not implemented)
+``GET    /console``                         the console page (no data in it)
+``GET    /console/api/sessions/{id}/...``   the console's ``events`` (with the kept ones) and
+                                            ``screenshot`` (the latest, JPEG)
+``POST   /console/api/sessions/{id}/view``  a one-time live-view link (``cubicle view``)
+=========================================  ==================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import anyio.to_thread
+from sse_starlette.sse import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from cubicle.drivers.policy_file import Policy
+from cubicle.orchestrator.providers import backend_of, get_provider
+from cubicle.orchestrator.serve import wire
+from cubicle.orchestrator.serve.agents import parse_agent
+from cubicle.orchestrator.serve.auth import check_bearer
+from cubicle.orchestrator.serve.environment import parse_environment
+from cubicle.orchestrator.serve.errors import (
+    NO_RETRY,
+    ApiError,
+    bad_request,
+    error_body,
+    not_implemented,
+)
+from cubicle.orchestrator.serve.registry import Registry
+from cubicle.orchestrator.serve.store import Session, SessionStore, TurnState, page
+from cubicle.orchestrator.serve.turns import turn_runner
+from cubicle.orchestrator.serve.worker import SessionWorker
+from cubicle_guest.errors import CubicleError
+
+__all__ = ["ServerState", "build_app"]
+
+log = logging.getLogger("cubicle.serve")
+
+DELETE_WAIT_S = 120.0
+SSE_PING_S = 15
+MAX_METADATA = 16
+MAX_BODY_BYTES = 64 * 1024 * 1024
+"""Largest request body read (inline files are at most 32 MiB each, base64 grows them by 4/3)."""
+
+
+@dataclass
+class ServerState:
+    """What the routes share: the token, the sessions and their workers, the options."""
+
+    token: str
+    registry: Registry
+    backend: str = "docker"
+    policy: Policy | None = None
+    ask_timeout: float | None = None
+    """Ask mode (``--ask-origins``): seconds a question about an origin waits; ``None``: off."""
+    store: SessionStore = field(default_factory=SessionStore)
+    workers: dict[str, SessionWorker] = field(default_factory=dict)
+    seen_keys: dict[str, set[str]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+async def _json(request: Request) -> dict[str, Any]:
+    """The request's JSON object, read up to :data:`MAX_BODY_BYTES`.
+
+    :raises ApiError: 413 for a larger body, 400 when it is not a JSON object."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise ApiError(
+                413,
+                f"the request body is over {MAX_BODY_BYTES} bytes",
+                code="request_too_large",
+            )
+        chunks.append(chunk)
+    try:
+        body = json.loads(b"".join(chunks))
+    except (ValueError, UnicodeDecodeError):
+        raise bad_request("the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise bad_request("the request body must be a JSON object")
+    return body
+
+
+def _state(request: Request) -> ServerState:
+    state: ServerState = request.app.state.serve
+    check_bearer(request, state.token)
+    return state
+
+
+def _int_param(request: Request, name: str, default: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise bad_request(f"{name} must be an integer, got {raw!r}", name) from None
+
+
+def _page_response(request: Request, rows: list[dict[str, Any]]) -> Response:
+    """One page of ``rows`` (oldest first) for the request's ``after``/``order``/``limit``."""
+    return JSONResponse(
+        page(
+            rows,
+            after=request.query_params.get("after"),
+            order=request.query_params.get("order", "desc"),
+            limit=_int_param(request, "limit", 20),
+        )
+    )
+
+
+def _metadata(value: object) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or len(value) > MAX_METADATA:
+        raise bad_request("metadata must be an object of at most 16 string pairs", "metadata")
+    for key, val in value.items():
+        if not isinstance(val, str) or len(key) > 64 or len(val) > 512:
+            raise bad_request(
+                f"metadata.{key}: keys up to 64 and string values up to 512 characters",
+                f"metadata.{key}",
+            )
+    return dict(value)
+
+
+def _spend_control(value: object) -> None:
+    """Check a create request's ``spend_control``: null (unlimited) or ``{"limit": null}``.
+
+    A numeric limit is refused (cubicle serve does not count spend, so it cannot enforce one).
+
+    :raises ApiError: 400 naming ``spend_control`` or the offending field in it.
+    """
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise bad_request("spend_control must be an object or null", "spend_control")
+    for key in value:
+        if key != "limit":
+            raise bad_request(f"spend_control.{key} is not a known field", f"spend_control.{key}")
+    if "limit" not in value:
+        raise bad_request(
+            "spend_control.limit is required (null for an unlimited session)",
+            "spend_control.limit",
+        )
+    if value["limit"] is not None:
+        raise bad_request(
+            f"spend_control.limit {value['limit']!r}: cubicle serve runs unlimited sessions only "
+            "(it does not count spend); send null or leave spend_control out",
+            "spend_control.limit",
+        )
+
+
+def _input_content(value: object, param: str) -> list[dict[str, Any]]:
+    """The content parts of a message input (a string or a list of user messages)."""
+    if isinstance(value, str):
+        if not value:
+            raise bad_request(f"{param} must not be empty", param)
+        return [{"type": "input_text", "text": value}]
+    if not isinstance(value, list) or not value:
+        raise bad_request(f"{param} must be a string or a non-empty list of messages", param)
+    parts: list[dict[str, Any]] = []
+    for index, message in enumerate(value):
+        p = f"{param}[{index}]"
+        if not isinstance(message, dict) or message.get("role") != "user":
+            raise bad_request(f"{p} must be a user message", p)
+        content = message.get("content")
+        if isinstance(content, str):
+            content = [{"type": "input_text", "text": content}]
+        if not isinstance(content, list) or not content:
+            raise bad_request(f"{p}.content must be a non-empty list", f"{p}.content")
+        for j, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") != "input_text":
+                raise bad_request(
+                    f"{p}.content[{j}]: cubicle agents take input_text parts only",
+                    f"{p}.content[{j}]",
+                )
+            if not isinstance(part.get("text"), str):
+                raise bad_request(f"{p}.content[{j}].text must be a string", f"{p}.content[{j}]")
+            parts.append({"type": "input_text", "text": part["text"]})
+    return parts
+
+
+# -- sessions --------------------------------------------------------------------------------------
+
+CREATE_FIELDS = {
+    "environment",
+    "agent",
+    "agent_id",
+    "input",
+    "metadata",
+    "prompt_cache_options",
+    "review",
+    "spend_control",
+    "stream",
+    "stream_options",
+    "vault_ids",
+}
+
+
+async def create_session(request: Request) -> Response:
+    state = _state(request)
+    body = await _json(request)
+    for key in body:
+        if key not in CREATE_FIELDS:
+            raise bad_request(f"{key} is not a known field", key)
+    for key in ("vault_ids", "prompt_cache_options"):
+        if body.get(key) not in (None, [], {}):
+            raise bad_request(f"{key} is not supported by cubicle serve", key)
+    stream = body.get("stream", False)
+    if stream not in (True, False):
+        raise bad_request("stream must be a boolean", "stream")
+    if body.get("stream_options") is not None and not stream:
+        raise bad_request("stream_options is only allowed when stream is true", "stream_options")
+    _spend_control(body.get("spend_control"))
+    review = body.get("review", "none")
+    if review not in ("none", "auto_review"):
+        raise bad_request("review must be 'none' or 'auto_review'", "review")
+    if review == "auto_review" and state.policy is None:
+        raise bad_request(
+            "review 'auto_review' needs a server-side policy: start cubicle serve with "
+            "--policy FILE",
+            "review",
+        )
+    plan = parse_environment(body.get("environment"), ask_timeout=state.ask_timeout)
+    agent = parse_agent(body)
+    metadata = _metadata(body.get("metadata"))
+    content = None
+    if body.get("input") is not None:
+        content = _input_content(body["input"], "input")
+    elif stream:
+        raise bad_request("input is required when stream is true", "input")
+
+    session = Session(
+        wire.new_id("sess"), agent=agent, plan=plan, metadata=metadata, review=str(review)
+    )
+    queue = session.subscribe()[0] if stream else None
+    worker = SessionWorker(
+        session,
+        backend=state.backend,
+        registry=state.registry,
+        folder=state.registry.session_folder(session.id),
+        run=turn_runner(agent),
+        policy=state.policy,
+    )
+    with state.lock:
+        state.store.add(session)
+        state.workers[session.id] = worker
+    session.publish(wire.event("agent.session.created", session=session.snapshot()))
+    session.publish(
+        wire.event(
+            "agent.session.environment.pending",
+            session_id=session.id,
+            environment=session.environment_state(),
+        )
+    )
+    first_turn = _submit_message(session, worker, content) if content is not None else None
+    worker.start()
+    if queue is None:
+        return JSONResponse(session.snapshot())
+    # subscribed before the first event was published: the queue holds every one of them
+    return _sse(session, queue, kept=[], until_turn=first_turn)
+
+
+async def list_sessions(request: Request) -> Response:
+    state = _state(request)
+    rows = state.store.all()
+    agent_id = request.query_params.get("agent_id")
+    if agent_id is not None:
+        rows = [s for s in rows if s.agent.id == agent_id]
+    for key, value in request.query_params.multi_items():
+        if key.startswith("metadata[") and key.endswith("]"):
+            name = key[len("metadata[") : -1]
+            rows = [s for s in rows if s.metadata.get(name) == value]
+        elif key not in ("after", "limit", "order", "agent_id"):
+            raise bad_request(f"unknown query parameter {key!r}", key)
+    return _page_response(request, [s.snapshot() for s in sorted(rows, key=lambda s: s.id)])
+
+
+async def retrieve_session(request: Request) -> Response:
+    state = _state(request)
+    return JSONResponse(state.store.get(request.path_params["session_id"]).snapshot())
+
+
+async def delete_session(request: Request) -> Response:
+    state = _state(request)
+    session = state.store.get(request.path_params["session_id"])
+    with session.lock:
+        session.deleted = True
+    for pending in list(session.pending.values()):
+        pending.answered.set()
+    with state.lock:
+        worker = state.workers.pop(session.id, None)
+    await anyio.to_thread.run_sync(_teardown, state, session, worker)
+    return JSONResponse({"id": session.id, "object": "agent.session.deleted", "deleted": True})
+
+
+def _teardown(state: ServerState, session: Session, worker: SessionWorker | None) -> None:
+    """Stop the worker, destroy the sandbox, remove the folder and the streams (idempotent)."""
+    if worker is not None:
+        worker.stop(DELETE_WAIT_S)
+    sandbox = session.sandbox
+    if sandbox is not None:
+        try:
+            sandbox.destroy()
+            state.registry.discard(sandbox.id)
+        except CubicleError as exc:
+            log.warning("session %s: removing sandbox %s failed: %s", session.id, sandbox.id, exc)
+    state.registry.remove_session_folder(session.id)
+    session.close_streams()
+    state.store.remove(session.id)
+    state.seen_keys.pop(session.id, None)
+
+
+def shutdown(state: ServerState) -> None:
+    """Tear every session down (the server is stopping)."""
+    for session in state.store.all():
+        with session.lock:
+            session.deleted = True
+        with state.lock:
+            worker = state.workers.pop(session.id, None)
+        _teardown(state, session, worker)
+
+
+# -- events ----------------------------------------------------------------------------------------
+
+
+def _submit_message(
+    session: Session, worker: SessionWorker, content: list[dict[str, Any]]
+) -> TurnState:
+    with session.lock:
+        if session.status == "failed":
+            raise bad_request("the session failed; create a new one", "events")
+        if session.turn is not None:
+            raise bad_request(
+                "the session has a turn in progress; wait for it or cancel it",
+                "events",
+                code="turn_in_progress",
+            )
+        turn = TurnState(wire.new_id("turn"), content, wire.now())
+        session.turn = turn
+        item = wire.user_message(turn.id, content)
+        session.add_item(item)
+    session.publish(
+        wire.event(
+            "agent.session.turn.created",
+            session_id=session.id,
+            turn_id=turn.id,
+            turn=wire.turn_object(
+                turn.id, session.id, session.agent.id, status="queued", created_at=turn.created_at
+            ),
+        )
+    )
+    session.publish(
+        wire.event(
+            "agent.session.turn.item.added",
+            session_id=session.id,
+            turn_id=turn.id,
+            item=item,
+            output_index=0,
+        )
+    )
+    session.set_status("in_progress")
+    worker.jobs.put(turn)
+    return turn
+
+
+async def post_events(request: Request) -> Response:
+    state = _state(request)
+    session = state.store.get(request.path_params["session_id"])
+    body = await _json(request)
+    events = body.get("events")
+    if not isinstance(events, list) or not events:
+        raise bad_request("events must be a non-empty list", "events")
+    key = request.headers.get("idempotency-key")
+    if key:
+        seen = state.seen_keys.setdefault(session.id, set())
+        if key in seen:
+            return Response(status_code=202)
+    with state.lock:
+        worker = state.workers.get(session.id)
+    if worker is None:
+        raise ApiError(404, f"No session found with id {session.id!r}.", code="not_found")
+    actions = [_check_input(session, index, entry) for index, entry in enumerate(events)]
+    for action in actions:
+        action(worker)
+    if key:
+        state.seen_keys.setdefault(session.id, set()).add(key)
+    return Response(status_code=202)
+
+
+def _check_input(session: Session, index: int, entry: object) -> Any:
+    """Validate one input event; return what applies it (so nothing applies when any is bad)."""
+    p = f"events[{index}]"
+    if not isinstance(entry, dict):
+        raise bad_request(f"{p} must be an object", p)
+    kind = entry.get("type")
+    if kind == "agent.session.input.message":
+        content = _input_content(entry.get("input"), f"{p}.input")
+        return lambda worker: _submit_message(session, worker, content)
+    if kind == "agent.session.input.cancel":
+        with session.lock:
+            turn = session.turn
+        if turn is None:
+            raise bad_request("there is no active turn to cancel", p, code="no_active_turn")
+        return lambda worker: turn.cancel.set()
+    if kind == "agent.session.input.computer_use_approval_request_result":
+        request_id = entry.get("request_id")
+        with session.lock:
+            pending = session.pending.get(str(request_id))
+        if pending is None:
+            raise bad_request(
+                f"{p}.request_id {request_id!r} names no pending approval request",
+                f"{p}.request_id",
+            )
+        response = entry.get("response")
+        if not isinstance(response, dict) or response.get("type") != pending.kind:
+            raise bad_request(
+                f"{p}.response must be {{type: {pending.kind!r}, decision: ...}} for this request",
+                f"{p}.response",
+            )
+        decision = response.get("decision")
+        if decision not in ("approve", "deny", "cancel"):
+            raise bad_request(
+                f"{p}.response.decision must be approve, deny or cancel", f"{p}.response.decision"
+            )
+
+        def answer(_worker: SessionWorker) -> None:
+            pending.decision = str(decision)
+            pending.answered.set()
+
+        return answer
+    if kind in (
+        "agent.session.input.tool_result",
+        "agent.session.input.mcp_approval_request_result",
+    ):
+        raise bad_request(
+            f"{p}.type {kind!r}: cubicle agents have no function or MCP tools", f"{p}.type"
+        )
+    raise bad_request(f"{p}.type {kind!r} is not a session input", f"{p}.type")
+
+
+def _sse(
+    session: Session,
+    queue: asyncio.Queue[Any],
+    *,
+    kept: list[dict[str, Any]],
+    until_turn: TurnState | None = None,
+) -> EventSourceResponse:
+    """An SSE response: ``kept`` events, then live ones until the client leaves or the session
+    is deleted; with ``until_turn``, until that turn ended and the session went idle/failed."""
+    loop = asyncio.get_running_loop()
+
+    async def generate() -> AsyncIterator[dict[str, str]]:
+        ended = False
+        try:
+            for event in kept:
+                yield {"event": event["type"], "data": json.dumps(event)}
+            while True:
+                event = await queue.get()
+                if event is None:
+                    return
+                yield {"event": event["type"], "data": json.dumps(event)}
+                if until_turn is not None:
+                    kind = event["type"]
+                    if (
+                        kind.startswith("agent.session.turn.")
+                        and event.get("turn_id") == until_turn.id
+                        and kind.rsplit(".", 1)[1] in ("completed", "failed", "cancelled")
+                    ):
+                        ended = True
+                    if kind == "agent.session.failed" or (ended and kind == "agent.session.idle"):
+                        return
+        finally:
+            session.unsubscribe(loop, queue)
+
+    return EventSourceResponse(generate(), ping=SSE_PING_S)
+
+
+async def stream_events(request: Request) -> Response:
+    state = _state(request)
+    session = state.store.get(request.path_params["session_id"])
+    include = request.query_params.get("include_obfuscation")
+    if include not in (None, "true", "false"):
+        raise bad_request("include_obfuscation must be true or false", "include_obfuscation")
+    queue, _ = session.subscribe()
+    return _sse(session, queue, kept=[session.status_event()])
+
+
+async def list_items(request: Request) -> Response:
+    state = _state(request)
+    session = state.store.get(request.path_params["session_id"])
+    for key in request.query_params:
+        if key not in ("after", "limit", "order"):
+            raise bad_request(f"unknown query parameter {key!r}", key)
+    with session.lock:
+        rows = list(session.items)
+    return _page_response(request, rows)
+
+
+async def unimplemented(request: Request) -> Response:
+    _state(request)
+    raise not_implemented(request.method, request.url.path)
+
+
+# -- console ---------------------------------------------------------------------------------------
+
+
+CONSOLE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' blob: data:; "
+    "style-src 'self' 'unsafe-inline'; script-src 'self'; frame-ancestors 'none'",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+}
+
+
+def _console_file(name: str) -> str:
+    return resources.files("cubicle.orchestrator.serve").joinpath(name).read_text("utf-8")
+
+
+async def console_page(request: Request) -> Response:
+    """The console page: no data in it (everything is fetched with the token)."""
+    return HTMLResponse(_console_file("console.html"), headers=CONSOLE_HEADERS)
+
+
+async def console_script(request: Request) -> Response:
+    return Response(
+        _console_file("console.js"), media_type="text/javascript", headers=CONSOLE_HEADERS
+    )
+
+
+async def console_events(request: Request) -> Response:
+    state = _state(request)
+    session = state.store.get(request.path_params["session_id"])
+    queue, kept = session.subscribe(replay=True)
+    return _sse(session, queue, kept=kept)
+
+
+async def console_view(request: Request) -> Response:
+    """A one-time link to the session desktop's live view (``cubicle view``, issue 16)."""
+    state = _state(request)
+    session = state.store.get(request.path_params["session_id"])
+    sandbox = session.sandbox
+    if sandbox is None:
+        raise bad_request("the session's desktop is not ready yet")
+    from cubicle.orchestrator.view.control import open_view  # noqa: PLC0415 — loaded on demand
+
+    try:
+        link = await anyio.to_thread.run_sync(open_view, sandbox.id)
+    except CubicleError as exc:
+        raise bad_request(f"no live view for this session's desktop: {exc}") from None
+    return JSONResponse({"url": link.url, "mode": link.mode})
+
+
+async def console_screenshot(request: Request) -> Response:
+    state = _state(request)
+    session = state.store.get(request.path_params["session_id"])
+    with session.lock:
+        jpeg = session.latest_screenshot
+    if jpeg is None:
+        raise ApiError(404, "no screenshot yet", code="not_found")
+    return Response(jpeg, media_type="image/jpeg", headers={"Cache-Control": "no-store"})
+
+
+# -- the app ---------------------------------------------------------------------------------------
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return exc.response()
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    status = exc.status_code
+    kind = "not_found" if status == 404 else "method_not_allowed" if status == 405 else "http_error"
+    message = f"{request.method} {request.url.path}: {exc.detail}"
+    return JSONResponse(
+        error_body(message, type="invalid_request_error", code=kind),
+        status_code=status,
+        headers=NO_RETRY,
+    )
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
+    return JSONResponse(
+        error_body(
+            "internal server error (logged by cubicle serve)",
+            type="server_error",
+            code="internal_error",
+        ),
+        status_code=500,
+        headers=NO_RETRY,
+    )
+
+
+def destroy_by_id(sandbox_id: str) -> None:
+    get_provider(backend_of(sandbox_id)).destroy(sandbox_id)
+
+
+def build_app(state: ServerState) -> Starlette:
+    """The ASGI app over ``state`` (the caller collected the previous server's sandboxes)."""
+    base = "/v1/agents/sessions"
+    routes = [
+        Route(base, create_session, methods=["POST"]),
+        Route(base, list_sessions, methods=["GET"]),
+        Route(base + "/{session_id}", retrieve_session, methods=["GET"]),
+        Route(base + "/{session_id}", delete_session, methods=["DELETE"]),
+        Route(base + "/{session_id}/events", post_events, methods=["POST"]),
+        Route(base + "/{session_id}/events", stream_events, methods=["GET"]),
+        Route(base + "/{session_id}/items", list_items, methods=["GET"]),
+        Route("/v1/{rest:path}", unimplemented, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
+        Route("/console", console_page, methods=["GET"]),
+        Route("/console/console.js", console_script, methods=["GET"]),
+        Route("/console/api/sessions/{session_id}/events", console_events, methods=["GET"]),
+        Route("/console/api/sessions/{session_id}/screenshot", console_screenshot, methods=["GET"]),
+        Route("/console/api/sessions/{session_id}/view", console_view, methods=["POST"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        exception_handlers={
+            ApiError: _api_error,
+            HTTPException: _http_error,
+            Exception: _internal_error,
+        },
+    )
+    app.state.serve = state
+    return app

@@ -1,0 +1,170 @@
+"""``cubicle serve``: the Agents sessions API on this machine (see
+:mod:`cubicle.orchestrator.serve`)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ipaddress
+import os
+import socket
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+
+from cubicle.drivers.policy_file import load_policy
+from cubicle.orchestrator.errors import ConfigError
+from cubicle.orchestrator.network import DEFAULT_ASK_TIMEOUT_S, NetworkPolicy
+from cubicle.orchestrator.providers import get_provider
+from cubicle.orchestrator.serve.app import ServerState, build_app, destroy_by_id, shutdown
+from cubicle.orchestrator.serve.auth import TOKEN_ENV, resolve_token
+from cubicle.orchestrator.serve.registry import Registry
+from cubicle_guest.errors import CubicleError
+
+__all__ = ["cmd_serve", "register"]
+
+DEFAULT_PORT = 8377
+GRACEFUL_S = 5
+
+
+def default_data_dir(port: int) -> Path:
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "cubicle" / "serve" / str(port)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="serve the Agents sessions API (client.beta.agents.sessions) on cubicle desktops",
+        description="Serve /v1/agents/sessions for OpenAI(base_url='http://HOST:PORT/v1'). "
+        f"The bearer token is {TOKEN_ENV}, or generated and printed once.",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    p.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow a --host that is not a loopback address (anyone who can reach it and holds "
+        "the token can run agents on this machine)",
+    )
+    p.add_argument("--backend", default="docker", choices=("docker", "vm"))
+    p.add_argument(
+        "--policy",
+        type=Path,
+        help="policy file (cubicle.drivers.policy_file) deciding the safety checks of review "
+        "'auto_review'",
+    )
+    p.add_argument(
+        "--ask-origins",
+        action="store_true",
+        help="ask mode: sessions with network 'restricted' or 'enabled' reach origins outside "
+        "allowed_domains only once the session's client approves them (a "
+        "browser_origin_access required action)",
+    )
+    p.add_argument(
+        "--ask-timeout",
+        type=float,
+        metavar="S",
+        help=f"with --ask-origins: seconds a question waits for the client; no answer = deny "
+        f"(default {DEFAULT_ASK_TIMEOUT_S:g})",
+    )
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        help="private folder for turn records and the sandbox registry "
+        "(default ~/.local/state/cubicle/serve/PORT)",
+    )
+    p.set_defaults(func=cmd_serve)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _ask_timeout(args: argparse.Namespace) -> float | None:
+    """The server's ask mode: the question timeout, or ``None`` without ``--ask-origins``.
+
+    :raises ConfigError: ``--ask-timeout`` without ``--ask-origins``, or out of range."""
+    if not args.ask_origins:
+        if args.ask_timeout is not None:
+            raise ConfigError("--ask-timeout needs --ask-origins")
+        return None
+    timeout = DEFAULT_ASK_TIMEOUT_S if args.ask_timeout is None else float(args.ask_timeout)
+    NetworkPolicy.parse("ask:", ask_timeout=timeout)  # the one range check (ConfigError)
+    return timeout
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    if not _is_loopback(args.host) and not args.allow_remote:
+        raise ConfigError(
+            f"--host {args.host} is not a loopback address; pass --allow-remote to serve the "
+            "API beyond this machine"
+        )
+    if not 0 <= args.port < 65536:
+        raise ConfigError(f"--port {args.port} is not a TCP port")
+    try:
+        token, generated = resolve_token()
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    policy = load_policy(args.policy) if args.policy else None
+    ask_timeout = _ask_timeout(args)
+    registry = Registry.open(args.data_dir or default_data_dir(args.port))
+    try:
+        listing = get_provider(args.backend).list() if registry.previous else []
+    except CubicleError as exc:  # no engine now: the listed ids are still tried
+        print(
+            f"cubicle serve: warning: cannot list {args.backend} sandboxes: {exc}", file=sys.stderr
+        )
+        listing = []
+    collected = registry.collect(destroy_by_id, listing)
+    for sandbox_id in collected:
+        print(f"cubicle serve: removed {sandbox_id}, left by a previous server", file=sys.stderr)
+    state = ServerState(
+        token=token,
+        registry=registry,
+        backend=args.backend,
+        policy=policy,
+        ask_timeout=ask_timeout,
+    )
+    app = build_app(state)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        yield
+        import anyio.to_thread  # noqa: PLC0415
+
+        await anyio.to_thread.run_sync(shutdown, state)
+
+    app.router.lifespan_context = lifespan
+    sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((args.host, args.port))
+    sock.listen(128)  # connections queue from the moment the address is printed
+    port = sock.getsockname()[1]
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    if generated:
+        print(f"cubicle serve: API token (shown once): {token}", flush=True)
+    print(f"cubicle serve: base_url http://{host}:{port}/v1", flush=True)
+    print(f"cubicle serve: console http://{host}:{port}/console#token=<token>", flush=True)
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=GRACEFUL_S,  # open event streams do not hold the stop up
+    )
+    server = uvicorn.Server(config)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        registry.close()
+    return 0
