@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any, Final
 
-__version__ = "0.1.0"
+from cubicle.orchestrator import __version__
 
 _EXPORTS: Final = {
     # sandboxes
@@ -60,7 +60,39 @@ _EXPORTS: Final = {
 }
 """Public name → the module that defines it."""
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "ActionRecord",
+    "ActionRejected",
+    "ApprovalPolicy",
+    "ApproveAll",
+    "AsyncApprovals",
+    "AsyncGuestDriver",
+    "ConfigError",
+    "CoordinateOutOfView",
+    "CubicleError",
+    "Decision",
+    "DecisionLog",
+    "DriverError",
+    "FilePolicy",
+    "GuestDriver",
+    "GuestError",
+    "NetworkPolicy",
+    "NonInteractive",
+    "OrchestratorError",
+    "OriginQuestions",
+    "Rect",
+    "Sandbox",
+    "SandboxInfo",
+    "SandboxNotFound",
+    "SandboxSpec",
+    "SandboxStartError",
+    "ScriptedModel",
+    "TerminalPrompt",
+    "ViewGeometry",
+    "Viewport",
+    "__version__",
+    "load_policy",
+]
 
 if TYPE_CHECKING:
     from cubicle.drivers.approvals import (

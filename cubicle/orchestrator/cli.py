@@ -31,16 +31,14 @@ from cubicle.orchestrator.errors import (
     ImageMissing,
     SandboxNotFound,
 )
-from cubicle.orchestrator.network import NetworkPolicy
 from cubicle.orchestrator.origin_answers import (
-    add_ask_timeout_argument,
     register_ask,
     with_ask_timeout,
 )
 from cubicle.orchestrator.provider import Provider, SandboxSpec, default_cpus
-from cubicle.orchestrator.provider import parse_size as provider_size
 from cubicle.orchestrator.providers import DOCKER_ENGINE_ENV, PROVIDERS, get_provider
 from cubicle.orchestrator.sandbox import Sandbox, teardown_on_signals
+from cubicle.orchestrator.shape_options import add_shape_options
 from cubicle_guest.errors import CubicleError
 from cubicle_guest.protocol import MAX_EXEC_OUTPUT_BYTES
 
@@ -61,37 +59,6 @@ def _out(text: str) -> None:
 
 def _err(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
-
-
-def parse_size(text: str) -> tuple[int, int]:
-    try:
-        return provider_size(text, "--size")
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def parse_network(text: str) -> NetworkPolicy:
-    try:
-        return NetworkPolicy.parse(text)
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def add_shape_options(parser: argparse.ArgumentParser) -> None:
-    """``--backend``, ``--network`` and ``--size``: what kind of sandbox (``up``, ``pool fill``)."""
-    parser.add_argument("--backend", choices=sorted(PROVIDERS), default="docker")
-    parser.add_argument(
-        "--network",
-        type=parse_network,
-        default=NetworkPolicy.none(),
-        help="none (default) | allow:ENTRY,... | block:NAME,... | ask:[ENTRY,...] | "
-        "open; ENTRY: NAME (that domain and its subdomains, ports 80/443), HOST:PORT "
-        "(exactly), IP[:PORT]",
-    )
-    add_ask_timeout_argument(parser)
-    parser.add_argument(
-        "--size", type=parse_size, default=(1280, 800), help="screen WxH pixels (default 1280x800)"
-    )
 
 
 def _available_providers() -> list[Provider]:

@@ -20,7 +20,7 @@ from cubicle.orchestrator.providers.docker.exec import open_exec_socket
 from cubicle.orchestrator.providers.docker.provider import GUEST_PYTHON, GUEST_UID, DockerProvider
 from cubicle.orchestrator.sandbox import Sandbox
 from cubicle.orchestrator.view.control import open_view
-from cubicle.orchestrator.view.state import stop_view_servers
+from cubicle.orchestrator.view_servers import stop_view_servers
 from cubicle_guest.client import AgentClient
 from tests.bench.bench_docker import docker_or_skip
 from tests.bench.report import Report, Sample

@@ -80,9 +80,7 @@ def test_one_definition_of_origins_and_decisions() -> None:
         "covers_host",
         "forbidden_address",
     }
-    for path in [
-        p for pkg in ("cubicle", "cubicle_guest") for p in (repo / pkg).rglob("*.py")
-    ]:
+    for path in [p for pkg in ("cubicle", "cubicle_guest") for p in (repo / pkg).rglob("*.py")]:
         if path.name == "egress.py":
             continue
         tree = ast.parse(path.read_text(), str(path))

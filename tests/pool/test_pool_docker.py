@@ -16,7 +16,8 @@ import docker.errors
 import pytest
 
 from cubicle.orchestrator import labels as L
-from cubicle.orchestrator.pool import docker_pool, fill, marks, refill, registry
+from cubicle.orchestrator import pool_marks as marks
+from cubicle.orchestrator.pool import docker_pool, fill, refill, registry
 from cubicle.orchestrator.pool.registry import PoolRecord
 from cubicle.orchestrator.providers.docker.provider import DockerProvider
 from cubicle.orchestrator.sandbox import Sandbox

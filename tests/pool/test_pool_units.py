@@ -12,8 +12,9 @@ import pytest
 
 from cubicle.orchestrator import claims
 from cubicle.orchestrator import labels as L
+from cubicle.orchestrator import pool_marks as marks
 from cubicle.orchestrator.errors import ConfigError
-from cubicle.orchestrator.pool import marks, registry
+from cubicle.orchestrator.pool import registry
 from cubicle.orchestrator.pool.claim import claim
 from cubicle.orchestrator.pool.registry import PoolRecord, PoolShape
 from cubicle.orchestrator.provider import Provider, SandboxSpec

@@ -20,7 +20,7 @@ import pytest
 from openai import AsyncOpenAI, OpenAI
 
 from cubicle.orchestrator import labels as L
-from cubicle.orchestrator.view.state import DIR_ENV
+from cubicle.orchestrator.view_servers import DIR_ENV
 from tests.orchestrator.conftest import engine
 from tests.orchestrator.support import leftovers
 

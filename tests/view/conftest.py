@@ -11,7 +11,7 @@ from playwright.sync_api import Browser, Page, sync_playwright
 
 from cubicle.orchestrator.providers.docker.provider import DockerProvider
 from cubicle.orchestrator.sandbox import Sandbox
-from cubicle.orchestrator.view.state import DIR_ENV
+from cubicle.orchestrator.view_servers import DIR_ENV
 from tests.orchestrator.conftest import Tracker, cli, engine, provider, sandboxes
 from tests.view.guest_recorder import GuestRecorder
 

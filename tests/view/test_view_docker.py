@@ -27,7 +27,7 @@ from cubicle.orchestrator.providers.docker.provider import DockerProvider
 from cubicle.orchestrator.sandbox import Sandbox
 from cubicle.orchestrator.view.control import ViewLink, open_view, set_mode
 from cubicle.orchestrator.view.handover import HandoverGate
-from cubicle.orchestrator.view.state import read_state, view_server_pids
+from cubicle.orchestrator.view_servers import read_state, view_server_pids
 from tests.orchestrator.conftest import CliRun, Tracker
 from tests.orchestrator.support import bridge_gateway
 from tests.view.guest_recorder import GuestRecorder

@@ -8,7 +8,7 @@ instead of starting one (``Sandbox.create(pool=False)`` opts out); with no pool 
 How it stays safe (:mod:`cubicle.orchestrator.ownership` is the one rule):
 
 - A member is a *detached* sandbox whose ready mark is its pool name
-  (:func:`cubicle.orchestrator.pool.marks.member_name`); it expires with its pool, and ``gc`` takes
+  (:func:`cubicle.orchestrator.pool_marks.member_name`); it expires with its pool, and ``gc`` takes
   it then like any expired sandbox.
 - A claim is one atomic act that names the claimer. Docker: creating the member's *claim
   marker* (a never-started container ``cubicle-<id>-claim`` labelled with the claimer's stamp);

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from typing import Final
 
 from cubicle.orchestrator import labels as L
+from cubicle.orchestrator import pool_marks as marks
 from cubicle.orchestrator.errors import ConfigError, EngineUnavailable, ImageMissing
 from cubicle.orchestrator.hostprocs import argv_of
-from cubicle.orchestrator.pool import fill, marks, refill, registry
+from cubicle.orchestrator.pool import fill, refill, registry
 from cubicle.orchestrator.pool.backends import BACKENDS, pool_backend
 from cubicle.orchestrator.pool.registry import PoolRecord
 from cubicle.orchestrator.provider import Progress, Provider, SandboxSpec

@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Protocol, TypeVar
 
+from cubicle.orchestrator import pool_marks as marks
 from cubicle.orchestrator.claims import Claim
-from cubicle.orchestrator.pool import marks
 
 __all__ = ["PoolMember", "claim_first"]
 
@@ -32,7 +32,7 @@ M = TypeVar("M", bound=PoolMember)
 
 def claim_first(found: Iterable[M], claim_member: Callable[[M], Claim | None]) -> Claim | None:
     """Claim one of the members ``found`` (a pool's listing): the running ones not in their last
-    :data:`~cubicle.orchestrator.pool.marks.CLAIM_MARGIN_S`, tried in random order (concurrent
+    :data:`~cubicle.orchestrator.pool_marks.CLAIM_MARGIN_S`, tried in random order (concurrent
     claimers rarely collide) until ``claim_member`` wins one; None when none was won."""
     now = time.time()
     candidates = [

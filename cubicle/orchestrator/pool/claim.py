@@ -35,7 +35,8 @@ def claim(provider: Provider, spec: SandboxSpec) -> Claim | None:
     refiller is asked to top it up. (A :data:`cubicle.orchestrator.claims.Claimer`.)"""
     if not registry.has_pools():
         return None
-    from cubicle.orchestrator.pool import marks, refill  # noqa: PLC0415 — only with pools
+    from cubicle.orchestrator import pool_marks as marks  # noqa: PLC0415 — only with pools
+    from cubicle.orchestrator.pool import refill  # noqa: PLC0415
     from cubicle.orchestrator.pool.backends import BACKENDS, pool_backend  # noqa: PLC0415
 
     if provider.name not in BACKENDS:

@@ -19,6 +19,7 @@ from typing import Any
 from cubicle.orchestrator.errors import ConfigError
 from cubicle.orchestrator.pool import admin, fill, registry
 from cubicle.orchestrator.provider import SandboxSpec, default_cpus
+from cubicle.orchestrator.shape_options import add_shape_options
 
 __all__ = ["register"]
 
@@ -98,7 +99,6 @@ def cmd_drain(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     """Add ``pool`` to the ``cubicle`` subcommand parser."""
-    from cubicle.orchestrator.cli import add_shape_options  # noqa: PLC0415 — no import cycle
 
     pool = sub.add_parser(
         "pool",

@@ -1,5 +1,5 @@
 """Pool members on Docker: the member provider (its ready mark is the pool name), listing, the
-atomic claim and the drain (:mod:`cubicle.orchestrator.pool.marks` for the names).
+atomic claim and the drain (:mod:`cubicle.orchestrator.pool_marks` for the names).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import docker.errors
 
 from cubicle.orchestrator import labels as L
 from cubicle.orchestrator import ownership
+from cubicle.orchestrator import pool_marks as marks
 from cubicle.orchestrator.claims import Claim
-from cubicle.orchestrator.pool import marks
 from cubicle.orchestrator.pool.choose import claim_first
 from cubicle.orchestrator.provider import AgentStream, SandboxInfo, SandboxSpec
 from cubicle.orchestrator.providers.docker.errors import map_docker_errors

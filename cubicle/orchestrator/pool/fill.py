@@ -14,8 +14,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
+from cubicle.orchestrator import pool_marks as marks
 from cubicle.orchestrator.errors import ProviderError
-from cubicle.orchestrator.pool import marks, registry
+from cubicle.orchestrator.pool import registry
 from cubicle.orchestrator.pool.backends import pool_backend
 from cubicle.orchestrator.pool.registry import PoolRecord
 from cubicle.orchestrator.provider import Progress, SandboxSpec

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from cubicle.orchestrator import ownership
+from cubicle.orchestrator import pool_marks as marks
 from cubicle.orchestrator.claims import Claim
-from cubicle.orchestrator.pool import marks
 from cubicle.orchestrator.pool.choose import claim_first
 from cubicle.orchestrator.provider import SandboxSpec
 from cubicle.orchestrator.providers.vm import run_marks

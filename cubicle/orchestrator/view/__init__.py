@@ -5,11 +5,11 @@
 - :mod:`.server` — the view server (noVNC on 127.0.0.1, one per sandbox, a labelled background
   process).
 - :mod:`.stream` — a VNC session of the guest's desktop over the engine's exec stream.
-- :mod:`.state` — the state file and process label; :func:`stop_view_servers` (called by the
-  providers' ``destroy``, hence ``down`` and ``gc``).
+- :mod:`cubicle.orchestrator.view_servers` (below the providers, which stop a sandbox's servers
+  in its ``destroy``, hence ``down`` and ``gc``) — the state file and process label.
 - :mod:`.handover` — the agent loop's gate: ``before_action`` waits while a person has control.
 """
 
-from cubicle.orchestrator.view.state import stop_view_servers
+from cubicle.orchestrator.view_servers import stop_view_servers
 
 __all__ = ["stop_view_servers"]

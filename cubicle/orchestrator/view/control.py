@@ -21,7 +21,7 @@ from typing import Any, Final
 import requests
 
 from cubicle.orchestrator.errors import OrchestratorError
-from cubicle.orchestrator.view.state import (
+from cubicle.orchestrator.view_servers import (
     MODES,
     Mode,
     ViewState,

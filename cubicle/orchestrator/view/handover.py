@@ -2,11 +2,11 @@
 
 A person takes control of a sandbox with ``cubicle view ID --takeover`` or the view page's
 button; the sandbox's view server then records mode ``takeover`` in its state file
-(:mod:`cubicle.orchestrator.view.state`). :class:`HandoverGate` wraps the loop's ``before_action``:
-each action first waits until no person holds control — the SDK's run is not ended (a non-True
-answer would end it), it is paused — then is judged as before. While waiting it checks ``cancelled``
-(the SDK's callable) and answers ``False`` when the run was cancelled, so a cancel still ends the
-run. A view server that is gone (sandbox down, server killed) holds nothing.
+(:mod:`cubicle.orchestrator.view_servers`). :class:`HandoverGate` wraps the loop's
+``before_action``: each action first waits until no person holds control — the SDK's run is not
+ended (a non-True answer would end it), it is paused — then is judged as before. While waiting it
+checks ``cancelled`` (the SDK's callable) and answers ``False`` when the run was cancelled, so a
+cancel still ends the run. A view server that is gone (sandbox down, server killed) holds nothing.
 
 Each hand-over is reported once through ``on_event``: ``("taken", {...})`` when the gate first
 sees a person in control, ``("released", {"held_s": ..., "person_actions": [...]})`` when control
@@ -24,7 +24,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 from cubicle.orchestrator.view.control import open_view
 from cubicle.orchestrator.view.inputs import read_inputs
-from cubicle.orchestrator.view.state import check_sandbox_id, input_path, read_state
+from cubicle.orchestrator.view_servers import check_sandbox_id, input_path, read_state
 
 __all__ = ["HandoverGate", "recorded_gate", "take_over"]
 

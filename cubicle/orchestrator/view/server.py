@@ -3,7 +3,7 @@
 ``python -m cubicle.orchestrator.view.server --sandbox ID`` (started by
 :mod:`cubicle.orchestrator.view.control`, never by hand) reads one JSON line from stdin — ``{"key":
 ..., "mode": ...}`` — binds an ephemeral port on 127.0.0.1, writes its state file
-(:mod:`cubicle.orchestrator.view.state`), prints ``ready PORT`` on stdout and serves (Starlette on
+(:mod:`cubicle.orchestrator.view_servers`), prints ``ready PORT`` on stdout and serves (Starlette on
 uvicorn) until SIGTERM or until its sandbox is gone (checked every :data:`WATCH_S` seconds). Logs
 (uvicorn's access log included) go to stderr.
 
@@ -53,7 +53,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from cubicle.orchestrator.providers import backend_of, get_provider
 from cubicle.orchestrator.view.inputs import RfbInputTap, append_input
-from cubicle.orchestrator.view.state import (
+from cubicle.orchestrator.view.stream import open_vnc_stream
+from cubicle.orchestrator.view_servers import (
     MODES,
     Mode,
     ViewState,
@@ -62,7 +63,6 @@ from cubicle.orchestrator.view.state import (
     state_path,
     write_state,
 )
-from cubicle.orchestrator.view.stream import open_vnc_stream
 
 __all__ = ["NOVNC_DIR", "ViewServer", "build_app", "main"]
 

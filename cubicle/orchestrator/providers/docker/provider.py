@@ -56,6 +56,7 @@ import docker.models.containers
 
 from cubicle.orchestrator import labels as L
 from cubicle.orchestrator import ownership
+from cubicle.orchestrator import pool_marks as marks
 from cubicle.orchestrator.errors import (
     ConfigError,
     ImageMissing,
@@ -64,7 +65,6 @@ from cubicle.orchestrator.errors import (
     SandboxNotFound,
 )
 from cubicle.orchestrator.network import NetworkPolicy
-from cubicle.orchestrator.pool import marks
 from cubicle.orchestrator.provider import (
     AgentStream,
     DoctorCheck,
@@ -96,7 +96,7 @@ from cubicle.orchestrator.providers.docker.network import (
     setup_network,
 )
 from cubicle.orchestrator.providers.docker.seccomp import guest_profile
-from cubicle.orchestrator.view import stop_view_servers
+from cubicle.orchestrator.view_servers import stop_view_servers
 from cubicle_guest.client import AgentConnectionError
 from cubicle_guest.waiting import Deadline, poll
 
@@ -137,7 +137,7 @@ def _info(
     container: docker.models.containers.Container, engine: str, claim: Any = None
 ) -> SandboxInfo | None:
     """The sandbox of a guest container on ``engine`` (and of its warm-pool claim marker, if any:
-    the claim's stamp counts, :mod:`cubicle.orchestrator.pool.marks`), or None (with a warning
+    the claim's stamp counts, :mod:`cubicle.orchestrator.pool_marks`), or None (with a warning
     naming it) if its labels do not parse."""
     return guest_info(
         container.labels,

@@ -54,6 +54,7 @@ from typing import Any, ClassVar
 
 from cubicle.orchestrator import labels as L
 from cubicle.orchestrator import ownership
+from cubicle.orchestrator import pool_marks as marks
 from cubicle.orchestrator.errors import (
     ConfigError,
     EngineUnavailable,
@@ -64,7 +65,6 @@ from cubicle.orchestrator.errors import (
     SandboxStartError,
 )
 from cubicle.orchestrator.hostdirs import host_folder
-from cubicle.orchestrator.pool import marks
 from cubicle.orchestrator.provider import (
     AgentStream,
     DoctorCheck,
@@ -94,7 +94,7 @@ from cubicle.orchestrator.providers.vm.virt import (
 )
 from cubicle.orchestrator.providers.vm.warm import WarmKey
 from cubicle.orchestrator.providers.vm.warm_start import WarmStarter
-from cubicle.orchestrator.sandbox import wait_ready
+from cubicle.orchestrator.readiness import wait_ready
 from cubicle_guest.client import open_unix
 from cubicle_guest.errors import CubicleError
 from cubicle_guest.waiting import Deadline, poll
@@ -478,7 +478,8 @@ class VmProvider(Provider):
 
     def wait_painted(self, sandbox_id: str, plan: DomainPlan) -> None:
         """Wait (at most :data:`READY_TIMEOUT_S`) until the agent answers and the desktop is
-        drawn (:func:`cubicle.orchestrator.sandbox.wait_ready`), then until the guest has taken the
+        drawn (:func:`cubicle.orchestrator.readiness.wait_ready`), then until the guest has taken
+        the
         boot's extra vCPUs offline (``plan``, the domain started for ``sandbox_id``, says how
         many it keeps: :data:`BOOT_VCPUS`): a golden guest is saved only then, so every sandbox
         restored from it runs with its vCPUs from the start.

@@ -15,7 +15,7 @@ file                meaning
 **Whose stamp counts**: a run folder with a claim is judged by the claim's labels (the claimer,
 the claim's lifetime and expiry); otherwise by ``labels.json`` / the domain's labels, which for
 an unclaimed member say *detached* with the pool's expiry — the rule of
-:func:`cubicle.orchestrator.pool.marks.effective_stamps`, here in files instead of containers.
+:func:`cubicle.orchestrator.pool_marks.effective_stamps`, here in files instead of containers.
 """
 
 from __future__ import annotations

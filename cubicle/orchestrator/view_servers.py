@@ -9,9 +9,11 @@ also exits by itself once its sandbox is gone (:mod:`cubicle.orchestrator.view.s
 
 The state file (``<view dir>/<sandbox id>.json``, mode 0600 in a folder only we can write,
 :func:`cubicle.orchestrator.hostdirs.host_folder`) holds the pid, the port, the mode and the
-server's
-*control key* (which mints one-time page tokens and switches the mode). The key never appears in
-a command line, a URL or a log.
+server's *control key* (which mints one-time page tokens and switches the mode). The key never
+appears in a command line, a URL or a log.
+
+This module sits below the providers (it imports only the core: errors, host folders, host
+processes): a provider's ``destroy`` stops the sandbox's servers without importing the view.
 """
 
 from __future__ import annotations
