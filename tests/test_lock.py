@@ -69,7 +69,7 @@ def test_the_host_lock_is_within_pyprojects_bounds() -> None:
 
 def test_the_guest_runs_the_host_versions() -> None:
     host, guest = pins("host"), pins("guest")
-    for requirement in project_requirements(ROOT / "guest" / "pyproject.toml"):
+    for requirement in project_requirements(ROOT / "cubicle_guest" / "pyproject.toml"):
         name = canonicalize_name(requirement.name)
         assert name in guest, f"{requirement} is not in requirements/guest.txt: run make lock"
         assert requirement.specifier.contains(guest[name][0])

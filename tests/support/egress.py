@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tests.orchestrator.support import Server, http_server
 
-EGRESS = Path(__file__).resolve().parents[2] / "orchestrator" / "egress.py"
+EGRESS = Path(__file__).resolve().parents[2] / "cubicle" / "orchestrator" / "egress.py"
 WAIT_S = 15.0
 
 

@@ -21,6 +21,7 @@ from typing import Any, Final
 import requests
 
 from cubicle.orchestrator.errors import OrchestratorError
+from cubicle.orchestrator.sandbox import Sandbox
 from cubicle.orchestrator.view_servers import (
     MODES,
     Mode,
@@ -62,8 +63,6 @@ def open_view(sandbox_id: str, *, mode: Mode | None = None) -> ViewLink:
     :raises SandboxNotFound: no such sandbox.
     :raises ViewError: the server did not start or answer.
     """
-    from cubicle.orchestrator.sandbox import Sandbox  # noqa: PLC0415 — providers import this package
-
     check_sandbox_id(sandbox_id)
     Sandbox.attach(sandbox_id)  # exists, and is no unclaimed warm-pool member
     state = _ensure_server(sandbox_id, mode or "view")

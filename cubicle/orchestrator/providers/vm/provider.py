@@ -479,8 +479,7 @@ class VmProvider(Provider):
     def wait_painted(self, sandbox_id: str, plan: DomainPlan) -> None:
         """Wait (at most :data:`READY_TIMEOUT_S`) until the agent answers and the desktop is
         drawn (:func:`cubicle.orchestrator.readiness.wait_ready`), then until the guest has taken
-        the
-        boot's extra vCPUs offline (``plan``, the domain started for ``sandbox_id``, says how
+        the boot's extra vCPUs offline (``plan``, the domain started for ``sandbox_id``, says how
         many it keeps: :data:`BOOT_VCPUS`): a golden guest is saved only then, so every sandbox
         restored from it runs with its vCPUs from the start.
 
