@@ -1,7 +1,7 @@
 """The wheel's shipped files: what the commands read besides the code (pyproject.toml has the rest).
 
 ``cubicle image build``, ``up``, ``drill`` and ``run --task`` read ``images/`` (what guest images
-are built from), ``tasks/``, the guest agent's lock and sources, and the egress proxy's source.
+are built from), ``tasks/``, and the guest agent's lock and sources.
 In a checkout they are read where they are; a wheel carries copies of them in
 ``cubicle/_shipped/``, laid out as in the checkout (:mod:`cubicle.orchestrator.shipped` finds
 them). An editable install reads the checkout itself and copies nothing.
@@ -22,7 +22,6 @@ SHIPPED = (
     "requirements/guest.txt",
     "cubicle_guest/pyproject.toml",
     "cubicle_guest/*.py",
-    "cubicle/orchestrator/egress.py",
 )
 """Checkout paths (globs) copied into ``cubicle/_shipped``; a folder is copied whole."""
 

@@ -19,6 +19,7 @@ from tests.test_import_cycles import REPO, cycles, import_graph
 CORE = "cubicle.orchestrator"
 LAYERS: Sequence[tuple[str, frozenset[str]]] = (
     ("the guest agent", frozenset({"cubicle_guest"})),
+    ("the egress proxy and the origin grammar", frozenset({"cubicle.egress"})),
     ("the drivers", frozenset({"cubicle.drivers", "cubicle.drivers.scripted_model"})),
     (
         "the orchestrator's core",
@@ -35,7 +36,6 @@ LAYERS: Sequence[tuple[str, frozenset[str]]] = (
                 "desktop",
                 "tasks",
                 "trajectory",
-                "egress",
                 "network",
                 "provider",
                 "claims",
@@ -70,15 +70,6 @@ LAYERS: Sequence[tuple[str, frozenset[str]]] = (
     ("the public API", frozenset({"cubicle"})),
 )
 """Lowest first. A unit may import its own layer's units and any lower layer's."""
-KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset(
-    {
-        # the policy files' origin entries are the egress proxy's grammar; it moves into a module
-        # of its own below the drivers when the proxy becomes a package (issue 39), which also
-        # changes how the proxy ships as one file into the egress container and the VM host
-        ("cubicle.drivers.policy_file", f"{CORE}.egress"),
-    }
-)
-"""Upward imports tolerated for now, each with the change that removes it."""
 
 
 def unit_of(module: str) -> str:
@@ -111,8 +102,6 @@ def upward_imports(
         here = index.get(unit_of(module))
         for target in sorted(graph[module]):
             there = index.get(unit_of(target))
-            if (module, target) in KNOWN_UPWARD:
-                continue
             if here is not None and there is not None and there > here:
                 problems.append(
                     f"{module} ({layers[here][0]}) imports {target} ({layers[there][0]}), "

@@ -50,7 +50,7 @@ from cubicle.drivers.actions import ACTION_TYPES
 from cubicle.drivers.decisions import ActionFacts, SafetyCheck
 from cubicle.drivers.errors import PolicyFileError
 from cubicle.drivers.viewport import Rect
-from cubicle.orchestrator import egress
+from cubicle.egress import origins as egress
 from cubicle_guest.errors import GuestError
 from cubicle_guest.keys import resolve_chord
 
@@ -123,7 +123,7 @@ class CheckRule:
 @dataclass(frozen=True)
 class OriginRule:
     """One ``[[origin]]``: ``index`` is 1-based, ``line`` its header line; ``origins`` as the
-    egress proxy reads an ``allow:`` list (:mod:`cubicle.orchestrator.egress`, the one grammar)."""
+    egress proxy reads an ``allow:`` list (:mod:`cubicle.egress.origins`, the one grammar)."""
 
     index: int
     line: int

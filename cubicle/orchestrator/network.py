@@ -16,7 +16,7 @@
 every port). One mode per policy: allow and block lists cannot be combined.
 
 This module only parses and names a policy; the one grammar, origin type and decision live in
-the standalone proxy (:mod:`cubicle.orchestrator.egress`), which each provider runs outside the
+the standalone proxy (:mod:`cubicle.egress.proxy`), which each provider runs outside the
 guest.
 """
 
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from cubicle.orchestrator import egress
+from cubicle.egress import origins as egress
 from cubicle.orchestrator.errors import ConfigError
 
 __all__ = ["DEFAULT_ASK_TIMEOUT_S", "NetworkPolicy", "Origin", "normalize_host", "parse_origin"]
@@ -38,13 +38,13 @@ MAX_ASK_TIMEOUT_S: Final = 86400.0
 
 Origin = egress.Origin
 """The one origin type (defined by the standalone egress proxy,
-:mod:`cubicle.orchestrator.egress`)."""
+:mod:`cubicle.egress.proxy`)."""
 
 
 def normalize_host(raw: str) -> str:
     """Return the canonical form of a host: IP literal, or lower-case IDNA A-label name.
 
-    The egress proxy (:mod:`cubicle.orchestrator.egress`, which runs standalone, outside this
+    The egress proxy (:mod:`cubicle.egress.proxy`, which runs standalone, outside this
     package) holds the one implementation, so the policy parsed here and the proxy that enforces it
     cannot disagree on what a host is.
 
@@ -58,7 +58,7 @@ def normalize_host(raw: str) -> str:
 
 def parse_origin(text: str) -> Origin:
     """Parse ``HOST``, ``HOST:PORT``, ``[V6]`` or ``[V6]:PORT``; no scheme, path or user info
-    (:func:`cubicle.orchestrator.egress.parse_origin`, the one parser).
+    (:func:`cubicle.egress.origins.parse_origin`, the one parser).
 
     :raises ConfigError: naming the text and what is wrong with it.
     """

@@ -1,4 +1,4 @@
-"""Ask mode of the egress proxy as deployed (cubicle/orchestrator/egress.py run with ``python
+"""Ask mode of the egress proxy as deployed (its one-file bundle run with ``python
 -I``), its control socket and the host-side API (cubicle/orchestrator/origin_questions.py): held
 requests, approve, deny, cancel, timeout, shared questions, the log. Upstreams listen on a
 non-loopback host address (an ask-approved destination may never be a loopback one). No Docker
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from cubicle.orchestrator import egress
+from cubicle.egress import origins, proxy
 from cubicle.orchestrator.origin_questions import (
     OriginQuestions,
     QuestionChannelClosed,
@@ -301,12 +301,12 @@ def test_a_guest_cannot_grow_the_proxys_memory_or_queue_without_bound() -> None:
     are refused at once), and decided questions beyond MAX_QUESTIONS_KEPT are forgotten."""
 
     async def scenario() -> tuple[list[str], int, int, str | None]:
-        questions = egress.Questions(60.0, lambda record: None)
-        policy = egress.parse_policy("ask:")
+        questions = proxy.Questions(60.0, lambda record: None)
+        policy = origins.parse_policy("ask:")
 
-        def ask(n: int) -> asyncio.Future[egress.Decision]:
-            info = egress.RequestInfo("10.0.0.2", "GET", f"h{n}.test", 80, f"http://h{n}.test/")
-            return asyncio.ensure_future(questions.ask(info, egress.decide(policy, info.host, 80)))
+        def ask(n: int) -> asyncio.Future[origins.Decision]:
+            info = proxy.RequestInfo("10.0.0.2", "GET", f"h{n}.test", 80, f"http://h{n}.test/")
+            return asyncio.ensure_future(questions.ask(info, origins.decide(policy, info.host, 80)))
 
         held = [ask(n) for n in range(40)]
         await asyncio.sleep(0)  # one turn of the loop: each request reaches its question
@@ -324,11 +324,11 @@ def test_a_guest_cannot_grow_the_proxys_memory_or_queue_without_bound() -> None:
         return refused, waiting, len(questions.by_id), questions.answer("q1", "approve", "x")
 
     refused, waiting, kept, late = asyncio.run(scenario())
-    assert refused == [f"{egress.MAX_PENDING} questions already wait for an answer"] * (
-        40 - egress.MAX_PENDING
+    assert refused == [f"{proxy.MAX_PENDING} questions already wait for an answer"] * (
+        40 - proxy.MAX_PENDING
     )
-    assert waiting == egress.MAX_PENDING
-    assert kept <= egress.MAX_QUESTIONS_KEPT + egress.MAX_PENDING
+    assert waiting == proxy.MAX_PENDING
+    assert kept <= proxy.MAX_QUESTIONS_KEPT + proxy.MAX_PENDING
     assert late == "no question 'q1'"
 
 

@@ -1,4 +1,4 @@
-"""The egress proxy as deployed — cubicle/orchestrator/egress.py run standalone by ``python -I``
+"""The egress proxy as deployed — its one-file bundle (cubicle.egress.bundle) run by ``python -I``
 (ours, and the system python3 with Debian's python3-h11, which Docker's image and the VM host use) —
 against local upstream servers: tunnels, bodies in both framings, 100-continue, HTTP/1.0, and a
 clear, logged refusal for every malformed request."""

@@ -23,8 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def checkout(tmp_path: Path) -> Path:
-    """The image sources of this checkout, copied (images/, cubicle_guest/, the guest's lock, the
-    egress proxy)."""
+    """The image sources of this checkout, copied (images/, cubicle_guest/, the guest's lock)."""
     root = tmp_path / "checkout"
     shutil.copytree(REPO / "images", root / "images", ignore=shutil.ignore_patterns("__pycache__"))
     (root / "cubicle_guest").mkdir()
@@ -32,8 +31,6 @@ def checkout(tmp_path: Path) -> Path:
         shutil.copy2(path, root / "cubicle_guest" / path.name)
     (root / "requirements").mkdir()
     shutil.copy2(REPO / guest_build.GUEST_LOCK, root / guest_build.GUEST_LOCK)
-    (root / guest_build.EGRESS_SOURCE).parent.mkdir(parents=True)
-    shutil.copy2(REPO / guest_build.EGRESS_SOURCE, root / guest_build.EGRESS_SOURCE)
     return root
 
 
@@ -65,7 +62,6 @@ def _append(relative: str) -> Callable[[Path], None]:
         ),
         (_append("images/desktop/supervisor.py"), True, True),
         (_append("images/docker/Dockerfile"), True, False),
-        (_append("cubicle/orchestrator/egress.py"), True, False),
         (_append("images/vm/cubicle-init"), False, True),
         (_append("images/vm/provision"), False, True),
         (
@@ -111,8 +107,8 @@ def test_a_missing_or_empty_guest_lock_is_named(checkout: Path) -> None:
 
 
 def test_a_missing_input_is_named(checkout: Path) -> None:
-    (checkout / guest_build.EGRESS_SOURCE).unlink()
-    with pytest.raises(Exception, match=r"image sources are not available: .*egress\.py"):
+    (checkout / "images" / "docker" / "Dockerfile").unlink()
+    with pytest.raises(Exception, match=r"image sources are not available: .*Dockerfile"):
         docker_image.content_hash("sha256:base", checkout)
 
 

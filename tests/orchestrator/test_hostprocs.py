@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from cubicle.egress.bundle import BUNDLE_NAME
 from cubicle.orchestrator.hostprocs import alive, argv_of, module_pids, processes, stop_pids
 from cubicle.orchestrator.providers.vm.network import stop_proxy
 from tests.support.processes import stop_process
@@ -145,8 +146,8 @@ def test_the_vm_egress_proxy_of_a_sandbox_is_found_by_its_label_and_only_it_ende
     start: Starter,
 ) -> None:
     ours, theirs = f"vm-{secrets.token_hex(5)}", f"vm-{secrets.token_hex(5)}"
-    proxy = start.script("egress.py", "--label", ours)
-    neighbour = start.script("egress.py", "--label", theirs)
+    proxy = start.script(BUNDLE_NAME, "--label", ours)
+    neighbour = start.script(BUNDLE_NAME, "--label", theirs)
     stop_proxy(ours, None)  # no record in a run folder: found by its command line alone
     assert proxy.wait(5) == -signal.SIGTERM
     assert neighbour.poll() is None

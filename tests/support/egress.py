@@ -1,7 +1,6 @@
-"""A real egress proxy (cubicle/orchestrator/egress.py run standalone with ``python -I``, as
-deployed) on
-127.0.0.1, upstream HTTP servers that record what reaches them, and a raw client; no outside
-network. Waits are on events (the proxy's output lines), never on sleeps."""
+"""A real egress proxy (its one-file bundle, cubicle.egress.bundle, run with ``python -I`` as
+deployed) on 127.0.0.1, upstream HTTP servers that record what reaches them, and a raw client; no
+outside network. Waits are on events (the proxy's output lines), never on sleeps."""
 
 from __future__ import annotations
 
@@ -13,11 +12,12 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from pathlib import Path
 
+from cubicle.egress.bundle import write_bundle
+from cubicle.orchestrator.hostdirs import host_folder
+from cubicle.orchestrator.providers.docker.image import BUNDLE_CACHE
 from tests.orchestrator.support import Server, http_server
 
-EGRESS = Path(__file__).resolve().parents[2] / "cubicle" / "orchestrator" / "egress.py"
 WAIT_S = 15.0
 
 
@@ -110,7 +110,8 @@ def egress_proxy(
     """Run the proxy with ``python -I`` allowing ``allow`` (``HOST[:PORT]``) or with
     ``options`` (e.g. ``--policy``); stopped (by its pid) on exit."""
     port = free_port()
-    argv = [python, "-I", str(EGRESS), "--listen", f"127.0.0.1:{port}", *options]
+    bundle = write_bundle(host_folder(BUNDLE_CACHE))  # the very file the images ship
+    argv = [python, "-I", str(bundle), "--listen", f"127.0.0.1:{port}", *options]
     for origin in allow:
         argv += ["--allow", origin]
     process = subprocess.Popen(

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from cubicle.orchestrator.egress import EGRESS_PORT
+from cubicle.egress.proxy import EGRESS_PORT
 from cubicle.orchestrator.network import NetworkPolicy
 from cubicle.orchestrator.origin_questions import OriginQuestions
 from cubicle.orchestrator.provider import SandboxSpec

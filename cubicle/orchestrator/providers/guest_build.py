@@ -36,7 +36,6 @@ from cubicle.orchestrator.provider import Progress
 
 __all__ = [
     "DEBIAN_MIRROR",
-    "EGRESS_SOURCE",
     "GUEST_LOCK",
     "GUEST_PYTHON",
     "LOG_TAIL_LINES",
@@ -66,8 +65,6 @@ SECURITY_SOURCES: Final = f"deb http://deb.debian.org/debian-security {SUITE}-se
 """The APT source line of the security archive every guest installs its packages with."""
 SECURITY_LIST: Final = "cubicle-security.list"
 """Its file name, in ``/etc/apt/sources.list.d`` and in a build's staging folder."""
-EGRESS_SOURCE: Final = Path("cubicle") / "orchestrator" / "egress.py"
-"""The egress proxy, a standalone script both backends run (relative to :data:`REPO_ROOT`)."""
 GUEST_LOCK: Final = Path("requirements") / "guest.txt"
 """The guest agent's dependencies, locked (exact versions and hashes; relative to the checkout)."""
 GUEST_PYTHON: Final = "3.11"

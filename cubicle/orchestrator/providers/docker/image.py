@@ -35,12 +35,13 @@ import docker
 import docker.errors
 import requests.exceptions
 
+from cubicle.egress.bundle import BUNDLE_NAME, write_bundle
 from cubicle.orchestrator.errors import ImageBuildError, ImageMissing
+from cubicle.orchestrator.hostdirs import host_folder
 from cubicle.orchestrator.provider import Progress
 from cubicle.orchestrator.providers.docker.errors import IMAGE_HINT, map_docker_errors
 from cubicle.orchestrator.providers.guest_build import (
     DEBIAN_MIRROR,
-    EGRESS_SOURCE,
     LOG_TAIL_LINES,
     REPO_ROOT,
     build_wheelhouse,
@@ -65,13 +66,15 @@ IMAGE_REPOSITORY: Final = "cubicle-guest"
 BASE_REGISTRY: Final = "debian:bookworm-slim"
 BASE_BOOTSTRAPPED: Final = "cubicle-base:bookworm"
 PULL_TIMEOUT_S: Final = 20.0
+BUNDLE_CACHE: Final = Path.home() / ".cache" / "cubicle" / "egress"
+"""Where the egress proxy's one-file bundle is written for the build context (one per content)."""
 
 
 def own_inputs(root: Path = REPO_ROOT) -> dict[str, Path]:
     """This backend's files of the build context (name → source), beside the shared ones."""
     return {
         "Dockerfile": root / "images" / "docker" / "Dockerfile",
-        "egress.py": root / EGRESS_SOURCE,
+        BUNDLE_NAME: write_bundle(host_folder(BUNDLE_CACHE)),
     }
 
 

@@ -6,13 +6,13 @@ policy    what the guest container gets
 none      ``network_mode="none"``: loopback only; no route, no DNS
 allow:…,  only an ``internal=True`` network ``cubicle-<id>`` whose bridge has no host address
           (``inhibit_ipv4``: the guest reaches neither other networks nor the host) shared with a
-          separate egress-proxy container (:mod:`cubicle.orchestrator.egress`, same image, also on
+          separate egress-proxy container (:mod:`cubicle.egress.proxy`, same image, also on
           the default bridge) that forwards what the policy admits and logs every decision.
           The guest gets ``HTTP(S)_PROXY``/``http(s)_proxy`` pointing at the proxy's address on
           the internal network, and a DNS server that does not answer (``127.0.0.1``), so
           names are resolved by the proxy only. ``ask:`` proxies also get a tmpfs
           ``/run/egress`` holding their control socket (:data:`CONTROL_SOCKET`), which the host
-          reaches with ``docker exec … egress.py --relay`` (never the guest: it is another
+          reaches with ``docker exec … egress.pyz --relay`` (never the guest: it is another
           container's private file system).
 open      the default bridge (full network; only when asked for explicitly)
 ========  =================================================================================
@@ -29,8 +29,8 @@ from typing import Any, Final
 import docker
 import docker.models.containers
 
+from cubicle.egress.proxy import EGRESS_PORT
 from cubicle.orchestrator import labels as L
-from cubicle.orchestrator.egress import EGRESS_PORT
 from cubicle.orchestrator.network import NetworkPolicy
 from cubicle.orchestrator.providers.docker.errors import map_docker_errors
 
@@ -50,7 +50,7 @@ EGRESS_PIDS: Final = 64
 EGRESS_USER: Final = "1000:1000"
 EGRESS_PYTHON: Final = "/usr/bin/python3"
 """The image's system Python, with Debian's python3-h11 (guest-packages.txt)."""
-EGRESS_SCRIPT: Final = "/opt/cubicle/egress.py"
+EGRESS_SCRIPT: Final = "/opt/cubicle/egress.pyz"
 CONTROL_DIR: Final = "/run/egress"
 CONTROL_SOCKET: Final = f"{CONTROL_DIR}/control.sock"
 """Ask mode: the proxy's control socket, inside the proxy container only."""

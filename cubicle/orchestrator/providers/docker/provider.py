@@ -520,7 +520,7 @@ class DockerProvider(Provider):
             return bytes(container.logs(tail=tail)).decode("utf-8", "replace")
 
     def open_egress_control(self, sandbox_id: str, *, timeout: float) -> AgentStream:
-        """A ``docker exec`` of ``egress.py --relay`` in the proxy container: the host's only way
+        """A ``docker exec`` of ``egress.pyz --relay`` in the proxy container: the host's only way
         to its control socket (a file in that container's private tmpfs)."""
         _check_id(sandbox_id)
         found = self._containers(sandbox_id, "egress")

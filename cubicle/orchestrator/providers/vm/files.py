@@ -8,7 +8,7 @@ paths QEMU must reach belong to ``root:<QEMU's group>`` and give others nothing:
 path (under ``<home>``)                 mode
 =====================================  =========================================================
 ``<home>`` itself                       ``0711``: others may pass through, not list
-``proxy/<hash>/egress.py``              ``0755``/``0644``: the ``allow:`` proxy runs as nobody
+``proxy/<hash>/egress.pyz``             ``0755``/``0644``: the ``allow:`` proxy runs as nobody
 ``images/<ref>/``                       ``0755``/``0444``: the base disk is public content
 ``run/``, ``run/<id>/``                 ``0750`` root:QEMU
 ``run/<id>/overlay.qcow2``              ``0660`` root:QEMU (libvirt hands it to QEMU's user

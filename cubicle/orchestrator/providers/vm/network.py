@@ -1,5 +1,5 @@
 """The network of an ``allow:`` or ``open`` VM sandbox: its own libvirt network and host firewall
-rules (and for ``allow:`` a host egress proxy, :mod:`cubicle.orchestrator.egress`), created per
+rules (and for ``allow:`` a host egress proxy, :mod:`cubicle.egress.proxy`), created per
 sandbox and removed by name.
 
 Per sandbox ``vm-XXXXXXXXXX``, a transient libvirt network ``cubicle-vm-XXXXXXXXXX`` on bridge
@@ -14,7 +14,7 @@ iptables rules tagged with the comment ``cubicle-vm-XXXXXXXXXX``:
     proxy's address and port and rejects the rest (an isolated libvirt network alone still lets
     the guest reach every host service on the bridge address); nothing is forwarded to or from
     the bridge;
-  - the egress proxy: ``python3 -I <home>/proxy/<hash>/egress.py --listen 10.231.N.1:3128
+  - the egress proxy: ``python3 -I <home>/proxy/<hash>/egress.pyz --listen 10.231.N.1:3128
     --allow … --label vm-XXXXXXXXXX``, a host process (as ``nobody`` when started by root) in
     its own session, its decisions in ``<run>/egress.log`` and its pid + start time in
     ``<run>/egress.json``.
@@ -57,11 +57,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from cubicle.orchestrator.egress import EGRESS_PORT
+from cubicle.egress.bundle import BUNDLE_NAME, bundle_bytes
+from cubicle.egress.proxy import EGRESS_PORT
 from cubicle.orchestrator.errors import ProviderError
 from cubicle.orchestrator.hostprocs import processes
 from cubicle.orchestrator.network import NetworkPolicy
-from cubicle.orchestrator.providers import guest_build
 from cubicle.orchestrator.providers.vm.virt import libvirt_module, map_libvirt_errors
 from cubicle_guest.waiting import Deadline, poll
 
@@ -87,7 +87,6 @@ PROXY_READY_S: Final = 10.0
 PROXY_STOP_S: Final = 5.0
 CONTROL_SOCKET: Final = "egress-control.sock"
 """Ask mode: the proxy's control socket in the run folder (root's alone, 0600)."""
-EGRESS_SOURCE: Final = guest_build.REPO_ROOT / guest_build.EGRESS_SOURCE
 LIBVIRT_DNSMASQ_DIR: Final = Path("/var/lib/libvirt/dnsmasq")
 _ID = re.compile(r"vm-[0-9a-z]+")
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
@@ -292,11 +291,12 @@ def _proxy_python() -> str:
 
 
 def proxy_script(home: Path) -> Path:
-    """``<home>/proxy/<hash>/egress.py``: a copy of the proxy that ``nobody`` can read (the run
-    directories cannot be entered by other users), one per version of its source."""
-    source = EGRESS_SOURCE.read_bytes()
+    """``<home>/proxy/<hash>/egress.pyz``: the proxy as one file (:mod:`cubicle.egress.bundle`)
+    that ``nobody`` can read (the run directories cannot be entered by other users), one per
+    version of its sources."""
+    source = bundle_bytes()
     directory = home / "proxy" / hashlib.sha256(source).hexdigest()[:16]
-    script = directory / "egress.py"
+    script = directory / BUNDLE_NAME
     if script.is_file() and script.read_bytes() == source:
         return script
     directory.mkdir(parents=True, exist_ok=True)
@@ -384,7 +384,7 @@ def _proxy_processes() -> Iterator[tuple[int, str]]:
     """(pid, sandbox id) of every running cubicle VM egress proxy (found by its command line)."""
     for process in processes():
         argv = [arg.decode("utf-8", "replace") for arg in process.argv]
-        if len(argv) < 3 or not any(a.endswith("/egress.py") for a in argv[:3]):
+        if len(argv) < 3 or not any(a.endswith(f"/{BUNDLE_NAME}") for a in argv[:3]):
             continue
         if "--label" in argv[:-1]:
             label = argv[argv.index("--label") + 1]
