@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 from cubicle.orchestrator import labels as L
 from cubicle.orchestrator.errors import ConfigError, ProviderError
 from cubicle.orchestrator.network import NetworkPolicy
+from cubicle.orchestrator.view_servers import stop_view_servers
 from cubicle_guest.client import AgentClient, StreamCodec
 
 if TYPE_CHECKING:
@@ -355,9 +356,22 @@ class Provider(abc.ABC):
         :raises SandboxNotFound: it is gone (e.g. ``gc`` took it because its owner died).
         """
 
-    @abc.abstractmethod
     def destroy(self, sandbox_id: str) -> None:
-        """Remove the sandbox and everything created for it. Idempotent: unknown id → no error."""
+        """Remove the sandbox and everything created for it, in the same order on every backend:
+        first the host helpers that serve it (its live view servers, background processes of
+        the host: :func:`~cubicle.orchestrator.view_servers.stop_view_servers`), then the
+        backend's own objects (:meth:`remove_objects`). Idempotent: unknown id → no error.
+
+        :raises ConfigError: ``sandbox_id`` is not a sandbox id.
+        """
+        stop_view_servers(sandbox_id)
+        self.remove_objects(sandbox_id)
+
+    @abc.abstractmethod
+    def remove_objects(self, sandbox_id: str) -> None:
+        """Remove what the backend created for the sandbox (container or domain, networks,
+        proxies, run folders …); :meth:`destroy` calls it once the host helpers are stopped.
+        Idempotent: unknown id → no error."""
 
     @abc.abstractmethod
     def list(self) -> list[SandboxInfo]:

@@ -13,7 +13,8 @@ server's *control key* (which mints one-time page tokens and switches the mode).
 appears in a command line, a URL or a log.
 
 This module sits below the providers (it imports only the core: errors, host folders, host
-processes): a provider's ``destroy`` stops the sandbox's servers without importing the view.
+processes): :meth:`~cubicle.orchestrator.provider.Provider.destroy` stops a sandbox's servers, one
+step before any backend's own clean-up, without importing the view.
 """
 
 from __future__ import annotations
@@ -148,8 +149,8 @@ def view_server_pids(sandbox_id: str | None = None) -> list[int]:
 
 def stop_view_servers(sandbox_id: str) -> list[int]:
     """End the view servers of ``sandbox_id`` (SIGTERM, then SIGKILL after
-    :data:`STOP_TIMEOUT_S`) and remove its state file. Idempotent; called by the providers'
-    ``destroy`` (so ``down`` and ``gc`` too). Touches no other sandbox's server.
+    :data:`STOP_TIMEOUT_S`) and remove its state file. Idempotent; called first by
+    :meth:`~cubicle.orchestrator.provider.Provider.destroy` (so ``down`` and ``gc`` too). Touches no other sandbox's server.
 
     :return: the pids that were signalled.
     """

@@ -31,7 +31,7 @@ class Place(Provider):
             if reason is not None:
                 yield sandbox_id, reason
 
-    def destroy(self, sandbox_id: str) -> None:
+    def remove_objects(self, sandbox_id: str) -> None:
         assert sandbox_id in self.verdicts, f"{sandbox_id} destroyed where it does not live"
         self.destroyed.append(sandbox_id)
 
@@ -76,13 +76,13 @@ class Spanning(Place):
 
 
 def test_gc_removes_what_doomed_names_on_the_provider_itself() -> None:
-    place = Place({"a": "expired", "b": None, "c": "orphan: owner gone"})
-    assert place.gc() == ["a", "c"]
-    assert place.destroyed == ["a", "c"]
+    place = Place({"dk-a": "expired", "dk-b": None, "dk-c": "orphan: owner gone"})
+    assert place.gc() == ["dk-a", "dk-c"]
+    assert place.destroyed == ["dk-a", "dk-c"]
 
 
 def test_gc_removes_each_sandbox_in_the_scope_that_found_it() -> None:
-    first, second = Place({"a": "expired", "b": None}), Place({"c": "expired"})
+    first, second = Place({"dk-a": "expired", "dk-b": None}), Place({"dk-c": "expired"})
     spanning = Spanning([first, second])
-    assert spanning.gc() == ["a", "c"]
-    assert (first.destroyed, second.destroyed, spanning.destroyed) == (["a"], ["c"], [])
+    assert spanning.gc() == ["dk-a", "dk-c"]
+    assert (first.destroyed, second.destroyed, spanning.destroyed) == (["dk-a"], ["dk-c"], [])

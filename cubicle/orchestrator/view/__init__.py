@@ -5,8 +5,9 @@
 - :mod:`.server` — the view server (noVNC on 127.0.0.1, one per sandbox, a labelled background
   process).
 - :mod:`.stream` — a VNC session of the guest's desktop over the engine's exec stream.
-- :mod:`cubicle.orchestrator.view_servers` (below the providers, which stop a sandbox's servers
-  in its ``destroy``, hence ``down`` and ``gc``) — the state file and process label.
+- :mod:`cubicle.orchestrator.view_servers` — the state file and process label, below the
+  providers: :meth:`~cubicle.orchestrator.provider.Provider.destroy` stops a sandbox's servers
+  first, on every backend (hence ``down`` and ``gc``).
 - :mod:`.handover` — the agent loop's gate: ``before_action`` waits while a person has control.
 """
 

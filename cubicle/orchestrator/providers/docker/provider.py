@@ -96,7 +96,6 @@ from cubicle.orchestrator.providers.docker.network import (
     setup_network,
 )
 from cubicle.orchestrator.providers.docker.seccomp import guest_profile
-from cubicle.orchestrator.view_servers import stop_view_servers
 from cubicle_guest.client import AgentConnectionError
 from cubicle_guest.waiting import Deadline, poll
 
@@ -543,7 +542,7 @@ class DockerProvider(Provider):
         with map_docker_errors(f"reading the egress log of {sandbox_id}"):
             return bytes(found[0].logs(tail=tail)).decode("utf-8", "replace")
 
-    def destroy(self, sandbox_id: str) -> None:
+    def remove_objects(self, sandbox_id: str) -> None:
         """Run every per-sandbox clean-up step of :meth:`cleanup_steps` (idempotent)."""
         _check_id(sandbox_id)
         self._guest_ids.pop(sandbox_id, None)
@@ -554,17 +553,11 @@ class DockerProvider(Provider):
         """What ``down`` and ``gc`` do to remove one sandbox, in order; each step is idempotent,
         finds its objects by the sandbox's label and is the place to add a new kind of object."""
         return [
-            self._stop_view_servers,
             self._remove_containers,
             self._remove_networks,
             self._remove_volumes,
             self._book.forget,
         ]
-
-    @staticmethod
-    def _stop_view_servers(sandbox_id: str) -> None:
-        """The sandbox's live view server (``cubicle view``), before what it streams from."""
-        stop_view_servers(sandbox_id)
 
     def _remove_containers(self, sandbox_id: str) -> None:
         for container in self._containers(sandbox_id):

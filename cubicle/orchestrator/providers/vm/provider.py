@@ -557,7 +557,7 @@ class VmProvider(Provider):
     def _ready(self, sandbox_id: str) -> bool:
         return (self.run_dir(sandbox_id) / run_marks.READY).exists()
 
-    def destroy(self, sandbox_id: str) -> None:
+    def remove_objects(self, sandbox_id: str) -> None:
         """Run the clean-up stages of :meth:`cleanup_steps` (idempotent): the steps of a stage
         at once, each stage once the one before it is done. A failure is raised when its stage
         is over; later stages do not run (the run folder stays, so ``gc`` finds the rest)."""
