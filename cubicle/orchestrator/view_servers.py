@@ -150,7 +150,8 @@ def view_server_pids(sandbox_id: str | None = None) -> list[int]:
 def stop_view_servers(sandbox_id: str) -> list[int]:
     """End the view servers of ``sandbox_id`` (SIGTERM, then SIGKILL after
     :data:`STOP_TIMEOUT_S`) and remove its state file. Idempotent; called first by
-    :meth:`~cubicle.orchestrator.provider.Provider.destroy` (so ``down`` and ``gc`` too). Touches no other sandbox's server.
+    :meth:`~cubicle.orchestrator.provider.Provider.destroy` (so ``down`` and ``gc`` too). Touches
+    no other sandbox's server.
 
     :return: the pids that were signalled.
     """
