@@ -70,7 +70,7 @@ class RunningAgent:
                 [
                     sys.executable,
                     "-m",
-                    "guest",
+                    "cubicle_guest",
                     "--listen",
                     f"unix:{self.socket_path}",
                     "--log-level",
