@@ -22,7 +22,8 @@ def test_a_provider_whose_module_is_missing_says_so(monkeypatch: pytest.MonkeyPa
     monkeypatch.setitem(PROVIDERS, "ghost", "cubicle.orchestrator.providers.ghost:GhostProvider")
     with pytest.raises(
         ConfigError,
-        match=r"backend .ghost. is not available: its module cubicle\.orchestrator\.providers\.ghost",
+        match=r"backend .ghost. is not available: its module "
+        r"cubicle\.orchestrator\.providers\.ghost",
     ):
         get_provider("ghost")
 
