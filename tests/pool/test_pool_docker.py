@@ -17,8 +17,9 @@ import pytest
 
 from cubicle.orchestrator import labels as L
 from cubicle.orchestrator import pool_marks as marks
-from cubicle.orchestrator.pool import docker_pool, fill, refill, registry
+from cubicle.orchestrator.pool import fill, refill, registry
 from cubicle.orchestrator.pool.registry import PoolRecord
+from cubicle.orchestrator.providers.docker import pool_members as docker_pool
 from cubicle.orchestrator.providers.docker.provider import DockerProvider
 from cubicle.orchestrator.sandbox import Sandbox
 from cubicle_guest.waiting import Deadline, poll
@@ -258,7 +259,7 @@ def _python(code: str, *args: str) -> str:
 
 HALF_CLAIM = """
 import sys
-from cubicle.orchestrator.pool import docker_pool
+from cubicle.orchestrator.providers.docker import pool_members as docker_pool
 from cubicle.orchestrator.provider import SandboxSpec
 from cubicle.orchestrator.providers.docker.provider import DockerProvider
 provider = DockerProvider()

@@ -21,11 +21,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from cubicle.orchestrator.pool import admin, fill, refill, registry, vm_pool
+from cubicle.orchestrator.pool import admin, fill, refill, registry
 from cubicle.orchestrator.pool.claim import shape_for
 from cubicle.orchestrator.pool.registry import PoolRecord
 from cubicle.orchestrator.provider import SandboxSpec
 from cubicle.orchestrator.providers.vm import VmProvider, run_marks
+from cubicle.orchestrator.providers.vm import pool_members as vm_pool
 from cubicle.orchestrator.sandbox import Sandbox
 from cubicle_guest.waiting import Deadline, poll
 from tests.desktop.checks import assert_panel_drawn, screenshot
@@ -188,7 +189,7 @@ def test_gc_collects_expired_vm_members(vm_pools: Pools, vm_provider: VmProvider
 
 CLAIMER = """
 import sys, time
-from cubicle.orchestrator.pool import vm_pool
+from cubicle.orchestrator.providers.vm import pool_members as vm_pool
 from cubicle.orchestrator.provider import SandboxSpec
 from cubicle.orchestrator.providers.vm import VmProvider
 provider = VmProvider()

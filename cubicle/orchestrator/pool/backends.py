@@ -1,7 +1,8 @@
 """The pool functions of each backend, chosen by a pool shape's backend name:
-:mod:`cubicle.orchestrator.pool.docker_pool` and :mod:`cubicle.orchestrator.pool.vm_pool` offer the
-same ones (member provider, listing, the atomic claim, what a drain needs). Each backend's module is
-imported only when a pool of that backend is used.
+:mod:`cubicle.orchestrator.providers.docker.pool_members` and
+:mod:`cubicle.orchestrator.providers.vm.pool_members` offer the same ones (member provider, listing,
+the atomic claim, what a drain needs). Each backend's module is imported only when a pool of that
+backend is used.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from cubicle.orchestrator.provider import Provider, SandboxSpec
 __all__ = ["BACKENDS", "PoolBackend", "pool_backend"]
 
 BACKENDS: Final = {
-    "docker": "cubicle.orchestrator.pool.docker_pool",
-    "vm": "cubicle.orchestrator.pool.vm_pool",
+    "docker": "cubicle.orchestrator.providers.docker.pool_members",
+    "vm": "cubicle.orchestrator.providers.vm.pool_members",
 }
 """Backends with pools, and the module of each."""
 
@@ -54,7 +55,8 @@ def pool_backend(backend: str) -> PoolBackend:
 
 
 if TYPE_CHECKING:  # mypy checks that each backend's module offers the functions
-    from cubicle.orchestrator.pool import docker_pool, vm_pool
+    from cubicle.orchestrator.providers.docker import pool_members as docker_pool
+    from cubicle.orchestrator.providers.vm import pool_members as vm_pool
 
     _docker: PoolBackend = docker_pool
     _vm: PoolBackend = vm_pool
