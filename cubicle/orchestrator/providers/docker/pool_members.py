@@ -1,5 +1,17 @@
-"""Pool members on Docker: the member provider (its ready mark is the pool name), listing, the
-atomic claim and the drain (:mod:`cubicle.orchestrator.pool_marks` for the names).
+"""Warm-pool members on Docker (:class:`DockerPoolMembers`, the backend's
+:class:`~cubicle.orchestrator.provider.PoolMembers`): the member provider, listing, the atomic claim
+and what a drain needs (:mod:`cubicle.orchestrator.pool_marks` for the names).
+
+A member is a guest container made by the normal create path of a provider with a pool key
+(``DockerProvider(pool_key=KEY)``, :meth:`DockerPoolMembers.member_provider`): its
+``mark_ready`` takes one warm-up screenshot (:func:`warm_up`), then renames the container to the
+member's name ``cubicle-<id>.pool.<key>`` instead of ``cubicle-<id>``. A claim is the creation of
+the member's claim marker ``cubicle-<id>-claim`` (the claimer's stamp): a second create conflicts
+on the name.
+
+This module never imports the provider (the provider imports it, for
+:meth:`~cubicle.orchestrator.provider.Provider.pool_members`): it works through a
+:class:`DockerHost`, the part of the provider it uses, and :mod:`.naming`.
 """
 
 from __future__ import annotations
@@ -9,35 +21,36 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
+import docker
 import docker.errors
 
 from cubicle.orchestrator import labels as L
 from cubicle.orchestrator import ownership
 from cubicle.orchestrator import pool_marks as marks
-from cubicle.orchestrator.claims import Claim
-from cubicle.orchestrator.pool.choose import claim_first
-from cubicle.orchestrator.provider import AgentStream, SandboxInfo, SandboxSpec
-from cubicle.orchestrator.providers.docker.errors import map_docker_errors
-from cubicle.orchestrator.providers.docker.provider import (
-    CREATING_SUFFIX,
-    DockerProvider,
-    guest_info,
-    guest_name,
+from cubicle.orchestrator.provider import (
+    AgentStream,
+    Claim,
+    PoolMembers,
+    Provider,
+    SandboxInfo,
+    SandboxSpec,
 )
+from cubicle.orchestrator.providers.docker.engine import Engine
+from cubicle.orchestrator.providers.docker.errors import map_docker_errors
+from cubicle.orchestrator.providers.docker.naming import CREATING_SUFFIX, guest_info, guest_name
 from cubicle_guest.client import AgentClient
 from cubicle_guest.errors import CubicleError
 
 __all__ = [
     "CLAIM_MARGIN_S",
+    "EARLY_STREAM_UNUSED_S",
+    "WARMUP_TIMEOUT_S",
+    "DockerHost",
+    "DockerPoolMembers",
     "Member",
-    "PoolMemberProvider",
-    "claim",
-    "claim_member",
-    "creating_by",
-    "members",
-    "take",
+    "warm_up",
 ]
 
 CLAIM_MARGIN_S: Final = marks.CLAIM_MARGIN_S
@@ -54,22 +67,42 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class PoolMemberProvider(DockerProvider):
-    """The Docker provider for making members of pool ``key``: the ready mark is the member
-    name ``cubicle-<id>.pool.<key>`` (set once, after a warm-up screenshot) instead of
-    ``cubicle-<id>``."""
+class DockerHost(Protocol):
+    """What :class:`DockerPoolMembers` needs of the Docker backend (``DockerProvider``
+    implements it)."""
 
-    def __init__(self, key: str, client: docker.DockerClient | None = None) -> None:
-        super().__init__(client)
-        self.key = key
+    @property
+    def client(self) -> docker.DockerClient:
+        """The connection to the engine new sandboxes go to (and members are listed on)."""
 
-    def mark_ready(self, sandbox_id: str) -> None:
-        # one screenshot before parking it: the claimer's first one then finds the agent's
-        # capture path loaded and warm. It reads the screen and writes nothing.
-        with self.connect(sandbox_id, timeout=WARMUP_TIMEOUT_S) as client:
-            client.hello(timeout=WARMUP_TIMEOUT_S)
-            client.call("screenshot", {}, timeout=WARMUP_TIMEOUT_S)
-        self._rename_creating(sandbox_id, marks.member_name(sandbox_id, self.key))
+    @property
+    def engine(self) -> Engine:
+        """That engine."""
+
+    def engine_of(self, sandbox_id: str) -> Engine:
+        """The engine ``sandbox_id`` lives on."""
+
+    def open_stream_in(
+        self,
+        container_id: str,
+        sandbox_id: str,
+        *,
+        timeout: float,
+        first_within_s: float | None = None,
+    ) -> AgentStream:
+        """A bridge to the agent of guest container ``container_id``, touching nothing until
+        spoken to (ending by itself after ``first_within_s`` unused)."""
+
+    def destroy(self, sandbox_id: str) -> None:
+        """Remove the sandbox and everything created for it."""
+
+
+def warm_up(provider: Provider, sandbox_id: str) -> None:
+    """The member's warm-up, before it is parked: one screenshot, so that the claimer's first one
+    finds the agent's capture path loaded and warm. It reads the screen and writes nothing."""
+    with provider.connect(sandbox_id, timeout=WARMUP_TIMEOUT_S) as client:
+        client.hello(timeout=WARMUP_TIMEOUT_S)
+        client.call("screenshot", {}, timeout=WARMUP_TIMEOUT_S)
 
 
 @dataclass(frozen=True)
@@ -87,37 +120,116 @@ class Member:
     """The image reference it was created from (``cubicle ls`` shows it)."""
 
 
-def members(provider: DockerProvider, key: str | None = None) -> list[Member]:
-    """The unclaimed, parked members of pool ``key`` (of every pool when None), running or not.
-    A member with a claim marker is claimed, whatever its name still says (its claimer may have
-    died before the rename: ``gc`` takes it then)."""
-    pattern = rf"\.pool\.{key}$" if key else r"\.pool\.[0-9a-f]{12}$"
-    parked = [m for m in (_member(row) for row in _rows(provider, pattern)) if m is not None]
-    if not parked:
-        return []
-    with map_docker_errors("listing claim markers"):
-        markers = provider.client.api.containers(
-            all=True, filters={"label": [L.SANDBOX, f"{L.ROLE}={marks.CLAIM_ROLE}"]}
+class DockerPoolMembers(PoolMembers[Member]):
+    """Warm-pool members on the engine of ``provider`` (``DockerProvider.pool_members`` makes
+    it); ``member_provider`` makes that provider's twin with a pool key."""
+
+    def __init__(self, provider: DockerHost, member_provider: Callable[[str], Provider]) -> None:
+        self.provider = provider
+        self._member_provider = member_provider
+
+    def engine(self) -> str:
+        """The engine's URL (part of a pool's shape: a pool's members all run on one engine)."""
+        return str(self.provider.engine)
+
+    def member_provider(self, key: str) -> Provider:
+        """A provider on the same engine whose ready mark is the member name
+        ``cubicle-<id>.pool.<key>`` (set once, after a warm-up screenshot: :func:`warm_up`)
+        instead of ``cubicle-<id>``."""
+        return self._member_provider(key)
+
+    def members(self, key: str | None = None) -> list[Member]:
+        """The unclaimed, parked members of pool ``key`` (of every pool when None), running or
+        not. A member with a claim marker is claimed, whatever its name still says (its claimer
+        may have died before the rename: ``gc`` takes it then)."""
+        provider = self.provider
+        pattern = rf"\.pool\.{key}$" if key else r"\.pool\.[0-9a-f]{12}$"
+        parked = [m for m in (_member(row) for row in _rows(provider, pattern)) if m is not None]
+        if not parked:
+            return []
+        with map_docker_errors("listing claim markers"):
+            markers = provider.client.api.containers(
+                all=True, filters={"label": [L.SANDBOX, f"{L.ROLE}={marks.CLAIM_ROLE}"]}
+            )
+        claimed = {str(row["Labels"].get(L.SANDBOX)) for row in markers}
+        return [m for m in parked if m.sandbox_id not in claimed]
+
+    def creating_by(self, owners: set[tuple[int, int]]) -> list[str]:
+        """Ids of sandboxes still being created by one of ``owners`` (pid, start ticks) here."""
+        found = []
+        for row in _rows(self.provider, rf"{CREATING_SUFFIX}$"):
+            stamp = ownership.skip_malformed(f"container {row['Id'][:12]}", row["Labels"], "dk-")
+            if (
+                stamp is not None
+                and stamp.local
+                and (stamp.owner.pid, stamp.owner.start_ticks) in owners
+            ):
+                found.append(stamp.sandbox_id)
+        return found
+
+    def take(self, member: Member, spec: SandboxSpec) -> bool:
+        """The atomic claim: create ``member``'s claim marker, labelled with this process's stamp
+        for ``spec`` (lifetime, ttl). False when another process claimed it first (the name is
+        taken)."""
+        return _take(self.provider, member, marks.claim_labels(member.sandbox_id, spec))
+
+    def claim(self, key: str, spec: SandboxSpec) -> Claim | None:
+        """Claim a ready member of pool ``key`` for ``spec`` (its ttl and lifetime), with an
+        agent connection (hello done), or None when there is none. Two concurrent claims never
+        get the same member (:meth:`take`). The member is then renamed ``cubicle-<id>``
+        (cosmetic: the marker is the claim)."""
+        return marks.claim_first(self.members(key), functools.partial(self.claim_member, spec=spec))
+
+    def claim_member(self, member: Member, spec: SandboxSpec) -> Claim | None:
+        """Claim ``member`` (:meth:`take`) and connect to its agent, or None: another claimer
+        won, or the member is gone or broken (then removed: it is ours, and no one else's to
+        use).
+
+        The agent connection (a ``docker exec`` of the bridge, the slowest step) is opened on a
+        thread while the marker is created; the bridge touches the agent only once spoken to,
+        and nothing is said on it before the claim is won. A lost claim (or an error) closes it
+        unused as soon as it is open: nothing of this claimer stays in the member. Once won, the
+        rename runs beside the hello, and the info is made from what the listing and the marker
+        say (the hello proves the member runs)."""
+        provider = self.provider
+        labels = marks.claim_labels(member.sandbox_id, spec)
+        stream = _background(
+            provider.open_stream_in,
+            member.container_id,
+            member.sandbox_id,
+            timeout=CONNECT_S,
+            first_within_s=EARLY_STREAM_UNUSED_S,
         )
-    claimed = {str(row["Labels"].get(L.SANDBOX)) for row in markers}
-    return [m for m in parked if m.sandbox_id not in claimed]
+        try:
+            won = _take(provider, member, labels)
+        except BaseException:
+            _discard(stream)
+            raise
+        if not won:
+            _discard(stream)
+            return None
+        renamed = _background(_rename, provider, member)
+        client: AgentClient | None = None
+        try:
+            opened = stream.result()
+            client = AgentClient(opened.sock, name=opened.name, codec=opened.codec)
+            client.hello(timeout=HELLO_TIMEOUT_S)
+            info = _claimed_info(provider, member, labels) if renamed.result() else None
+        except CubicleError as exc:
+            log.warning(
+                "claimed member %s does not answer (%s); removing it", member.sandbox_id, exc
+            )
+            info = None
+        except BaseException:
+            _give_up(provider, member, stream, client, renamed)
+            raise
+        if info is not None and client is not None:
+            return Claim(info, client)
+        _give_up(provider, member, stream, client, renamed)  # gone (a drain removed it) or broken
+        return None
 
 
-def creating_by(provider: DockerProvider, owners: set[tuple[int, int]]) -> list[str]:
-    """Ids of sandboxes still being created by one of ``owners`` (pid, start ticks) here."""
-    found = []
-    for row in _rows(provider, rf"{CREATING_SUFFIX}$"):
-        stamp = ownership.skip_malformed(f"container {row['Id'][:12]}", row["Labels"], "dk-")
-        if (
-            stamp is not None
-            and stamp.local
-            and (stamp.owner.pid, stamp.owner.start_ticks) in owners
-        ):
-            found.append(stamp.sandbox_id)
-    return found
-
-
-def _rows(provider: DockerProvider, name_pattern: str) -> list[dict[str, Any]]:
+def _rows(provider: DockerHost, name_pattern: str) -> list[dict[str, Any]]:
     with map_docker_errors("listing pool members"):
         rows: list[dict[str, Any]] = provider.client.api.containers(
             all=True,
@@ -142,14 +254,7 @@ def _member(row: dict[str, Any]) -> Member | None:
     )
 
 
-def take(provider: DockerProvider, member: Member, spec: SandboxSpec) -> bool:
-    """The atomic claim: create ``member``'s claim marker, labelled with this process's stamp
-    for ``spec`` (lifetime, ttl). False when another process claimed it first (the name is taken).
-    """
-    return _take(provider, member, marks.claim_labels(member.sandbox_id, spec))
-
-
-def _take(provider: DockerProvider, member: Member, labels: dict[str, str]) -> bool:
+def _take(provider: DockerHost, member: Member, labels: dict[str, str]) -> bool:
     api = provider.client.api
     with map_docker_errors(f"claiming {member.sandbox_id}"):
         try:
@@ -168,61 +273,8 @@ def _take(provider: DockerProvider, member: Member, labels: dict[str, str]) -> b
     return True
 
 
-def claim(provider: DockerProvider, key: str, spec: SandboxSpec) -> Claim | None:
-    """Claim a ready member of pool ``key`` for ``spec`` (its ttl and lifetime), with an agent
-    connection (hello done), or None when there is none. Two concurrent claims never get the
-    same member (:func:`take`). The member is then renamed ``cubicle-<id>`` (cosmetic: the
-    marker is the claim)."""
-    return claim_first(members(provider, key), functools.partial(claim_member, provider, spec=spec))
-
-
-def claim_member(provider: DockerProvider, member: Member, spec: SandboxSpec) -> Claim | None:
-    """Claim ``member`` (:func:`take`) and connect to its agent, or None: another claimer won,
-    or the member is gone or broken (then removed: it is ours, and no one else's to use).
-
-    The agent connection (a ``docker exec`` of the bridge, the slowest step) is opened on a
-    thread while the marker is created; the bridge touches the agent only once spoken to, and
-    nothing is said on it before the claim is won. A lost claim (or an error) closes it unused
-    as soon as it is open: nothing of this claimer stays in the member. Once won, the rename
-    runs beside the hello, and the info is made from what the listing and the marker say (the
-    hello proves the member runs)."""
-    labels = marks.claim_labels(member.sandbox_id, spec)
-    stream = _background(
-        provider.open_stream_in,
-        member.container_id,
-        member.sandbox_id,
-        timeout=CONNECT_S,
-        first_within_s=EARLY_STREAM_UNUSED_S,
-    )
-    try:
-        won = _take(provider, member, labels)
-    except BaseException:
-        _discard(stream)
-        raise
-    if not won:
-        _discard(stream)
-        return None
-    renamed = _background(_rename, provider, member)
-    client: AgentClient | None = None
-    try:
-        opened = stream.result()
-        client = AgentClient(opened.sock, name=opened.name, codec=opened.codec)
-        client.hello(timeout=HELLO_TIMEOUT_S)
-        info = _claimed_info(provider, member, labels) if renamed.result() else None
-    except CubicleError as exc:
-        log.warning("claimed member %s does not answer (%s); removing it", member.sandbox_id, exc)
-        info = None
-    except BaseException:
-        _give_up(provider, member, stream, client, renamed)
-        raise
-    if info is not None and client is not None:
-        return Claim(info, client)
-    _give_up(provider, member, stream, client, renamed)  # gone (a drain removed it) or broken
-    return None
-
-
 def _give_up(
-    provider: DockerProvider,
+    provider: DockerHost,
     member: Member,
     stream: Future[AgentStream],
     client: AgentClient | None,
@@ -237,7 +289,7 @@ def _give_up(
 
 
 def _claimed_info(
-    provider: DockerProvider, member: Member, labels: dict[str, str]
+    provider: DockerHost, member: Member, labels: dict[str, str]
 ) -> SandboxInfo | None:
     return guest_info(
         member.labels,
@@ -270,7 +322,7 @@ def _discard(stream: Future[AgentStream]) -> None:
     stream.add_done_callback(close)
 
 
-def _rename(provider: DockerProvider, member: Member) -> bool:
+def _rename(provider: DockerHost, member: Member) -> bool:
     """``cubicle-<id>.pool.<key>`` → ``cubicle-<id>``; False when the member is gone."""
     with map_docker_errors(f"renaming claimed {member.sandbox_id}"):
         try:
