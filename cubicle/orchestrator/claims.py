@@ -3,7 +3,9 @@ instead of a cold start (warm pools, :mod:`cubicle.orchestrator.pool`).
 
 A :data:`Claimer` is called with the request's provider and spec; it answers a :class:`Claim`
 (a ready, never-used sandbox now owned per the spec) or None (nothing to claim: ``create``
-starts one as before). ``Sandbox.create(pool=True)`` asks every claimer in turn, the first
+starts one as before). :class:`Claim` is the provider interface's
+(:class:`cubicle.orchestrator.provider.Claim`: each backend's pool members make claims), named
+here too. ``Sandbox.create(pool=True)`` asks every claimer in turn, the first
 :class:`Claim` wins.
 
 Where claimers come from — the design that keeps ``Sandbox`` free of the pool:
@@ -28,24 +30,11 @@ from __future__ import annotations
 import importlib
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Final
 
-from cubicle.orchestrator.provider import Provider, SandboxInfo, SandboxSpec
-from cubicle_guest.client import AgentClient
+from cubicle.orchestrator.provider import Claim, Provider, SandboxSpec
 
 __all__ = ["PLUGINS", "Claim", "Claimer", "claimers", "register", "unregister"]
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A claimed sandbox: its info, and an agent connection the claimer already opened (hello
-    done), or None. ``Sandbox.create`` hands that connection to the sandbox's first
-    :meth:`~cubicle.orchestrator.sandbox.Sandbox.connect`; whoever holds the claim closes it."""
-
-    info: SandboxInfo
-    client: AgentClient | None = None
-
 
 Claimer = Callable[[Provider, SandboxSpec], Claim | None]
 """``claimer(provider, spec)``: a :class:`Claim` for a request of ``spec`` on ``provider``, or

@@ -1,6 +1,8 @@
-"""Pool marks on the engine: a member's name, a claim's marker, and whose stamp counts.
+"""Pool marks on the engine: a member's name, a claim's marker, whose stamp counts, and which
+member a claim tries (:func:`claim_first`, the same for every backend).
 
-This module imports no provider (the Docker provider imports it); it only knows names and labels.
+This module imports no backend (the backends' providers and pool members import it); it only knows
+names, labels and the provider interface (:class:`cubicle.orchestrator.provider.PoolMember`).
 
 ====================================  ===========================================================
 object                                meaning
@@ -24,18 +26,21 @@ before acting (a claim may have landed since its listing).
 
 from __future__ import annotations
 
+import random
 import re
-from collections.abc import Iterable, Mapping
-from typing import Final
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Final, TypeVar
 
 from cubicle.orchestrator import labels as L
 from cubicle.orchestrator import ownership
-from cubicle.orchestrator.provider import SandboxSpec
+from cubicle.orchestrator.provider import Claim, PoolMember, SandboxSpec
 
 __all__ = [
     "CLAIM_MARGIN_S",
     "CLAIM_ROLE",
     "POOL_INFIX",
+    "claim_first",
     "claim_labels",
     "claim_marker_name",
     "effective_stamps",
@@ -106,3 +111,20 @@ def effective_stamps(
         elif stamp.sandbox_id not in claimed:
             stamps.setdefault(stamp.sandbox_id, stamp)
     return stamps
+
+
+M = TypeVar("M", bound=PoolMember)
+
+
+def claim_first(found: Iterable[M], claim_member: Callable[[M], Claim | None]) -> Claim | None:
+    """Claim one of the members ``found`` (a pool's listing): the running ones not in their last
+    :data:`CLAIM_MARGIN_S`, tried in random order (concurrent claimers rarely collide) until
+    ``claim_member`` wins one; None when none was won."""
+    now = time.time()
+    candidates = [m for m in found if m.state == "running" and m.expires_at > now + CLAIM_MARGIN_S]
+    random.shuffle(candidates)
+    for member in candidates:
+        claimed = claim_member(member)
+        if claimed is not None:
+            return claimed
+    return None

@@ -18,6 +18,12 @@ register it in
 :data:`cubicle.orchestrator.providers.PROVIDERS`. What every backend shares is here, not in the
 subclasses: :meth:`Provider.exec` (the agent's ``exec`` op), :meth:`Provider.egress_log` (none by
 default), :meth:`SandboxInfo.from_labels` (labels → info) and :func:`parse_size`.
+
+Warm pools (:mod:`cubicle.orchestrator.pool`) reach a backend's pool members only through
+:meth:`Provider.pool_members`: a :class:`PoolMembers` (the member provider, the listing of members
+as :class:`PoolMember`, the atomic claim, what a drain needs), implemented by each backend with
+pools in its subpackage (``providers/<name>/pool_members.py``); a backend without pools inherits
+the default, which refuses. A won claim is a :class:`Claim`. The pool package imports no backend.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import os
 import socket
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Generic, Protocol, TypeVar
 
 from cubicle.orchestrator import labels as L
 from cubicle.orchestrator.errors import ConfigError, ProviderError
@@ -47,8 +53,11 @@ if TYPE_CHECKING:
 __all__ = [
     "CPUS_ENV",
     "AgentStream",
+    "Claim",
     "DoctorCheck",
     "ExecResult",
+    "PoolMember",
+    "PoolMembers",
     "Progress",
     "Provider",
     "SandboxInfo",
@@ -221,6 +230,72 @@ class DoctorCheck:
     fix: str | None = None
 
 
+@dataclass(frozen=True)
+class Claim:
+    """A claimed sandbox: its info, and an agent connection the claimer already opened (hello
+    done), or None. ``Sandbox.create`` hands that connection to the sandbox's first
+    :meth:`~cubicle.orchestrator.sandbox.Sandbox.connect`; whoever holds the claim closes it.
+    (Claimers: :mod:`cubicle.orchestrator.claims`.)"""
+
+    info: SandboxInfo
+    client: AgentClient | None = None
+
+
+class PoolMember(Protocol):
+    """What every backend's member listing (:meth:`PoolMembers.members`) says of a member."""
+
+    @property
+    def sandbox_id(self) -> str: ...
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def expires_at(self) -> float: ...
+
+
+MemberT = TypeVar("MemberT", bound=PoolMember)
+
+
+class PoolMembers(abc.ABC, Generic[MemberT]):
+    """One backend's warm-pool members (:mod:`cubicle.orchestrator.pool`), bound to one provider
+    of that backend (:meth:`Provider.pool_members` makes it): making members, listing them, the
+    atomic claim, and what a drain needs. Members are sandboxes of that provider, marked as
+    members of one pool (:mod:`cubicle.orchestrator.pool_marks`); ``MemberT`` is the backend's
+    listing of one."""
+
+    def engine(self) -> str:
+        """Where this backend's members run, part of a pool's shape: the Docker engine's URL;
+        ``""`` (the default) for a backend with one place only."""
+        return ""
+
+    @abc.abstractmethod
+    def member_provider(self, key: str) -> Provider:
+        """A provider like the bound one whose :meth:`Provider.mark_ready` makes members of pool
+        ``key``: once the agent answered, one warm-up screenshot (reads the screen, writes
+        nothing), then the member's ready mark instead of the plain one."""
+
+    @abc.abstractmethod
+    def members(self, key: str | None = None) -> Sequence[MemberT]:
+        """The unclaimed, parked members of pool ``key`` (of every pool when None), running or
+        not."""
+
+    @abc.abstractmethod
+    def take(self, member: MemberT, spec: SandboxSpec) -> bool:
+        """The atomic claim of ``member`` for ``spec`` (its lifetime and ttl), stamped with this
+        process; False when another process claimed it first or it is gone."""
+
+    @abc.abstractmethod
+    def claim(self, key: str, spec: SandboxSpec) -> Claim | None:
+        """Claim a ready member of pool ``key`` for ``spec``, with an agent connection (hello
+        done), or None when there is none. Two concurrent claims never get the same member."""
+
+    @abc.abstractmethod
+    def creating_by(self, owners: set[tuple[int, int]]) -> list[str]:
+        """Ids of sandboxes still being created here by one of ``owners`` (pid, start ticks):
+        what a drain removes of the refillers it stopped."""
+
+
 class Provider(abc.ABC):
     """A sandbox backend. Instances are cheap; connections to the engine are made lazily."""
 
@@ -355,6 +430,15 @@ class Provider(abc.ABC):
 
         :raises SandboxNotFound: it is gone (e.g. ``gc`` took it because its owner died).
         """
+
+    def pool_members(self) -> PoolMembers[Any]:
+        """This backend's warm-pool members, bound to this provider.
+
+        :raises ConfigError: this backend has no pools (the default).
+        """
+        raise ConfigError(
+            f"pools on the {self.name} backend are not supported", hint="pool backends: docker, vm"
+        )
 
     def destroy(self, sandbox_id: str) -> None:
         """Remove the sandbox and everything created for it, in the same order on every backend:

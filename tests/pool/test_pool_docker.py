@@ -17,8 +17,9 @@ import pytest
 
 from cubicle.orchestrator import labels as L
 from cubicle.orchestrator import pool_marks as marks
-from cubicle.orchestrator.pool import docker_pool, fill, refill, registry
+from cubicle.orchestrator.pool import fill, refill, registry
 from cubicle.orchestrator.pool.registry import PoolRecord
+from cubicle.orchestrator.providers.docker import pool_members
 from cubicle.orchestrator.providers.docker.provider import DockerProvider
 from cubicle.orchestrator.sandbox import Sandbox
 from cubicle_guest.waiting import Deadline, poll
@@ -40,7 +41,7 @@ def _home(sandbox: Sandbox) -> list[str]:
 def test_claim_takes_a_member_and_pool_false_opts_out(pools: Pools) -> None:
     spec = pools.spec()
     record = pools.fill(spec, 2)
-    members = {m.sandbox_id for m in docker_pool.members(pools.provider, record.key)}
+    members = {m.sandbox_id for m in pools.provider.pool_members().members(record.key)}
     assert len(members) == 2
 
     with pools.claim(spec) as sandbox:
@@ -52,7 +53,7 @@ def test_claim_takes_a_member_and_pool_false_opts_out(pools: Pools) -> None:
         assert_panel_drawn(first)  # a claimed desktop is as ready as a new one
         info = pools.provider.describe(sandbox.id)
         assert info is not None and info.detail["container"] == f"cubicle-{sandbox.id}"
-        assert sandbox.id not in {m.sandbox_id for m in docker_pool.members(pools.provider)}
+        assert sandbox.id not in {m.sandbox_id for m in pools.provider.pool_members().members()}
 
     with pools.claim(spec, pool=False) as cold:
         assert cold.id not in members, "pool=False claimed a member"
@@ -62,7 +63,7 @@ def test_claim_takes_a_member_and_pool_false_opts_out(pools: Pools) -> None:
 
 def test_an_unclaimed_member_cannot_be_used_by_id(pools: Pools, cli: CliRun) -> None:
     record = pools.fill(pools.spec(), 1)
-    (member,) = docker_pool.members(pools.provider, record.key)
+    (member,) = pools.provider.pool_members().members(record.key)
     for args in (
         ["exec", member.sandbox_id, "--", "touch", "/home/cubicle/used"],
         ["screenshot", member.sandbox_id, "-o", "/dev/null"],
@@ -72,7 +73,7 @@ def test_an_unclaimed_member_cannot_be_used_by_id(pools: Pools, cli: CliRun) -> 
         refused = cli(*args)
         assert refused.returncode == 5, refused.stderr
         assert "unclaimed warm-pool member" in refused.stderr
-    assert docker_pool.members(pools.provider, record.key) == [member]
+    assert pools.provider.pool_members().members(record.key) == [member]
     with pools.claim(pools.spec(screen=record.shape.screen)) as claimed:
         assert claimed.id == member.sandbox_id
         assert claimed.exec(["test", "-e", "/home/cubicle/used"]).exit_code == 1
@@ -81,13 +82,13 @@ def test_an_unclaimed_member_cannot_be_used_by_id(pools: Pools, cli: CliRun) -> 
 def test_concurrent_takes_of_one_member_have_one_winner(pools: Pools) -> None:
     spec = pools.spec()
     record = pools.fill(spec, 1)
-    (member,) = docker_pool.members(pools.provider, record.key)
+    (member,) = pools.provider.pool_members().members(record.key)
     start = threading.Barrier(8)
 
     def race(_: int) -> bool:
         provider = DockerProvider()
         start.wait()
-        return docker_pool.take(provider, member, spec)
+        return provider.pool_members().take(member, spec)
 
     with ThreadPoolExecutor(8) as workers:
         wins = list(workers.map(race, range(8)))
@@ -97,7 +98,7 @@ def test_concurrent_takes_of_one_member_have_one_winner(pools: Pools) -> None:
 def test_concurrent_claims_never_share(pools: Pools) -> None:
     spec = pools.spec()
     record = pools.fill(spec, 4)
-    members = {m.sandbox_id for m in docker_pool.members(pools.provider, record.key)}
+    members = {m.sandbox_id for m in pools.provider.pool_members().members(record.key)}
     start = threading.Barrier(6)
 
     def claim(_: int) -> Sandbox:
@@ -138,7 +139,7 @@ def test_claimed_sandbox_has_a_fresh_home(pools: Pools) -> None:
 def test_drained_pool_leaves_nothing(pools: Pools, engine: docker.DockerClient) -> None:
     spec = pools.spec()
     record = pools.fill(spec, 2)
-    first = {m.sandbox_id for m in docker_pool.members(pools.provider, record.key)}
+    first = {m.sandbox_id for m in pools.provider.pool_members().members(record.key)}
     claimed = pools.claim(spec)  # starts the refiller
     try:
         deadline = time.monotonic() + 30
@@ -149,7 +150,7 @@ def test_drained_pool_leaves_nothing(pools: Pools, engine: docker.DockerClient) 
         assert first - {claimed.id} <= removed
         assert registry.read(record.key) is None
         assert not refill.refill_pids(record.key), "drain left the refiller running"
-        assert not docker_pool.members(pools.provider, record.key)
+        assert not pools.provider.pool_members().members(record.key)
         for sandbox_id in removed:
             assert not leftovers(engine, {L.SANDBOX: sandbox_id}), sandbox_id
         # the claimed sandbox is its claimer's: untouched and working
@@ -176,13 +177,13 @@ def test_gc_collects_expired_members_and_pools(
     registry.write(record)
     expired = Sandbox.create(
         spec=fill.member_spec(record),
-        provider=docker_pool.PoolMemberProvider(record.key),
+        provider=DockerProvider().pool_members().member_provider(record.key),
         pool=False,
     )
     pools.ids.add(expired.id)
     live = pools.spec()
     live_record = pools.fill(live, 1)
-    (alive,) = docker_pool.members(pools.provider, live_record.key)
+    (alive,) = pools.provider.pool_members().members(live_record.key)
     while time.time() < record.expires_at + 0.5:
         time.sleep(0.1)
 
@@ -193,7 +194,7 @@ def test_gc_collects_expired_members_and_pools(
     assert not leftovers(engine, {L.SANDBOX: expired.id})
     assert registry.read(record.key) is None
     assert alive.sandbox_id not in gc.stdout, "gc took a member of a live pool"
-    assert docker_pool.members(pools.provider, live_record.key)
+    assert pools.provider.pool_members().members(live_record.key)
 
 
 def _shape(provider: DockerProvider, spec: object) -> registry.PoolShape:
@@ -217,7 +218,7 @@ def test_gc_takes_a_claimed_sandbox_once_its_claimer_is_gone(
 ) -> None:
     spec = pools.spec()
     record = pools.fill(spec, 1)
-    (member,) = docker_pool.members(pools.provider, record.key)
+    (member,) = pools.provider.pool_members().members(record.key)
     refill.stop_refills(record.key)
     child = subprocess.Popen(
         [sys.executable, "-c", CLAIMER, str(spec.screen[1])],
@@ -258,12 +259,11 @@ def _python(code: str, *args: str) -> str:
 
 HALF_CLAIM = """
 import sys
-from cubicle.orchestrator.pool import docker_pool
 from cubicle.orchestrator.provider import SandboxSpec
 from cubicle.orchestrator.providers.docker.provider import DockerProvider
-provider = DockerProvider()
-(member,) = [m for m in docker_pool.members(provider, sys.argv[1]) if m.sandbox_id == sys.argv[2]]
-assert docker_pool.take(provider, member, SandboxSpec(ttl_s=900))
+members = DockerProvider().pool_members()
+(member,) = [m for m in members.members(sys.argv[1]) if m.sandbox_id == sys.argv[2]]
+assert members.take(member, SandboxSpec(ttl_s=900))
 # exits here, as if killed between the claim marker and the rename
 """
 
@@ -273,12 +273,12 @@ def test_a_claimer_gone_between_marker_and_rename_leaves_nothing_to_claim_and_gc
 ) -> None:
     spec = pools.spec()
     record = pools.fill(spec, 1)
-    (member,) = docker_pool.members(pools.provider, record.key)
+    (member,) = pools.provider.pool_members().members(record.key)
     _python(HALF_CLAIM, record.key, member.sandbox_id)
     info = pools.provider.describe(member.sandbox_id)
     assert info is not None and info.ownership == "owned", "the marker's stamp must count"
-    assert not docker_pool.take(pools.provider, member, spec), "a claimed member was taken again"
-    assert not docker_pool.members(pools.provider, record.key), "a claimed member is listed"
+    assert not pools.provider.pool_members().take(member, spec), "a claimed member was taken again"
+    assert not pools.provider.pool_members().members(record.key), "a claimed member is listed"
     with pools.claim(spec, pool=True) as other:
         assert other.id != member.sandbox_id
     cli("gc")
@@ -300,7 +300,7 @@ with Sandbox.create(spec=spec, progress=said.append) as sandbox:
 def test_a_fresh_interpreter_that_never_imported_the_pool_claims(pools: Pools) -> None:
     spec = pools.spec()
     record = pools.fill(spec, 1)
-    (member,) = docker_pool.members(pools.provider, record.key)
+    (member,) = pools.provider.pool_members().members(record.key)
     sandbox_id, claimed = _python(FRESH_CREATE, *map(str, spec.screen)).split()
     pools.ids.add(sandbox_id)
     assert (sandbox_id, claimed) == (member.sandbox_id, "True")
@@ -338,16 +338,16 @@ def _exec_events(provider: DockerProvider, container_id: str, since: int) -> lis
 def test_a_lost_claim_closes_its_early_connection_unused(pools: Pools) -> None:
     spec = pools.spec()
     record = pools.fill(spec, 1)
-    (member,) = docker_pool.members(pools.provider, record.key)
-    assert docker_pool.take(pools.provider, member, spec)  # another claimer was first
+    (member,) = pools.provider.pool_members().members(record.key)
+    assert pools.provider.pool_members().take(member, spec)  # another claimer was first
     since = int(time.time()) - 1
     earlier = len(_exec_events(pools.provider, member.container_id, since))  # the filler's
 
-    assert docker_pool.claim_member(pools.provider, member, spec) is None
+    assert pools.provider.pool_members().claim_member(member, spec) is None
 
     # at once as a rule; when the engine loses the close (moby/moby#37870), the bridge ends by
     # itself once not spoken to for EARLY_STREAM_UNUSED_S
-    for _ in poll(Deadline(docker_pool.EARLY_STREAM_UNUSED_S + 15), 0.1):
+    for _ in poll(Deadline(pool_members.EARLY_STREAM_UNUSED_S + 15), 0.1):
         if not _bridge_execs(pools.provider, member.container_id):
             break
     assert not _bridge_execs(pools.provider, member.container_id), "a bridge still runs"

@@ -180,3 +180,31 @@ def test_sandbox_imports_nothing_of_the_pool() -> None:
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_the_pool_package_imports_no_backend() -> None:
+    """Each backend's members are behind ``Provider.pool_members()``: ``pool/`` reaches a backend
+    only through the provider interface and the registry's ``get_provider``, lazily or not."""
+    from tests.test_import_cycles import import_graph  # noqa: PLC0415
+
+    graph = import_graph()
+    pool = [m for m in graph if m.startswith("cubicle.orchestrator.pool.")]
+    assert "cubicle.orchestrator.pool.admin" in pool
+    backends = ("cubicle.orchestrator.providers.docker", "cubicle.orchestrator.providers.vm")
+    found = sorted(f"{m} imports {t}" for m in pool for t in graph[m] if t.startswith(backends))
+    assert found == []
+
+
+def test_a_backend_without_pools_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The interface's default ``pool_members`` refuses; the claimer then answers None (a cold
+    start) without asking that backend anything else, even with pools recorded."""
+    from tests.orchestrator.test_provider_gc import Place  # noqa: PLC0415 — a backend, no pools
+
+    with pytest.raises(ConfigError, match="pools on the place backend are not supported"):
+        Place({}).pool_members()
+    monkeypatch.setenv(registry.DIR_ENV, str(tmp_path))
+    registry.write(PoolRecord(shape=_shape(backend="place"), size=1, expires_at=time.time() + 600))
+    assert registry.has_pools()
+    assert claim(Place({}), SandboxSpec()) is None

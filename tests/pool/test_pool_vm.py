@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from cubicle.orchestrator.pool import admin, fill, refill, registry, vm_pool
+from cubicle.orchestrator.pool import admin, fill, refill, registry
 from cubicle.orchestrator.pool.claim import shape_for
 from cubicle.orchestrator.pool.registry import PoolRecord
 from cubicle.orchestrator.provider import SandboxSpec
@@ -74,7 +74,7 @@ def _home(sandbox: Sandbox) -> list[str]:
 def test_vm_claims_are_atomic_fresh_and_never_shared(vm_pools: Pools) -> None:
     spec = _spec()
     record = vm_pools.fill(spec, 3)
-    members = vm_pool.members(vm_pools.provider, record.key)
+    members = vm_pools.provider.pool_members().members(record.key)
     assert len(members) == 3 and all(m.state == "running" for m in members)
     first = members[0]
 
@@ -88,7 +88,7 @@ def test_vm_claims_are_atomic_fresh_and_never_shared(vm_pools: Pools) -> None:
 
     def race(_: int) -> bool:
         start.wait()
-        return vm_pool.take(VmProvider(), first, spec)
+        return VmProvider().pool_members().take(first, spec)
 
     with ThreadPoolExecutor(8) as workers:
         wins = list(workers.map(race, range(8)))
@@ -97,10 +97,12 @@ def test_vm_claims_are_atomic_fresh_and_never_shared(vm_pools: Pools) -> None:
     run = vm_pools.provider.run_dir(first.sandbox_id)
     claim = run_marks.claim_labels(run)
     assert claim is not None and claim["io.cubicle.owner-pid"] == str(os.getpid())
-    assert first.sandbox_id not in {m.sandbox_id for m in vm_pool.members(vm_pools.provider)}
+    assert first.sandbox_id not in {
+        m.sandbox_id for m in vm_pools.provider.pool_members().members()
+    }
 
     # three concurrent claims on the two members left: two claims, one start; none shared
-    left = {m.sandbox_id for m in vm_pool.members(vm_pools.provider, record.key)}
+    left = {m.sandbox_id for m in vm_pools.provider.pool_members().members(record.key)}
     assert len(left) == 2
     barrier = threading.Barrier(3)
 
@@ -139,7 +141,7 @@ def test_a_drained_vm_pool_leaves_nothing(
     spec = _spec()
     before = {info.id for info in vm_provider.list()}
     pool = vm_pools.fill(spec, 2)
-    members = {m.sandbox_id for m in vm_pool.members(vm_provider, pool.key)}
+    members = {m.sandbox_id for m in vm_provider.pool_members().members(pool.key)}
     claimed = vm_pools.claim(spec)  # starts the refiller
     try:
         assert claimed.id in members
@@ -155,7 +157,7 @@ def test_a_drained_vm_pool_leaves_nothing(
         assert members - {claimed.id} <= removed
         assert registry.read(pool.key) is None
         assert not refill.refill_pids(pool.key), "drain left the refiller running"
-        assert not vm_pool.members(vm_provider, pool.key)
+        assert not vm_provider.pool_members().members(pool.key)
         for sandbox_id in removed:
             assert_gone(vm_provider, sandbox_id)
         # the claimed sandbox is its claimer's: untouched and working
@@ -171,7 +173,7 @@ def test_gc_collects_expired_vm_members(vm_pools: Pools, vm_provider: VmProvider
     registry.write(record)
     expired = Sandbox.create(
         spec=fill.member_spec(record),
-        provider=vm_pool.PoolMemberProvider(record.key),
+        provider=VmProvider().pool_members().member_provider(record.key),
         pool=False,
         ready_timeout_s=240,
     )
@@ -188,12 +190,11 @@ def test_gc_collects_expired_vm_members(vm_pools: Pools, vm_provider: VmProvider
 
 CLAIMER = """
 import sys, time
-from cubicle.orchestrator.pool import vm_pool
 from cubicle.orchestrator.provider import SandboxSpec
 from cubicle.orchestrator.providers.vm import VmProvider
-provider = VmProvider()
-(member,) = [m for m in vm_pool.members(provider, sys.argv[1]) if m.sandbox_id == sys.argv[2]]
-assert vm_pool.take(provider, member, SandboxSpec(ttl_s=900))
+members = VmProvider().pool_members()
+(member,) = [m for m in members.members(sys.argv[1]) if m.sandbox_id == sys.argv[2]]
+assert members.take(member, SandboxSpec(ttl_s=900))
 print("claimed", flush=True)
 time.sleep(600)
 """
@@ -206,7 +207,7 @@ def test_gc_takes_a_claimed_vm_once_its_claimer_is_gone(
     while the claimer lives and takes it once the claimer is killed."""
     spec = _spec()
     record = vm_pools.fill(spec, 1)
-    (member,) = vm_pool.members(vm_provider, record.key)
+    (member,) = vm_provider.pool_members().members(record.key)
     vm_pools.ids.add(member.sandbox_id)
     child = subprocess.Popen(
         [sys.executable, "-c", CLAIMER, record.key, member.sandbox_id],
@@ -219,7 +220,7 @@ def test_gc_takes_a_claimed_vm_once_its_claimer_is_gone(
         assert child.stdout.readline().strip() == "claimed"
         info = vm_provider.describe(member.sandbox_id)
         assert info is not None and (info.ownership, info.owner_pid) == ("owned", child.pid)
-        assert not vm_pool.members(vm_provider, record.key), "a claimed member is listed"
+        assert not vm_provider.pool_members().members(record.key), "a claimed member is listed"
         gc = run_cli("gc")
         assert member.sandbox_id not in gc.stdout.split(), "gc took a VM whose claimer lives"
         assert vm_provider.describe(member.sandbox_id) is not None

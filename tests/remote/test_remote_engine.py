@@ -27,7 +27,8 @@ from PIL import Image
 
 from cubicle.orchestrator import labels as L
 from cubicle.orchestrator.providers.docker.engine import EngineBook
-from cubicle.orchestrator.providers.docker.provider import DockerProvider, guest_name
+from cubicle.orchestrator.providers.docker.naming import guest_name
+from cubicle.orchestrator.providers.docker.provider import DockerProvider
 from cubicle.orchestrator.sandbox import Sandbox
 from tests.orchestrator.support import http_server, leftovers
 from tests.orchestrator.test_docker_network import PROXY_PROBE, run_probe

@@ -23,11 +23,17 @@ How it stays safe (:mod:`cubicle.orchestrator.ownership` is the one rule):
 - After a claim a labelled background process (``python -m cubicle.orchestrator.pool.refill --pool
   KEY``) tops the pool up; ``pool drain`` and ``gc`` end it by pid.
 
-Modules: :mod:`.marks` (names and stamps on the engine), :mod:`.registry` (pool records on the
-host), :mod:`.backends` (each backend's pool functions), :mod:`.docker_pool` (members on
-Docker), :mod:`.vm_pool` (members on VMs), :mod:`.fill` (making members), :mod:`.refill`
-(the background process), :mod:`.claim` (the claimer :mod:`cubicle.orchestrator.claims` loads by
-name for ``Sandbox.create``: ``cubicle.orchestrator.sandbox`` imports nothing of this package),
-:mod:`.cli`. This package's ``__init__`` imports nothing: providers import :mod:`.marks` without a
-cycle.
+Each backend's members are its own (:meth:`cubicle.orchestrator.provider.Provider.pool_members`,
+a :class:`~cubicle.orchestrator.provider.PoolMembers`: the member provider, listing, the atomic
+claim, what a drain needs; Docker's in :mod:`cubicle.orchestrator.providers.docker.pool_members`,
+the VM's in :mod:`cubicle.orchestrator.providers.vm.pool_members`); the names and the choice of
+the member a claim tries are :mod:`cubicle.orchestrator.pool_marks`. This package imports no
+backend: only that interface, and the providers' registry
+(:func:`cubicle.orchestrator.providers.get_provider`) for a pool's backend by name.
+
+Modules: :mod:`.registry` (pool records on the host), :mod:`.fill` (making members),
+:mod:`.refill` (the background process), :mod:`.admin` (``pool fill|ls|drain`` and ``gc``),
+:mod:`.claim` (the claimer :mod:`cubicle.orchestrator.claims` loads by name for
+``Sandbox.create``: ``cubicle.orchestrator.sandbox`` imports nothing of this package),
+:mod:`.cli`. This package's ``__init__`` imports nothing.
 """

@@ -18,17 +18,16 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from cubicle.orchestrator import labels as L
 from cubicle.orchestrator import pool_marks as marks
 from cubicle.orchestrator.errors import ConfigError, EngineUnavailable, ImageMissing
 from cubicle.orchestrator.hostprocs import argv_of
 from cubicle.orchestrator.pool import fill, refill, registry
-from cubicle.orchestrator.pool.backends import BACKENDS, pool_backend
 from cubicle.orchestrator.pool.registry import PoolRecord
-from cubicle.orchestrator.provider import Progress, Provider, SandboxSpec
-from cubicle.orchestrator.providers.docker.provider import DockerProvider
+from cubicle.orchestrator.provider import PoolMembers, Progress, Provider, SandboxSpec
+from cubicle.orchestrator.providers import PROVIDERS, get_provider
 
 __all__ = ["PoolStatus", "drain", "gc", "start", "status"]
 
@@ -43,14 +42,13 @@ class PoolStatus:
     refillers: list[int]
 
 
-def _provider(backend: str) -> Provider:
-    """A provider of ``backend`` (:raises ConfigError: a backend without pools)."""
-    pool_backend(backend)  # raises, naming the backend
-    if backend == "vm":
-        from cubicle.orchestrator.providers.vm import VmProvider  # noqa: PLC0415 — only for VM pools
+def _backend(name: str) -> tuple[Provider, PoolMembers[Any]]:
+    """A provider of backend ``name`` and its pool members.
 
-        return VmProvider()
-    return DockerProvider()
+    :raises ConfigError: a backend without pools (named), or an unknown one.
+    """
+    provider = get_provider(name)
+    return provider, provider.pool_members()
 
 
 def start(
@@ -76,7 +74,7 @@ def start(
         )
     from cubicle.orchestrator.pool.claim import shape_for  # noqa: PLC0415
 
-    provider = _provider(backend)
+    provider, _ = _backend(backend)
     provider.validate(spec)  # before anything is recorded
     shape = shape_for(provider, spec)
     record = PoolRecord(shape=shape, size=size, expires_at=time.time() + spec.ttl_s)
@@ -92,12 +90,11 @@ def status() -> list[PoolStatus]:
     """Every recorded pool, with its ready members and fillers."""
     found = []
     for record in registry.records():
-        backend = pool_backend(record.shape.backend)
-        provider = _provider(record.shape.backend)
+        _, members = _backend(record.shape.backend)
         found.append(
             PoolStatus(
                 record=record,
-                ready=sum(m.state == "running" for m in backend.members(provider, record.key)),
+                ready=sum(m.state == "running" for m in members.members(record.key)),
                 filling=not registry.lock_free(record.key),
                 refillers=refill.refill_pids(record.key),
             )
@@ -116,28 +113,33 @@ def drain(key: str) -> list[str]:
     owners = {(pid, L.process_start_ticks(pid) or 0) for pid in refill.refill_pids(key)}
     refill.stop_refills(key)
     if record is not None:
-        return _drain(key, record.shape.backend, owners)
-    removed = []  # unknown: drain whatever members of it any backend has
-    for name in BACKENDS:
+        return _drain(key, *_backend(record.shape.backend), owners)
+    removed = []  # unknown: drain whatever members of it any backend with pools has
+    for name in PROVIDERS:
         with contextlib.suppress(EngineUnavailable, ImageMissing):
-            removed += _drain(key, name, owners)
+            provider = get_provider(name)
+            try:
+                members = provider.pool_members()
+            except ConfigError:
+                continue  # a backend without pools
+            removed += _drain(key, provider, members, owners)
     return removed
 
 
-def _drain(key: str, backend_name: str, owners: set[tuple[int, int]]) -> list[str]:
-    """Drain pool ``key``'s members on ``backend_name``: the ones its stopped refillers
+def _drain(
+    key: str, provider: Provider, members: PoolMembers[Any], owners: set[tuple[int, int]]
+) -> list[str]:
+    """Drain pool ``key``'s ``members`` on ``provider``'s backend: the ones its stopped refillers
     (``owners``: pid and start time) were still creating, then its parked ones. Its record is
     already removed."""
-    backend = pool_backend(backend_name)
-    provider = _provider(backend_name)
     removed: list[str] = []
     with registry.fill_lock(key, wait_s=DRAIN_LOCK_WAIT_S):
-        for sandbox_id in backend.creating_by(provider, owners):
+        for sandbox_id in members.creating_by(owners):
             provider.destroy(sandbox_id)
             removed.append(sandbox_id)
         drainer = SandboxSpec(ttl_s=600.0)
-        for member in backend.members(provider, key):
-            if backend.take(provider, member, drainer):
+        for member in members.members(key):
+            if members.take(member, drainer):
                 provider.destroy(member.sandbox_id)
                 removed.append(member.sandbox_id)
     return removed

@@ -9,22 +9,27 @@ from __future__ import annotations
 
 import time
 
-from cubicle.orchestrator.claims import Claim
+from cubicle.orchestrator.errors import ConfigError
 from cubicle.orchestrator.pool import registry
-from cubicle.orchestrator.provider import Provider, SandboxSpec
+from cubicle.orchestrator.provider import Claim, Provider, SandboxSpec
 
 __all__ = ["claim", "engine_of", "shape_for"]
 
 
 def engine_of(provider: Provider) -> str:
-    """Where ``provider`` starts sandboxes (part of a pool's shape): the Docker engine's URL."""
-    from cubicle.orchestrator.providers.docker.provider import DockerProvider  # noqa: PLC0415
+    """Where ``provider`` starts sandboxes (part of a pool's shape): the Docker engine's URL
+    (:meth:`cubicle.orchestrator.provider.PoolMembers.engine`).
 
-    return str(provider.engine) if isinstance(provider, DockerProvider) else ""
+    :raises ConfigError: ``provider``'s backend has no pools.
+    """
+    return provider.pool_members().engine()
 
 
 def shape_for(provider: Provider, spec: SandboxSpec) -> registry.PoolShape:
-    """The pool shape a request for ``spec`` on ``provider`` matches."""
+    """The pool shape a request for ``spec`` on ``provider`` matches.
+
+    :raises ConfigError: ``provider``'s backend has no pools.
+    """
     image = spec.image or provider.default_image()
     return registry.PoolShape.of(provider.name, engine_of(provider), str(image), spec)
 
@@ -37,13 +42,14 @@ def claim(provider: Provider, spec: SandboxSpec) -> Claim | None:
         return None
     from cubicle.orchestrator import pool_marks as marks  # noqa: PLC0415 — only with pools
     from cubicle.orchestrator.pool import refill  # noqa: PLC0415
-    from cubicle.orchestrator.pool.backends import BACKENDS, pool_backend  # noqa: PLC0415
 
-    if provider.name not in BACKENDS:
-        return None
+    try:
+        members = provider.pool_members()
+    except ConfigError:
+        return None  # a backend without pools
     record = registry.read(shape_for(provider, spec).key)
     if record is None or record.expires_at < time.time() + marks.CLAIM_MARGIN_S:
         return None
-    claimed = pool_backend(provider.name).claim(provider, record.key, spec)
+    claimed = members.claim(record.key, spec)
     refill.request(record.key)
     return claimed

@@ -3,9 +3,9 @@ size in ready members (``pool fill`` in the foreground, the refiller in the back
 
 Whoever fills holds the pool's filler lock (:func:`cubicle.orchestrator.pool.registry.fill_lock`).
 Each member is made by :meth:`cubicle.orchestrator.sandbox.Sandbox.create` with ``pool=False`` and
-the member provider, so a member killed mid-start is an orphan ``gc`` takes (its creator is gone)
-and a failed one is removed before the error is raised. A member made after its pool was drained is
-removed at once.
+the backend's member provider (:meth:`cubicle.orchestrator.provider.PoolMembers.member_provider`),
+so a member killed mid-start is an orphan ``gc`` takes (its creator is gone) and a failed one is
+removed before the error is raised. A member made after its pool was drained is removed at once.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Final
 from cubicle.orchestrator import pool_marks as marks
 from cubicle.orchestrator.errors import ProviderError
 from cubicle.orchestrator.pool import registry
-from cubicle.orchestrator.pool.backends import pool_backend
 from cubicle.orchestrator.pool.registry import PoolRecord
 from cubicle.orchestrator.provider import Progress, SandboxSpec
+from cubicle.orchestrator.providers import get_provider
 from cubicle.orchestrator.sandbox import Sandbox
 from cubicle_guest.errors import CubicleError
 
@@ -50,7 +50,7 @@ def member_spec(record: PoolRecord) -> SandboxSpec:
 
 def _make_one(record: PoolRecord, ready_timeout_s: float) -> str | None:
     """Start one member; its id, or None when the pool was drained meanwhile (then removed)."""
-    provider = pool_backend(record.shape.backend).PoolMemberProvider(record.key)
+    provider = get_provider(record.shape.backend).pool_members().member_provider(record.key)
     sandbox = Sandbox.create(
         spec=member_spec(record), provider=provider, pool=False, ready_timeout_s=ready_timeout_s
     )
@@ -63,9 +63,8 @@ def _make_one(record: PoolRecord, ready_timeout_s: float) -> str | None:
 
 def missing(record: PoolRecord) -> int:
     """How many ready members pool ``record`` lacks (a member that stopped is not ready)."""
-    backend = pool_backend(record.shape.backend)
-    provider = backend.PoolMemberProvider(record.key)
-    running = [m for m in backend.members(provider, record.key) if m.state == "running"]
+    members = get_provider(record.shape.backend).pool_members()
+    running = [m for m in members.members(record.key) if m.state == "running"]
     return max(0, record.size - len(running))
 
 

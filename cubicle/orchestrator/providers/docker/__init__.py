@@ -2,6 +2,10 @@
 
 - :mod:`~cubicle.orchestrator.providers.docker.provider` — :class:`DockerProvider` (create, destroy,
   list, gc of sandboxes as containers);
+- :mod:`~cubicle.orchestrator.providers.docker.pool_members` — warm-pool members (listing, the
+  atomic claim, the drain; ``DockerProvider.pool_members``), never importing the provider;
+- :mod:`~cubicle.orchestrator.providers.docker.naming` — sandbox ids, guest container names, a
+  guest container's info (below both of the above);
 - :mod:`~cubicle.orchestrator.providers.docker.engine` — which engine (local socket, ``tcp://``
 with TLS,
   ``ssh://``) and the id → engine book;

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import dataclasses
 import functools
 import logging
 import os
@@ -88,6 +87,13 @@ from cubicle.orchestrator.providers.docker.exec import (
     bridge_argv,
     open_exec_socket,
 )
+from cubicle.orchestrator.providers.docker.naming import (
+    BACKEND,
+    CREATING_SUFFIX,
+    ID_PREFIX,
+    guest_info,
+    guest_name,
+)
 from cubicle.orchestrator.providers.docker.network import (
     CONTROL_SOCKET,
     EGRESS_PYTHON,
@@ -95,13 +101,13 @@ from cubicle.orchestrator.providers.docker.network import (
     EGRESS_USER,
     setup_network,
 )
+from cubicle.orchestrator.providers.docker.pool_members import DockerPoolMembers, warm_up
 from cubicle.orchestrator.providers.docker.seccomp import guest_profile
 from cubicle_guest.client import AgentConnectionError
 from cubicle_guest.waiting import Deadline, poll
 
 __all__ = ["GUEST_UID", "DockerProvider"]
 
-ID_PREFIX: Final = "dk-"
 IMAGE_ENV: Final = "CUBICLE_DOCKER_IMAGE"
 """Environment variable pinning the guest image (the test suite pins the one it built)."""
 GUEST_UID: Final = 1000
@@ -117,15 +123,8 @@ TMPFS: Final = {
 }
 STOP_TIMEOUT_S: Final = 2
 BRIDGE_WAIT_SHARE: Final = 0.75
-CREATING_SUFFIX: Final = "-creating"
-"""The guest container's name ends with this until the sandbox is ready (the ready mark)."""
 
 log = logging.getLogger(__name__)
-
-
-def guest_name(sandbox_id: str, *, ready: bool) -> str:
-    """The guest container's name: ``cubicle-<id>`` once ready, ``cubicle-<id>-creating`` before."""
-    return f"cubicle-{sandbox_id}" + ("" if ready else CREATING_SUFFIX)
 
 
 def _describe(container: docker.models.containers.Container) -> str:
@@ -149,37 +148,6 @@ def _info(
     )
 
 
-def guest_info(
-    labels: dict[str, str],
-    *,
-    name: str,
-    state: str,
-    image: str,
-    engine: str,
-    described: str,
-    claim: tuple[str, dict[str, str]] | None = None,
-) -> SandboxInfo | None:
-    """:func:`_info` from what a listing (or a claimer) already knows of the guest container —
-    its labels, name, state, image reference — and of its claim marker (how it is named in
-    warnings, its labels); None when the labels do not parse (with a warning naming
-    ``described``)."""
-    objects = [(described, labels)] + ([claim] if claim else [])
-    stamp = marks.effective_stamps(objects, ID_PREFIX).get(labels.get(L.SANDBOX, ""))
-    if stamp is None:
-        return None
-    info = SandboxInfo.from_labels(
-        stamp,
-        labels,
-        provider=DockerProvider.name,
-        state=state,
-        ready=not name.endswith(CREATING_SUFFIX),
-        detail={"container": name, "image": image, "engine": engine},
-    )
-    if claim is None and marks.is_member_name(name):
-        return dataclasses.replace(info, ownership="pool")
-    return info
-
-
 class DockerProvider(Provider):
     """Sandboxes as Docker containers on a Docker engine, local or remote
     (:mod:`cubicle.orchestrator.providers.docker.engine`).
@@ -188,14 +156,15 @@ class DockerProvider(Provider):
     default one (``DOCKER_HOST`` or the local socket); an existing sandbox is found on its
     engine through the creating host's :class:`EngineBook`. ``list`` and ``gc`` cover every
     engine this host knows. Pass ``engine`` (or ``client``, a connection of your own) to work
-    on one engine only.
+    on one engine only. With ``pool_key`` it makes members of that warm pool
+    (:meth:`mark_ready`; :meth:`pool_members` gives such a provider).
 
     Instances are cheap: engine connections are made on first use and shared by every instance
     of the process (closed at exit). The caller of :meth:`create` owns the sandbox and removes
     it with :meth:`destroy`.
     """
 
-    name: ClassVar[str] = "docker"
+    name: ClassVar[str] = BACKEND
 
     def __init__(
         self,
@@ -203,10 +172,13 @@ class DockerProvider(Provider):
         *,
         engine: Engine | None = None,
         book: EngineBook | None = None,
+        pool_key: str | None = None,
     ) -> None:
         self._client = client
         self._given = engine
         self._book = book or EngineBook()
+        self.pool_key = pool_key
+        """Set: this provider makes members of that warm pool (:meth:`mark_ready`)."""
         self._guest_ids: dict[str, str] = {}
         """Guest container ids of the sandboxes this instance created (container ids never
         change): their connections need no look-up."""
@@ -439,8 +411,24 @@ class DockerProvider(Provider):
             return int(self.client.info().get("NCPU") or 1)
 
     def mark_ready(self, sandbox_id: str) -> None:
-        """Rename the guest container ``cubicle-<id>-creating`` → ``cubicle-<id>`` (atomic)."""
-        self._rename_creating(sandbox_id, guest_name(sandbox_id, ready=True))
+        """Rename the guest container ``cubicle-<id>-creating`` → ``cubicle-<id>`` (atomic). A
+        provider of pool members (``pool_key``) takes one warm-up screenshot first
+        (:func:`.pool_members.warm_up`) and renames it ``cubicle-<id>.pool.<key>`` instead, the
+        member's ready mark (:mod:`cubicle.orchestrator.pool_marks`)."""
+        if self.pool_key is None:
+            self._rename_creating(sandbox_id, guest_name(sandbox_id, ready=True))
+            return
+        warm_up(self, sandbox_id)
+        self._rename_creating(sandbox_id, marks.member_name(sandbox_id, self.pool_key))
+
+    def pool_members(self) -> DockerPoolMembers:
+        """Warm-pool members on this provider's engine (:mod:`.pool_members`)."""
+        return DockerPoolMembers(self, self._member_provider)
+
+    def _member_provider(self, key: str) -> DockerProvider:
+        """A provider like this one (same engine, connection and book) that makes members of
+        pool ``key``."""
+        return DockerProvider(self._client, engine=self._given, book=self._book, pool_key=key)
 
     def _rename_creating(self, sandbox_id: str, name: str) -> None:
         """Rename the guest container ``cubicle-<id>-creating`` (by that name: one request) to

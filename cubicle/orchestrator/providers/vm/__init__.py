@@ -3,6 +3,8 @@
 Modules, one job each (imports only go down this list, never back up):
 
 - :mod:`.provider` — :class:`VmProvider`: create (cold or warm), destroy, list, gc.
+- :mod:`.pool_members` — warm-pool members (listing, the atomic claim, the drain;
+  ``VmProvider.pool_members``); it works through the :class:`~.pool_members.VmHost` protocol.
 - :mod:`.warm_start` — restore a sandbox from a saved golden state; boot and save those states.
   It works through the :class:`~.warm_start.WarmHost` protocol the provider implements.
 - :mod:`.warm` — the saved golden states on disk (slots, validity, files).
@@ -11,6 +13,8 @@ Modules, one job each (imports only go down this list, never back up):
 - :mod:`.virt` — the libvirt connection, error mapping, "no such domain", named domain states.
 - :mod:`.files` — who may touch the backend's files (root and QEMU's group).
 - :mod:`.image` — the image's content hash, a built image, overlays; :mod:`.build` builds it.
+- :mod:`.run_marks` — the ready, pool-member and claim marks of a run folder.
+- :mod:`.naming` — sandbox ids.
 """
 
 from __future__ import annotations

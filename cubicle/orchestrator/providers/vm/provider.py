@@ -84,6 +84,8 @@ from cubicle.orchestrator.providers.vm.domain import (
     probe_accelerator,
 )
 from cubicle.orchestrator.providers.vm.files import HOME_MODE, FileAccess, qemu_access
+from cubicle.orchestrator.providers.vm.naming import ID_PREFIX
+from cubicle.orchestrator.providers.vm.pool_members import VmPoolMembers, warm_up
 from cubicle.orchestrator.providers.vm.qemu_process import end_qemu, find_qemu
 from cubicle.orchestrator.providers.vm.virt import (
     DEFAULT_URI,
@@ -103,7 +105,6 @@ __all__ = ["VmProvider"]
 
 log = logging.getLogger(__name__)
 
-ID_PREFIX = "vm-"
 START = "cubicle-vm.start"
 """Extra label: ``cold``, ``warm:N`` (restored from slot N), ``warm-copy:N`` (from a copy of slot
 N's state: every slot was busy) or ``golden`` (being saved)."""
@@ -138,12 +139,19 @@ class VmProvider(Provider):
     :param home: the backend's directory (images, warm states, per-sandbox files).
     :param warm_slots: how many saved golden states per guest shape (sandboxes beyond that many
         at once are restored from a per-sandbox copy of one, ~0.1 s more).
+    :param pool_key: make members of that warm pool (:meth:`mark_ready`;
+        :meth:`pool_members` gives such a provider).
     """
 
     name: ClassVar[str] = "vm"
 
     def __init__(
-        self, *, uri: str | None = None, home: Path | None = None, warm_slots: int | None = None
+        self,
+        *,
+        uri: str | None = None,
+        home: Path | None = None,
+        warm_slots: int | None = None,
+        pool_key: str | None = None,
     ) -> None:
         self.uri = uri or DEFAULT_URI
         self.home = home or vm_image.vm_home()
@@ -155,6 +163,8 @@ class VmProvider(Provider):
         """Image ref used when a spec names none; ``None``: the build of the current sources."""
         self._conn: Any = None
         self.warm = WarmStarter(self)
+        self.pool_key = pool_key
+        """Set: this provider makes members of that warm pool (:meth:`mark_ready`)."""
 
     # -- engine --------------------------------------------------------------------------
 
@@ -548,11 +558,29 @@ class VmProvider(Provider):
         return "\n".join(text.splitlines()[-int(tail) :]) + "\n"
 
     def mark_ready(self, sandbox_id: str) -> None:
-        """Create the run folder's ``ready`` file (``O_EXCL``: once; :mod:`.run_marks`)."""
+        """Create the run folder's ``ready`` file (``O_EXCL``: once; :mod:`.run_marks`). A
+        provider of pool members (``pool_key``) first takes one warm-up screenshot
+        (:func:`.pool_members.warm_up`: reads the screen, writes nothing) and writes the member
+        mark ``pool-member``, so that a ready member is never seen as a plain sandbox."""
+        if self.pool_key is not None:
+            warm_up(self, sandbox_id)
+            with contextlib.suppress(FileNotFoundError):  # gone: the ready mark then says so
+                run_marks.write_member(self.run_dir(sandbox_id), self.pool_key)
         try:
             run_marks.make_once(self.run_dir(sandbox_id) / run_marks.READY)
         except FileNotFoundError:
             raise SandboxNotFound(f"VM sandbox {sandbox_id} is gone") from None
+
+    def pool_members(self) -> VmPoolMembers:
+        """Warm-pool members of this backend (:mod:`.pool_members`)."""
+        return VmPoolMembers(self, self._member_provider)
+
+    def _member_provider(self, key: str) -> VmProvider:
+        """A provider like this one (same libvirt, home, warm slots and image) that makes
+        members of pool ``key``."""
+        twin = VmProvider(uri=self.uri, home=self.home, warm_slots=self.warm_slots, pool_key=key)
+        twin.image = self.image
+        return twin
 
     def _ready(self, sandbox_id: str) -> bool:
         return (self.run_dir(sandbox_id) / run_marks.READY).exists()
