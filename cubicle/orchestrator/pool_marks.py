@@ -34,7 +34,7 @@ from typing import Final, TypeVar
 
 from cubicle.orchestrator import labels as L
 from cubicle.orchestrator import ownership
-from cubicle.orchestrator.provider import Claim, PoolMember, SandboxSpec
+from cubicle.orchestrator.provider import Claim, PoolMember, Provider, SandboxSpec
 
 __all__ = [
     "CLAIM_MARGIN_S",
@@ -47,6 +47,7 @@ __all__ = [
     "is_member_name",
     "member_key",
     "member_name",
+    "warm_up",
 ]
 
 CLAIM_MARGIN_S: Final = 60.0
@@ -128,3 +129,12 @@ def claim_first(found: Iterable[M], claim_member: Callable[[M], Claim | None]) -
         if claimed is not None:
             return claimed
     return None
+
+
+def warm_up(provider: Provider, sandbox_id: str, *, timeout_s: float) -> None:
+    """A member's warm-up before it is parked, the same on every backend: one screenshot, so
+    that the claimer's first one finds the agent's capture path loaded and warm. It reads the
+    screen and writes nothing; each step waits at most ``timeout_s`` seconds."""
+    with provider.connect(sandbox_id, timeout=timeout_s) as client:
+        client.hello(timeout=timeout_s)
+        client.call("screenshot", {}, timeout=timeout_s)

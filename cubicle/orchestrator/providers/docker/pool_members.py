@@ -98,11 +98,9 @@ class DockerHost(Protocol):
 
 
 def warm_up(provider: Provider, sandbox_id: str) -> None:
-    """The member's warm-up, before it is parked: one screenshot, so that the claimer's first one
-    finds the agent's capture path loaded and warm. It reads the screen and writes nothing."""
-    with provider.connect(sandbox_id, timeout=WARMUP_TIMEOUT_S) as client:
-        client.hello(timeout=WARMUP_TIMEOUT_S)
-        client.call("screenshot", {}, timeout=WARMUP_TIMEOUT_S)
+    """This backend's member warm-up (:func:`cubicle.orchestrator.pool_marks.warm_up`) with its
+    :data:`WARMUP_TIMEOUT_S`."""
+    marks.warm_up(provider, sandbox_id, timeout_s=WARMUP_TIMEOUT_S)
 
 
 @dataclass(frozen=True)
