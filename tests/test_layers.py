@@ -42,6 +42,7 @@ LAYERS: Sequence[tuple[str, frozenset[str]]] = (
                 "pool_marks",
                 "readiness",
                 "view_servers",
+                "page_security",
             )
         ),
     ),

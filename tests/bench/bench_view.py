@@ -25,8 +25,8 @@ from cubicle_guest.client import AgentClient
 from tests.bench.bench_docker import docker_or_skip
 from tests.bench.report import Report, Sample
 from tests.support.agent import pixel_at
+from tests.support.pages import CHROMIUM, assert_no_csp_violations, new_context
 
-CHROMIUM = "/usr/bin/chromium"
 CLICKS = 30
 FIRST_FRAMES = 5
 PIXEL = (200, 200)
@@ -141,7 +141,8 @@ def run(report: Report) -> None:
             browser = playwright.chromium.launch(
                 executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
             )
-            context = browser.new_context(viewport={"width": 1280, "height": 900}, bypass_csp=True)
+            # as a person's browser opens the view: its CSP enforced, violations kept
+            context = new_context(browser, viewport={"width": 1280, "height": 900})
             cold, warm = (
                 Sample("cubicle view -> first frame (server start)", []),
                 Sample("cubicle view -> first frame (server reused)", []),
@@ -172,6 +173,8 @@ def run(report: Report) -> None:
             _line(report, view)
             _line(report, model)
             report.line(f"ratio view / screenshot: {view.p50 / model.p50:.2f}x (p50)")
+            assert_no_csp_violations(page)
+            report.line("the view's Content-Security-Policy was enforced: no violation")
             browser.close()
     finally:
         sandbox.destroy()

@@ -14,6 +14,7 @@ from typing import Any, cast
 import jinja2
 import pytest
 from PIL import Image
+from playwright.sync_api import sync_playwright
 
 from cubicle.orchestrator.trajectory import (
     TRAJECTORY_FILE,
@@ -26,6 +27,12 @@ from cubicle.orchestrator.trajectory.report import (
     render_events,
     report_context,
     report_environment,
+)
+from tests.support.pages import (
+    CHROMIUM,
+    assert_no_csp_violations,
+    csp_violations,
+    new_context,
 )
 
 
@@ -282,3 +289,41 @@ def test_report_renders_in_headless_chromium_with_steps_and_images(tmp_path: Pat
     # the red and green screenshots were drawn (images loaded from their relative paths)
     assert any(r > 150 and g < 80 and b < 80 for r, g, b in colors)
     assert any(g > 150 and r < 80 and b < 80 for r, g, b in colors)
+
+
+def test_report_in_a_browser_loads_its_files_and_would_run_no_injected_script(
+    tmp_path: Path,
+) -> None:
+    """The report's own policy (a meta tag: it is a file) lets its screenshots load and would
+    stop any script or remote fetch that slipped past the escaping."""
+    folder = tmp_path / "run"
+    _record_sample(folder)
+    report = folder / "report.html"
+    hostile = folder / "hostile.html"
+    hostile.write_text(
+        report.read_text(encoding="utf-8").replace(
+            "</body>",
+            '<script>document.title = "ran"</script>'
+            '<img id="remote" src="http://127.0.0.1:9/x.png"></body>',
+        ),
+        encoding="utf-8",
+    )
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            page = new_context(browser).new_page()
+            page.goto(report.as_uri())
+            page.wait_for_load_state("load")
+            widths = page.evaluate("[...document.images].map((i) => i.naturalWidth)")
+            assert len(widths) == 2 and all(w > 0 for w in widths), widths
+            assert_no_csp_violations(page)
+
+            page.goto(hostile.as_uri())
+            page.wait_for_load_state("load")
+            assert page.title() != "ran"
+            blocked = {v["directive"] for v in csp_violations(page)}
+            assert {"script-src-elem", "img-src"} <= blocked, blocked
+        finally:
+            browser.close()

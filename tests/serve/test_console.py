@@ -14,12 +14,12 @@ from playwright.sync_api import Browser, sync_playwright
 
 from tests.serve.conftest import TOKEN, Server, engine, server
 from tests.serve.support import DRILL_ENV, assert_turn_went_through
+from tests.support.pages import CHROMIUM, assert_no_csp_violations, new_context
 
 __all__ = ["engine", "server"]
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-CHROMIUM = "/usr/bin/chromium"
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +39,12 @@ def test_console_lists_streams_shows_screenshot_and_approves(
     session = client.beta.agents.sessions.create(
         environment=DRILL_ENV, agent={"model": "cubicle-drill"}
     )
-    page = browser.new_page()
+    context = new_context(browser)  # the console's CSP enforced, as in a person's browser
+    page = context.new_page()
     page.goto(f"{server.origin}/console#token={TOKEN}")
     assert TOKEN not in page.url  # the fragment is dropped from the address bar
+    # the style sheet is a file of the server (no inline style): it applied
+    assert page.evaluate("getComputedStyle(document.getElementById('left')).width") == "280px"
     row = page.locator(f'.session[data-id="{session.id}"]')
     row.wait_for(timeout=10_000)
     row.click()
@@ -69,6 +72,19 @@ def test_console_lists_streams_shows_screenshot_and_approves(
         link.wait_for(timeout=30_000)
         assert (link.get_attribute("href") or "").startswith("http://127.0.0.1:")
         assert "#t=" in (link.get_attribute("href") or "")
+        # the link opens the desktop, its CSP enforced: the canvas paints the guest's screen
+        view = context.new_page()
+        view.goto(link.get_attribute("href") or "")
+        view.wait_for_function(
+            "() => window.cubicleView && window.cubicleView.connected", timeout=30_000
+        )
+        view.wait_for_function(
+            "() => { const c = document.querySelector('#screen canvas');"
+            " return c && c.getContext('2d').getImageData(10, 10, 1, 1).data[3] > 0; }",
+            timeout=30_000,
+        )
+        assert_no_csp_violations(view)
+        view.close()
         approve.click()
         worker.join(180)
     finally:
@@ -82,10 +98,12 @@ def test_console_lists_streams_shows_screenshot_and_approves(
         ".event", has_text=re.compile(r"agent\.session\.turn\.(completed|failed)")
     ).wait_for(timeout=5_000)
     # without the token the page shows nothing of the sessions
-    other = browser.new_page()
+    assert_no_csp_violations(page)
+    other = new_context(browser).new_page()
     other.goto(f"{server.origin}/console")
     other.wait_for_timeout(500)
     assert other.locator(".session").count() == 0
-    other.close()
-    page.close()
+    assert_no_csp_violations(other)
+    other.context.close()
+    context.close()
     client.beta.agents.sessions.delete(session.id)

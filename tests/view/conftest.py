@@ -13,6 +13,7 @@ from cubicle.orchestrator.providers.docker.provider import DockerProvider
 from cubicle.orchestrator.sandbox import Sandbox
 from cubicle.orchestrator.view_servers import DIR_ENV
 from tests.orchestrator.conftest import Tracker, cli, engine, provider, sandboxes
+from tests.support.pages import CHROMIUM, assert_no_csp_violations, new_context
 from tests.view.guest_recorder import GuestRecorder
 
 __all__ = [
@@ -27,7 +28,6 @@ __all__ = [
     "view_dir",
 ]
 
-CHROMIUM = "/usr/bin/chromium"
 SCREEN = (1280, 800)
 LEFT_HALF = (0, 0, 640, 800)
 """The guest recorder's window: the left half (white), the desktop's background on the right."""
@@ -56,14 +56,16 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
-    """A fresh browser context (no cookies) whose viewport shows the desktop 1:1 below the bar;
-    the page's CSP is bypassed so Playwright can evaluate its probes."""
-    context = browser.new_context(
-        viewport={"width": SCREEN[0], "height": SCREEN[1] + 100}, bypass_csp=True
-    )
+    """A fresh browser context (no cookies) whose viewport shows the desktop 1:1 below the bar,
+    with the page's CSP enforced as in a person's browser; the test fails on any violation."""
+    context = new_context(browser, viewport={"width": SCREEN[0], "height": SCREEN[1] + 100})
     page = context.new_page()
     yield page
-    context.close()
+    try:
+        if page.url.startswith("http"):
+            assert_no_csp_violations(page)
+    finally:
+        context.close()
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ from cubicle.orchestrator.view.handover import HandoverGate
 from cubicle.orchestrator.view_servers import read_state, view_server_pids
 from tests.orchestrator.conftest import CliRun, Tracker
 from tests.orchestrator.support import bridge_gateway
+from tests.support.pages import assert_no_csp_violations
 from tests.view.guest_recorder import GuestRecorder
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -148,6 +149,10 @@ def test_page_shows_the_desktop_and_view_only_delivers_no_input(
     assert page.evaluate("location.href").endswith(":" + link.url.split(":")[2].split("/")[0] + "/")
     score = wait_canvas_matches(page, sandbox)
     assert score < MAX_MAD, f"canvas differs from the screenshot by {score:.1%}"
+    # ... with the page's own policy enforced (no test switch), strict, and not violated
+    policy = requests.get(link.url.split("#")[0], timeout=10).headers["content-security-policy"]
+    assert "default-src 'none'" in policy and "unsafe" not in policy, policy
+    assert_no_csp_violations(page)
 
     click_canvas(page, 100, 100)  # noVNC in view-only mode
     forged_pointer_click(link, session_cookie(page), 200, 200)  # a client ignoring view-only

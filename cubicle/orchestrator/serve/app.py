@@ -15,6 +15,7 @@ page):
 ``GET    /v1/agents/sessions/{id}/items``   items, paginated as the SDK pages them
 any other ``/v1/...``                       501 in the error shape (not implemented)
 ``GET    /console``                         the console page (no data in it)
+``GET    /console/console.{js,css}``        its script and style sheet (no inline code)
 ``GET    /console/api/sessions/{id}/...``   the console's ``events`` (with the kept ones) and
                                             ``screenshot`` (the latest, JPEG)
 ``POST   /console/api/sessions/{id}/view``  a one-time live-view link (``cubicle view``)
@@ -41,6 +42,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from cubicle.drivers.policy_file import Policy
+from cubicle.orchestrator.page_security import BASE_HEADERS, content_security_policy
 from cubicle.orchestrator.providers import backend_of, get_provider
 from cubicle.orchestrator.serve import wire
 from cubicle.orchestrator.serve.agents import parse_agent
@@ -538,12 +540,12 @@ async def unimplemented(request: Request) -> Response:
 
 
 CONSOLE_HEADERS = {
-    "Content-Security-Policy": "default-src 'self'; img-src 'self' blob: data:; "
-    "style-src 'self' 'unsafe-inline'; script-src 'self'; frame-ancestors 'none'",
-    "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-store",
-    "X-Content-Type-Options": "nosniff",
+    **BASE_HEADERS,
+    "Content-Security-Policy": content_security_policy(img=("'self'", "blob:")),
 }
+"""The console's files' headers: its script and style sheet are files of this server; it
+shows the latest screenshot through a ``blob:`` URL of the image it fetched with the token
+(``img-src blob:``) and fetches only from this server."""
 
 
 def _console_file(name: str) -> str:
@@ -559,6 +561,10 @@ async def console_script(request: Request) -> Response:
     return Response(
         _console_file("console.js"), media_type="text/javascript", headers=CONSOLE_HEADERS
     )
+
+
+async def console_style(request: Request) -> Response:
+    return Response(_console_file("console.css"), media_type="text/css", headers=CONSOLE_HEADERS)
 
 
 async def console_events(request: Request) -> Response:
@@ -645,6 +651,7 @@ def build_app(state: ServerState) -> Starlette:
         Route("/v1/{rest:path}", unimplemented, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
         Route("/console", console_page, methods=["GET"]),
         Route("/console/console.js", console_script, methods=["GET"]),
+        Route("/console/console.css", console_style, methods=["GET"]),
         Route("/console/api/sessions/{session_id}/events", console_events, methods=["GET"]),
         Route("/console/api/sessions/{session_id}/screenshot", console_screenshot, methods=["GET"]),
         Route("/console/api/sessions/{session_id}/view", console_view, methods=["POST"]),

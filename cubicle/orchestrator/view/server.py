@@ -36,6 +36,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -46,11 +47,12 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from cubicle.orchestrator.page_security import PageHeaders, content_security_policy
 from cubicle.orchestrator.providers import backend_of, get_provider
 from cubicle.orchestrator.view.inputs import RfbInputTap, append_input
 from cubicle.orchestrator.view.stream import open_vnc_stream
@@ -111,8 +113,30 @@ class ViewServer:
         write_state(ViewState(self.sandbox_id, os.getpid(), self.port, self.key, self.mode))
 
 
-def _page() -> str:
-    return resources.files("cubicle.orchestrator.view").joinpath("view.html").read_text("utf-8")
+PAGE_FILES: Final[Mapping[str, str]] = {
+    "/": "view.html",
+    "/view.js": "view.js",
+    "/view.css": "view.css",
+}
+"""The page's own files (URL path → file of this package); noVNC's are under ``/novnc``."""
+_MEDIA: Final = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
+
+
+def page_policy(port: int) -> str:
+    """The Content-Security-Policy of every response of the server on ``port``. noVNC paints
+    the JPEG and PNG rectangles it receives through ``data:`` image URLs
+    (``core/display.js``) and draws the remote cursor as a ``data:`` CSS cursor
+    (``core/util/cursor.js``): ``img-src data:``. The desktop comes over this server's own
+    WebSocket: ``connect-src ws://127.0.0.1:PORT``. Scripts (the page's and noVNC's modules)
+    and the style sheet are this server's files; noVNC's element styles are set through the
+    DOM, which ``style-src`` does not govern."""
+    return content_security_policy(
+        img=("'self'", "data:"), connect=("'self'", f"ws://127.0.0.1:{port}")
+    )
+
+
+def _page_file(name: str) -> str:
+    return resources.files("cubicle.orchestrator.view").joinpath(name).read_text("utf-8")
 
 
 def build_app(server: ViewServer) -> Starlette:
@@ -127,15 +151,8 @@ def build_app(server: ViewServer) -> Starlette:
         ).startswith("Bearer ")
 
     async def page(request: Request) -> Response:
-        return HTMLResponse(
-            _page(),
-            headers={
-                "Cache-Control": "no-store",
-                "Referrer-Policy": "no-referrer",
-                "Content-Security-Policy": "default-src 'self'; connect-src 'self' ws://127.0.0.1:*;"
-                " style-src 'self' 'unsafe-inline'; script-src 'self' 'unsafe-inline'",
-            },
-        )
+        name = PAGE_FILES[request.url.path]
+        return Response(_page_file(name), media_type=_MEDIA[Path(name).suffix])
 
     async def session(request: Request) -> Response:
         if request.headers.get(HEADER) != "1":
@@ -248,7 +265,7 @@ def build_app(server: ViewServer) -> Starlette:
 
     return Starlette(
         routes=[
-            Route("/", page),
+            *(Route(path, page) for path in PAGE_FILES),
             Route("/api/session", session, methods=["POST"]),
             Route("/api/mint", mint, methods=["POST"]),
             Route("/api/state", state),
@@ -256,7 +273,10 @@ def build_app(server: ViewServer) -> Starlette:
             WebSocketRoute("/websockify", vnc),
             Mount("/novnc", app=StaticFiles(directory=NOVNC_DIR), name="novnc"),
         ],
-        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1"])],
+        middleware=[
+            Middleware(PageHeaders, policy=page_policy(server.port)),
+            Middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1"]),
+        ],
     )
 
 
