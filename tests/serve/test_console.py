@@ -21,7 +21,6 @@ __all__ = ["engine", "server"]
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
-
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     with sync_playwright() as playwright:
