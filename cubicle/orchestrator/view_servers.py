@@ -38,6 +38,7 @@ __all__ = [
     "ViewState",
     "check_sandbox_id",
     "input_path",
+    "lock_path",
     "log_path",
     "read_state",
     "server_argv",
@@ -99,6 +100,12 @@ def log_path(sandbox_id: str) -> Path:
     return view_dir() / f"{check_sandbox_id(sandbox_id)}.log"
 
 
+def lock_path(sandbox_id: str) -> Path:
+    """The lock that serializes starting the sandbox's view server
+    (:mod:`cubicle.orchestrator.view.control`)."""
+    return view_dir() / f".{check_sandbox_id(sandbox_id)}.lock"
+
+
 def input_path(sandbox_id: str) -> Path:
     """Where the view server notes a person's inputs (:mod:`cubicle.orchestrator.view.inputs`)."""
     return view_dir() / f"{check_sandbox_id(sandbox_id)}.input.jsonl"
@@ -149,7 +156,8 @@ def view_server_pids(sandbox_id: str | None = None) -> list[int]:
 
 def stop_view_servers(sandbox_id: str) -> list[int]:
     """End the view servers of ``sandbox_id`` (SIGTERM, then SIGKILL after
-    :data:`STOP_TIMEOUT_S`) and remove its state file. Idempotent; called first by
+    :data:`STOP_TIMEOUT_S`) and remove every file of its view: state, inputs, lock and log.
+    Idempotent; called first by
     :meth:`~cubicle.orchestrator.provider.Provider.destroy` (so ``down`` and ``gc`` too). Touches
     no other sandbox's server.
 
@@ -159,6 +167,8 @@ def stop_view_servers(sandbox_id: str) -> list[int]:
     pids = view_server_pids(sandbox_id)
     stop_pids(pids, STOP_TIMEOUT_S)
     # not created here: a sandbox that never had a view leaves no folder behind
-    (_base_dir() / f"{sandbox_id}.json").unlink(missing_ok=True)
-    (_base_dir() / f"{sandbox_id}.input.jsonl").unlink(missing_ok=True)
+    base = _base_dir()
+    for name in (f"{sandbox_id}.json", f"{sandbox_id}.input.jsonl", f"{sandbox_id}.log"):
+        (base / name).unlink(missing_ok=True)
+    (base / f".{sandbox_id}.lock").unlink(missing_ok=True)
     return pids

@@ -12,16 +12,15 @@ from __future__ import annotations
 import io
 import re
 import socket
-import struct
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 from PIL import Image, ImageChops, ImageStat
 from playwright.sync_api import Page
-from websockets.sync.client import connect as ws_connect
 
 from cubicle.orchestrator.providers.docker.provider import DockerProvider
 from cubicle.orchestrator.sandbox import Sandbox
@@ -32,6 +31,7 @@ from tests.orchestrator.conftest import CliRun, Tracker
 from tests.orchestrator.support import bridge_gateway
 from tests.support.pages import assert_no_csp_violations
 from tests.view.guest_recorder import GuestRecorder
+from tests.view.rfb import rfb_session
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -93,43 +93,9 @@ def click_canvas(page: Page, x: int, y: int) -> None:
 def forged_pointer_click(link: ViewLink, cookie: str, x: int, y: int) -> None:
     """A VNC client of our own (not noVNC) that ignores view-only and sends a click."""
     port = int(re.match(r"http://127\.0\.0\.1:(\d+)/", link.url).group(1))  # type: ignore[union-attr]
-    with ws_connect(
-        f"ws://127.0.0.1:{port}/websockify",
-        origin=f"http://127.0.0.1:{port}",  # type: ignore[arg-type]
-        additional_headers={"Cookie": f"cubicle_view={cookie}"},
-        subprotocols=["binary"],  # type: ignore[list-item]
-        open_timeout=20,
-    ) as ws:
-        reader = _RfbReader(ws)
-        version = reader.read(12)
-        assert version.startswith(b"RFB 003."), version
-        ws.send(b"RFB 003.008\n")
-        count = reader.read(1)[0]
-        types = reader.read(count)
-        assert 1 in types, f"x11vnc offered {types!r}"
-        ws.send(bytes([1]))
-        assert reader.read(4) == b"\0\0\0\0"
-        ws.send(bytes([1]))  # ClientInit, shared
-        width, height = struct.unpack(">HH", reader.read(4))
-        assert (width, height) == (1280, 800)
-        reader.read(16)
-        reader.read(struct.unpack(">I", reader.read(4))[0])
-        ws.send(struct.pack(">BBHH", 5, 1, x, y) + struct.pack(">BBHH", 5, 0, x, y))
-        # a FramebufferUpdateRequest answered proves x11vnc read (and dropped) the clicks
-        ws.send(struct.pack(">BBHHHH", 3, 0, 0, 0, 16, 16))
-        assert reader.read(1) == b"\0"
-
-
-class _RfbReader:
-    def __init__(self, ws: Any) -> None:
-        self.ws = ws
-        self.buffer = b""
-
-    def read(self, n: int) -> bytes:
-        while len(self.buffer) < n:
-            self.buffer += self.ws.recv(timeout=20)
-        out, self.buffer = self.buffer[:n], self.buffer[n:]
-        return out
+    with rfb_session(port, cookie) as session:
+        assert session.size == (1280, 800)
+        session.click(x, y)
 
 
 def session_cookie(page: Page) -> str:
@@ -253,9 +219,12 @@ def test_wrong_token_loopback_only_and_no_token_in_any_log(
         assert secret not in logs
 
 
+@pytest.mark.attack
 def test_down_and_gc_remove_the_view_server_of_their_sandbox_only(
-    sandboxes: Tracker, provider: DockerProvider, cli: CliRun
+    sandboxes: Tracker, provider: DockerProvider, cli: CliRun, view_dir: Path
 ) -> None:
+    """... and every file of its view: state, inputs, lock and log (VW5: the lock and log were
+    left behind)."""
     keep, down, expiring = sandboxes.create(), sandboxes.create(), sandboxes.create(ttl_s=1.0)
     for sandbox in (keep, down, expiring):
         open_view(sandbox.id)
@@ -267,14 +236,21 @@ def test_down_and_gc_remove_the_view_server_of_their_sandbox_only(
     assert done.returncode == 0, done.stderr
     assert view_server_pids(down.id) == []
     assert read_state(down.id) is None
+    assert _files_of(view_dir, down.id) == []
+    assert _files_of(view_dir, keep.id) == [f".{keep.id}.lock", f"{keep.id}.json", f"{keep.id}.log"]
 
     while not _past(expiring.info.expires_at, wall=True):
         _, _ = keep.screenshot()  # time passes doing something useful
     assert expiring.id in provider.gc()
     assert view_server_pids(expiring.id) == []
+    assert _files_of(view_dir, expiring.id) == []
     assert view_server_pids(keep.id) == [again.pid], "gc touched another sandbox's view"
     set_mode(keep.id, "takeover")  # still answering
     assert read_state(keep.id).mode == "takeover"  # type: ignore[union-attr]
+
+
+def _files_of(folder: Path, sandbox_id: str) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if sandbox_id in p.name)
 
 
 def _deadline(seconds: float) -> float:

@@ -27,10 +27,10 @@ from cubicle.orchestrator.view_servers import (
     Mode,
     ViewState,
     check_sandbox_id,
+    lock_path,
     log_path,
     read_state,
     server_argv,
-    view_dir,
 )
 
 __all__ = ["ViewError", "ViewLink", "open_view", "set_mode"]
@@ -110,7 +110,7 @@ def _call(state: ViewState, method: str, path: str, body: object = None) -> dict
 
 
 def _ensure_server(sandbox_id: str, mode: Mode) -> ViewState:
-    lock_fd = os.open(view_dir() / f".{sandbox_id}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    lock_fd = os.open(lock_path(sandbox_id), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(lock_fd, fcntl.LOCK_EX)
         state = read_state(sandbox_id)

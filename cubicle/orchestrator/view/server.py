@@ -90,6 +90,8 @@ class ViewServer:
     tokens: dict[str, float] = field(default_factory=dict)
     sessions: set[str] = field(default_factory=set)
     sockets: set[WebSocket] = field(default_factory=set)
+    generation: int = 0
+    """Counts mode changes: a VNC session opened in one generation must not outlive it."""
 
     def mint(self) -> str:
         now = time.monotonic()
@@ -102,9 +104,15 @@ class ViewServer:
         expires = self.tokens.pop(token, 0.0)
         return expires > time.monotonic()
 
-    def authorized(self, request: Request | WebSocket) -> bool:
+    def holds_key(self, request: Request | WebSocket) -> bool:
+        """Whether the request carries the control key as its bearer token (a viewer's cookie
+        does not count: only the key mints links)."""
         bearer = request.headers.get("authorization", "")
-        if bearer.startswith("Bearer ") and secrets.compare_digest(bearer[7:], self.key):
+        return bearer.startswith("Bearer ") and secrets.compare_digest(bearer[7:], self.key)
+
+    def authorized(self, request: Request | WebSocket) -> bool:
+        """The control key, or the cookie of a session a one-time token opened."""
+        if self.holds_key(request):
             return True
         session = request.cookies.get(COOKIE, "")
         return any(secrets.compare_digest(session, s) for s in self.sessions)
@@ -174,9 +182,7 @@ def build_app(server: ViewServer) -> Starlette:
         return response
 
     async def mint(request: Request) -> Response:
-        if not request.headers.get("authorization", "").startswith("Bearer "):
-            return denied()
-        if not server.authorized(request):
+        if not server.holds_key(request):
             return denied()
         return JSONResponse({"token": server.mint()})
 
@@ -198,6 +204,7 @@ def build_app(server: ViewServer) -> Starlette:
             )
         if wanted != server.mode:
             server.mode = wanted
+            server.generation += 1  # sessions still opening see it and close themselves
             server.record()
             log.warning("mode is now %s", wanted)
             for ws in list(server.sockets):
@@ -211,6 +218,7 @@ def build_app(server: ViewServer) -> Starlette:
             await ws.close(1008, "not authorized")
             return
         protocols = ws.scope.get("subprotocols") or []
+        generation = server.generation
         view_only = server.mode != "takeover"
         loop = asyncio.get_running_loop()
         try:
@@ -227,6 +235,14 @@ def build_app(server: ViewServer) -> Starlette:
             await ws.close(1011, str(exc)[:120])
             return
         await ws.accept(subprotocol="binary" if "binary" in protocols else None)
+        # No await between this check and joining server.sockets: a mode change either came
+        # before (the session was opened for the old mode: close it, the page reconnects) or
+        # comes after and closes it with the others.
+        if server.generation != generation:
+            stream.sock.close()
+            with contextlib.suppress(Exception):
+                await ws.close(MODE_CHANGED, f"mode changed to {server.mode}")
+            return
         server.sockets.add(ws)
         sock = stream.sock
         sock.setblocking(False)
@@ -247,6 +263,8 @@ def build_app(server: ViewServer) -> Starlette:
                     if message["type"] == "websocket.disconnect":
                         return
                     data = message.get("bytes") or (message.get("text") or "").encode()
+                    if server.generation != generation:
+                        return  # opened for the old mode: nothing more reaches the guest
                     if tap is not None and tap.stopped is None and not tap.feed(data):
                         log.warning("not noting the person's inputs: %s", tap.stopped)
                     await loop.sock_sendall(sock, codec.encode(data) if codec else data)
