@@ -256,6 +256,8 @@ class FrameDecoder:
             message = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
             raise ProtocolError(f"bad frame: JSON part is not valid UTF-8 JSON ({exc})") from None
+        except RecursionError:  # a peer's deeply nested arrays or objects
+            raise ProtocolError("bad frame: JSON part nests too deeply to decode") from None
         if not isinstance(message, dict):
             raise ProtocolError(
                 f"bad frame: JSON part is a {type(message).__name__}, expected an object"

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 import threading
+from functools import partial
+from typing import Any
 
 import pytest
 import requests
@@ -50,6 +52,10 @@ def test_a_viewer_cookie_with_any_bearer_mints_no_link(sandbox: Sandbox) -> None
         base + "api/mint", headers={"Authorization": f"Bearer {state.key}"}, timeout=10
     )
     assert minted.status_code == 200 and len(minted.json()["token"]) >= 20
+
+
+def _press_at(point: tuple[int, int], event: dict[str, Any]) -> bool:
+    return bool(event["kind"] == "ButtonPress" and event["root_x"] == point[0])
 
 
 def _viewers_during_release(sandbox: Sandbox, round_: int, delay_s: float) -> list[str]:
@@ -100,7 +106,7 @@ def test_sessions_opening_while_control_is_given_back_deliver_nothing(
             client.hello(timeout=10.0)
             client.call("click", {"x": point[0], "y": point[1]})
         agent_clicks.append(point)
-        recorder.wait_for(lambda e, p=point: e["kind"] == "ButtonPress" and e["root_x"] == p[0])
+        recorder.wait_for(partial(_press_at, point))
         presses = [
             (e["root_x"], e["root_y"]) for e in recorder.events() if e["kind"] == "ButtonPress"
         ]

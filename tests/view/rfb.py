@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import requests
-from websockets.sync.client import ClientConnection
 from websockets.sync.client import connect as ws_connect
 
 __all__ = ["RfbSession", "rfb_session", "session_cookie_for"]
@@ -18,7 +17,7 @@ __all__ = ["RfbSession", "rfb_session", "session_cookie_for"]
 class RfbSession:
     """An RFB session past its handshake (ClientInit sent, ServerInit read)."""
 
-    def __init__(self, ws: ClientConnection) -> None:
+    def __init__(self, ws: Any) -> None:
         self.ws = ws
         self.buffer = b""
         self.size = (0, 0)
