@@ -41,6 +41,7 @@ from cubicle.drivers.decisions import (
     safety_checks_of,
 )
 from cubicle.drivers.policy_file import Policy
+from cubicle.drivers.terminal_text import terminal_safe
 
 __all__ = [
     "ApprovalPolicy",
@@ -182,7 +183,8 @@ class TerminalPrompt(ApprovalPolicy):
 
     def _ask(self, question: str) -> Judgement:
         with self.lock:
-            self._output.write(question + "\nApprove? [y/N] ")
+            # the question quotes the model (and through it, pages): show, never send, controls
+            self._output.write(terminal_safe(question) + "\nApprove? [y/N] ")
             self._output.flush()
             answer = self._input.readline()
         if answer == "":

@@ -25,6 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from cubicle.drivers.terminal_text import terminal_safe
 from cubicle.orchestrator.errors import (
     ConfigError,
     EngineUnavailable,
@@ -183,12 +184,13 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
+    """The guest wrote these logs: control characters are shown, not sent to the terminal."""
     sandbox = Sandbox.attach(args.id)
-    _out(sandbox.logs(tail=args.tail).rstrip("\n"))
+    _out(terminal_safe(sandbox.logs(tail=args.tail).rstrip("\n")))
     text = sandbox.provider.egress_log(sandbox.id)
     if text:
         _out("--- egress proxy ---")
-        _out(text.rstrip("\n"))
+        _out(terminal_safe(text.rstrip("\n")))
     return 0
 
 

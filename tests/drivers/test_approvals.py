@@ -228,3 +228,27 @@ def test_facts_of_a_keypress_and_text_are_the_planned_ones() -> None:
     assert seen[0].keys == ("CTRL", "l") and seen[0].kind == "keypress"
     assert seen[1].text == "héllo"
     assert seen[2].scroll == (0, -3) and seen[2].native_points == ((150, 150),)
+
+
+@pytest.mark.attack
+def test_the_prompt_shows_control_characters_of_the_model_instead_of_sending_them(
+    pipe: tuple[TextIO, TextIO],
+) -> None:
+    """LG1's class: what the model types (a page may have put it there) and a check's message
+    reach the person's terminal with their control characters shown, not interpreted."""
+    reader, writer = pipe
+    shown = io.StringIO()
+    prompt = TerminalPrompt(reader, shown, geometry=VIEW)
+    writer.write("n\nn\n")
+    writer.flush()
+    hostile = "\x1b]52;c;aGk=\x07\x1b[2J\rApprove? [y/N] y\u202e"
+    assert prompt.before_action(modern.Type(type="type", text=hostile)) is False
+    check = PendingSafetyCheck(id="sc_2", code="malicious_instructions", message=hostile)
+    assert (
+        prompt.approve_safety_checks(CALL.model_copy(update={"pending_safety_checks": [check]}))
+        is False
+    )
+    text = shown.getvalue()
+    assert text.count("\\x1b]52;c;aGk=\\x07\\x1b[2J") == 2  # both shown, escaped
+    assert "[malicious_instructions] \\x1b]52;c;aGk=\\x07\\x1b[2J\\x0dApprove?" in text
+    assert not any(c in text for c in "\x1b\x07\r\u202e")
