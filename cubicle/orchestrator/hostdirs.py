@@ -24,7 +24,7 @@ from pathlib import Path
 
 from cubicle.orchestrator.errors import ConfigError
 
-__all__ = ["check_host_folder", "host_folder"]
+__all__ = ["check_host_folder", "host_folder", "read_host_file"]
 
 
 def host_folder(path: Path, *, mode: int = 0o700) -> Path:
@@ -68,6 +68,43 @@ def check_host_folder(path: Path) -> None:
     if real != path:
         _check_own(real)
         _check_parents(real.parent)
+
+
+def read_host_file(path: Path, *, limit: int = 1 << 20) -> str | None:
+    """The text of a file cubicle wrote in one of its host folders, checked when read as the
+    folder was when written: the folder passes :func:`check_host_folder`; the file is a regular
+    file (not a symlink: opened with ``O_NOFOLLOW``), owned by the effective user, writable by
+    no one else, and at most ``limit`` bytes.
+
+    :return: the text, or None when there is no such file.
+    :raises ConfigError: the folder or the file could have been written by another user, or the
+        file is too large or not UTF-8.
+    """
+    path = Path(os.path.abspath(path))
+    check_host_folder(path.parent)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # ELOOP: a symlink where cubicle writes files
+        raise ConfigError(f"refusing the host file {path}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as source:
+        info = os.fstat(source.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"refusing the host file {path}: it is not a regular file")
+        if info.st_uid != os.geteuid() or info.st_mode & 0o022:
+            raise ConfigError(
+                f"refusing the host file {path}: it is owned by uid {info.st_uid} with mode "
+                f"{stat.S_IMODE(info.st_mode):04o}; cubicle writes its files 0600 as uid "
+                f"{os.geteuid()}, so another user could have written it"
+            )
+        data = source.read(limit + 1)
+    if len(data) > limit:
+        raise ConfigError(f"refusing the host file {path}: it is over {limit} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"refusing the host file {path}: it is not UTF-8 text") from None
 
 
 def _check_own(path: Path) -> None:

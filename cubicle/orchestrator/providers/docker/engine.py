@@ -55,7 +55,7 @@ import docker.utils
 
 from cubicle.orchestrator import labels as L
 from cubicle.orchestrator.errors import ConfigError, EngineUnavailable
-from cubicle.orchestrator.hostdirs import host_folder
+from cubicle.orchestrator.hostdirs import host_folder, read_host_file
 from cubicle.orchestrator.providers import DOCKER_ENGINE_ENV
 from cubicle.orchestrator.providers.docker.errors import ENGINE_HINT, map_docker_errors
 
@@ -275,14 +275,21 @@ class EngineBook:
             json.dump(asdict(entry), out)
 
     def lookup(self, sandbox_id: str) -> EngineRecord | None:
-        """The entry of ``sandbox_id``, or None (none, or unreadable: warned)."""
+        """The entry of ``sandbox_id``, or None (none, or unreadable: warned).
+
+        :raises ConfigError: the book's folder or the entry could have been written by another
+            user (:func:`~cubicle.orchestrator.hostdirs.read_host_file`): it names an engine
+            socket cubicle would talk to, so it is trusted only as cubicle left it.
+        """
         path = self._path(sandbox_id)
-        try:
-            data = json.loads(path.read_text())
-            return EngineRecord(**data)
-        except FileNotFoundError:
+        if not self.folder.is_dir():
             return None
-        except (OSError, ValueError, TypeError) as exc:
+        text = read_host_file(path)
+        if text is None:
+            return None
+        try:
+            return EngineRecord(**json.loads(text))
+        except (ValueError, TypeError, RecursionError) as exc:
             log.warning("ignoring the engine book entry %s: %s", path, exc)
             return None
 
