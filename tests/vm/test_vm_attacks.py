@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import shutil
 import socket
 import stat
 import subprocess
@@ -14,12 +15,17 @@ from typing import Any
 
 import pytest
 
+from cubicle.egress.proxy import EGRESS_PORT
 from cubicle.orchestrator.network import NetworkPolicy
 from cubicle.orchestrator.provider import SandboxSpec
 from cubicle.orchestrator.providers.vm import VmProvider
+from cubicle.orchestrator.providers.vm import network as vm_network
 from cubicle.orchestrator.sandbox import wait_ready
+from tests.orchestrator.conftest import Tracker, engine, provider, sandboxes
 from tests.support.guest_probes import DIRECT_PROBE
 from tests.support.listener import Listener, host_addresses
+
+__all__ = ["engine", "provider", "sandboxes"]
 
 pytestmark = [pytest.mark.attack, pytest.mark.vm, pytest.mark.slow]
 
@@ -165,3 +171,36 @@ def _slot_directory(provider: VmProvider, sandbox_id: str) -> Path:
         check=True,
     )
     return Path(json.loads(done.stdout)["backing-filename"]).parent
+
+
+@pytest.mark.docker
+def test_px3_no_other_sandbox_reaches_a_vm_sandboxs_proxy(
+    vm_provider: VmProvider, leak_check: list[str], sandboxes: Tracker
+) -> None:
+    """PX3: an ``ask:`` VM sandbox's proxy listens on its bridge's host address; another sandbox
+    (an ``open`` Docker container here, through its gateway, as an ``open`` VM would through its
+    own bridge) must not reach it, or it could raise questions in that sandbox's queue. The
+    host itself still does. The VM's network pieces are made without booting its guest."""
+    sandbox_id = "vm-0feedface0"
+    leak_check.append(sandbox_id)
+    run = vm_provider.home / "run" / sandbox_id
+    run.mkdir(parents=True)
+    try:
+        network = vm_network.setup(
+            vm_provider.conn,
+            sandbox_id,
+            NetworkPolicy.parse("ask:", ask_timeout=60),
+            run,
+            proxy_home=vm_provider.home,
+        )
+        target = f"{network.host_address}:{EGRESS_PORT}"
+        socket.create_connection((str(network.host_address), EGRESS_PORT), timeout=10).close()
+        neighbour = sandboxes.create(network=NetworkPolicy.parse("open"))
+        done = neighbour.exec(["python3", "-c", DIRECT_PROBE, target])
+        assert done.exit_code == 0, done.stderr
+        seen = json.loads(done.stdout)
+    finally:
+        vm_network.teardown(vm_provider.conn, sandbox_id, run)
+        shutil.rmtree(run)
+    assert seen[target] != "connected", seen
+    assert "refused" in seen[target].lower(), seen  # REJECT: refused at once, not a timeout

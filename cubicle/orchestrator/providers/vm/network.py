@@ -27,7 +27,11 @@ iptables rules tagged with the comment ``cubicle-vm-XXXXXXXXXX``:
     ``raw``-table rule drops such packets before any DNAT could send them elsewhere. (QEMU
     user-mode networking, the old ``open``, maps ``10.0.2.2`` to the host's ``127.0.0.1``.)
 
-Both: ip6tables drops all IPv6 from the bridge (link-local addresses).
+Both: ip6tables drops all IPv6 from the bridge (link-local addresses); and the host's address
+on the bridge answers only the sandbox's own bridge and the host itself (``INPUT -d 10.231.N.1
+! -i cbvm-… -j REJECT``): no other sandbox — another VM through its bridge, a Docker container
+through its gateway — reaches this sandbox's proxy (and raises questions in its ask queue) or its
+DNS forwarder.
 
 Who cleans up: :func:`teardown` (called by ``VmProvider.destroy``) and :func:`collect` (called by
 ``VmProvider.gc`` with the ids still in use) find every piece by the sandbox id alone — the
@@ -235,9 +239,17 @@ def _rules(network: VmNetwork) -> list[Rule]:
         ("ip6tables", "filter", "FORWARD", ["-i", bridge, *tag, "-j", "DROP"]),
         ("ip6tables", "filter", "FORWARD", ["-o", bridge, *tag, "-j", "DROP"]),
     ]
+    # the host's address on this bridge (the proxy of allow:/ask:, libvirt's DNS of open) is
+    # this sandbox's alone: the host itself reaches it (lo); any other interface — another
+    # sandbox's bridge, Docker's, the LAN — is refused
+    host = ["-d", str(network.host_address)]
+    own_address = [
+        ("iptables", "filter", "INPUT", [*host, "-i", "lo", *tag, "-j", "ACCEPT"]),
+        ("iptables", "filter", "INPUT", [*host, "!", "-i", bridge, *tag, "-j", "REJECT"]),
+    ]
     if network.mode == "open":
         loopback = ["-i", bridge, "-d", "127.0.0.0/8", *tag, "-j", "DROP"]
-        return [("iptables", "raw", "PREROUTING", loopback), *ipv6]
+        return [("iptables", "raw", "PREROUTING", loopback), *own_address, *ipv6]
     proxy = [
         "-d", str(network.host_address), "-p", "tcp", "--dport", str(EGRESS_PORT),
     ]  # fmt: skip
@@ -246,6 +258,7 @@ def _rules(network: VmNetwork) -> list[Rule]:
         ("iptables", "filter", "INPUT", ["-i", bridge, *tag, "-j", "REJECT"]),
         ("iptables", "filter", "FORWARD", ["-i", bridge, *tag, "-j", "REJECT"]),
         ("iptables", "filter", "FORWARD", ["-o", bridge, *tag, "-j", "REJECT"]),
+        *own_address,
         *ipv6,
     ]
 
