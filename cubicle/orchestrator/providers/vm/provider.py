@@ -50,7 +50,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 from cubicle.orchestrator import labels as L
 from cubicle.orchestrator import ownership
@@ -129,6 +129,10 @@ GONE_POLL_S = 0.01
 """How often a destroy looks whether libvirt has forgotten the domain (one cheap RPC)."""
 _USER_NET_ONLY = sys.platform == "darwin"
 """macOS libvirt has no bridges: ``open`` falls back to QEMU user-mode networking there."""
+
+
+CONSOLE_TAIL_BYTES: Final = 1 << 20
+"""How much of the end of a console log ``logs`` reads, in bytes."""
 
 
 class VmProvider(Provider):
@@ -522,11 +526,17 @@ class VmProvider(Provider):
         return str(self.run_dir(sandbox_id) / "agent.sock")
 
     def logs(self, sandbox_id: str, *, tail: int = 50) -> str:
+        """The last ``tail`` lines of the serial console, read from at most the file's last
+        :data:`CONSOLE_TAIL_BYTES` (the guest's kernel writes the file: it is never read whole)."""
         path = self.run_dir(sandbox_id) / "console.log"
         try:
-            lines = path.read_text(errors="replace").splitlines()
+            with open(path, "rb") as source:
+                size = source.seek(0, os.SEEK_END)
+                source.seek(max(0, size - CONSOLE_TAIL_BYTES))
+                data = source.read(CONSOLE_TAIL_BYTES)
         except OSError as exc:
             return f"(no console log for {sandbox_id}: {exc.strerror})"
+        lines = data.decode("utf-8", "replace").splitlines()
         return "\n".join(lines[-tail:])
 
     def open_egress_control(self, sandbox_id: str, *, timeout: float) -> AgentStream:
