@@ -117,6 +117,7 @@ def egress_proxy(
     process = subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1
     )
+    running: RunningProxy | None = None
     try:
         assert process.stdout is not None and process.stderr is not None
         first = process.stdout.readline()
@@ -131,6 +132,8 @@ def egress_proxy(
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        if running is not None:  # its reader sees the end of output: let it finish first
+            running._reader.join(WAIT_S)
         for stream in (process.stdout, process.stderr):
             if stream is not None:
                 stream.close()
