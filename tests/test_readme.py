@@ -13,7 +13,8 @@ import pytest
 
 from cubicle.orchestrator import labels as L
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
 
 
 def python_api_example() -> str:

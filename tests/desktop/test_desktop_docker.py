@@ -188,7 +188,8 @@ def test_the_guest_may_make_user_namespaces_but_no_mount_namespace(sandbox: Sand
 
 def test_a_dialog_keeps_its_size_centred_over_its_application(sandbox: Sandbox) -> None:
     """Applications open maximized above the panel; their dialogs are not maximized: they open
-    at their own size, centred over the application, with a title bar (README, window placement)."""
+    at their own size, centred over the application, with a title bar (docs/desktop.md, window
+    placement)."""
     with sandbox.connect() as client:
         click_launcher(client, "editor")
         editor = wait_window(client, "Mousepad", APP_TIMEOUT_S)

@@ -132,11 +132,13 @@ def test_seccomp_profile_is_dockers_default_plus_the_chromium_rules() -> None:
             assert refused & docker_seccomp.CLONE_NEWCGROUP
 
 
-def test_readme_states_the_launcher_positions() -> None:
-    readme = (REPO / "README.md").read_text()
+def test_the_desktop_page_states_the_launcher_positions() -> None:
+    page = (REPO / "docs" / "desktop.md").read_text()
     for launcher in PANEL.launchers:
         x, y = PANEL.launcher_center(launcher.name, (1280, 800))
-        assert f"({x}, {y})" in readme, f"README does not give the {launcher.name} at ({x}, {y})"
+        assert f"({x}, {y})" in page, (
+            f"docs/desktop.md does not give the {launcher.name} at ({x}, {y})"
+        )
 
 
 def test_the_panel_shows_no_tooltips() -> None:

@@ -8,7 +8,7 @@ by the pids it started.
 The drill starts chromium with its sandbox on, as in a guest. Chromium refuses to run as root
 with its sandbox, so when this host test runs as root (CI) the agent's PATH starts with a
 ``chromium`` wrapper adding ``--no-sandbox``: a browser a test runs on the host as root, outside
-the guest rule (README, Security).
+the guest rule (docs/security.md).
 """
 
 from __future__ import annotations

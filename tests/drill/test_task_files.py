@@ -177,8 +177,9 @@ def test_run_refuses_task_text_together_with_a_task_file(tmp_path: Path) -> None
     assert "either as text" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_the_readmes_task_file_example_is_a_valid_task() -> None:
-    text = (REPO / "README.md").read_text(encoding="utf-8").split("### Task files", 1)[1]
+def test_the_docs_task_file_example_is_a_valid_task() -> None:
+    doc = REPO / "docs" / "drill-and-tasks.md"
+    text = doc.read_text(encoding="utf-8").split("## Task files", 1)[1]
     block = text.split("```toml\n", 1)[1].split("```", 1)[0]
     path = TASKS_DIR / "editor-save.toml"
     task = parse_task(tomllib.loads(block), source=path, default_name="x")

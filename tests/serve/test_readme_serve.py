@@ -1,4 +1,4 @@
-"""The README's ``cubicle serve`` example runs as printed against a real server."""
+"""docs/serve.md's ``cubicle serve`` example runs as printed against a real server."""
 
 from __future__ import annotations
 
@@ -13,17 +13,19 @@ from openai import OpenAI
 from cubicle.orchestrator import labels as L
 from tests.orchestrator.support import leftovers
 from tests.serve.conftest import TOKEN, Server, engine, server
-from tests.test_readme import README
+from tests.test_readme import REPO
 
 __all__ = ["engine", "server"]
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
+SERVE_DOC = REPO / "docs" / "serve.md"
+
 
 def serve_example() -> str:
-    section = README.read_text(encoding="utf-8").split("(`cubicle serve`)", 1)[1]
+    section = SERVE_DOC.read_text(encoding="utf-8").split("(`cubicle serve`)", 1)[1]
     match = re.search(r"```python\n(.*?)```", section, re.S)
-    assert match, "README's cubicle serve section has no python code block"
+    assert match, "docs/serve.md has no python code block"
     return match.group(1)
 
 
@@ -39,7 +41,7 @@ def test_the_serve_example_runs(server: Server, engine: docker.DockerClient) -> 
     namespace: dict[str, object] = {"__name__": "readme"}
     try:
         with contextlib.redirect_stdout(output):
-            exec(compile(code, str(README), "exec"), namespace)
+            exec(compile(code, str(SERVE_DOC), "exec"), namespace)
     finally:
         client = namespace.get("client")
         if isinstance(client, OpenAI):

@@ -66,7 +66,7 @@ def test_row5_open_vm_has_no_path_to_host_loopback(
         assert seen[target] != "connected", (target, seen)
     assert loopback.accepted == 0
     # control: open still reaches host services that listen beyond loopback, so the probe can
-    # tell (and 'open' is a real network, as the README says)
+    # tell (and 'open' is a real network, as docs/backends.md says)
     assert seen[f"GATEWAY:{public.port}"] == "connected", seen
     assert public.accepted == 1
     if _host_resolves("deb.debian.org"):  # names resolve as on the host (libvirt's forwarder)
