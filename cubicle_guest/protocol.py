@@ -276,8 +276,8 @@ class SettleSpec:
     returns then (nothing visible happened). Once something changed it waits until the screen has
     been quiet for ``quiet_ms``, and never longer than ``cap_ms`` in all.
 
-    The defaults were measured on this project's desktop (``make bench``, README "How
-    screenshots settle"): GTK and Chromium start drawing a key's or click's effect within
+    The defaults were measured on this project's desktop (``make bench``;
+    docs/settle-and-screenshots.md): GTK and Chromium start drawing a key's or click's effect within
     ~100 ms and finish a dialog or a local page within ~1 s; the longest pause seen inside one
     effect is GTK's file chooser, which repaints at once on Enter and closes ~250-300 ms later
     (measured over repeated saves on Docker, under load), so ``quiet_ms`` is 400.

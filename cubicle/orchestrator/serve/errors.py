@@ -71,7 +71,7 @@ def not_implemented(method: str, path: str) -> ApiError:
     return ApiError(
         501,
         f"{method} {path} is part of the Agents API but cubicle serve does not implement it; "
-        "see README 'cubicle serve' for the compatible subset.",
+        "see docs/serve.md for the compatible subset.",
         type="not_implemented_error",
         code="not_implemented",
     )

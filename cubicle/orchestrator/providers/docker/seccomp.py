@@ -12,7 +12,7 @@ only with CAP_SYS_ADMIN / CAP_SYS_CHROOT, which the guest has not), so Chromium 
 default.json`` at :data:`MOBY_VERSION`, shipped as ``seccomp_default.json``), followed by
 :data:`CHROMIUM_SANDBOX_RULES`: the smallest additions that let the namespace sandbox start, each
 justified below. The container still has no capabilities and ``no-new-privileges``. The
-trade-off (README, Security): processes in the guest may create user namespaces, and inside
+trade-off (docs/security.md): processes in the guest may create user namespaces, and inside
 them PID and network namespaces; a kernel bug reachable only from inside a user namespace is
 then reachable from the guest. Mount, UTS, IPC and cgroup namespaces stay refused.
 

@@ -537,7 +537,7 @@ def build(*, progress: Progress, force: bool = False, home: Path | None = None) 
             f"building the VM image needs Linux (debootstrap, chroot, mkfs.ext4 -d); this is "
             f"{sys.platform}",
             hint="build it on a Linux host or VM of the same architecture and copy "
-            f"{home}/images/<ref>/ here (see README, VM backend on Apple silicon)",
+            f"{home}/images/<ref>/ here (see docs/backends.md, On a Mac)",
         )
     if os.geteuid() != 0:
         raise ImageBuildError(
