@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Self
 
+from cubicle_guest.client_ops import AgentOps
 from cubicle_guest.errors import ProtocolError
 from cubicle_guest.exchange import (
     DEFAULT_TIMEOUT_S,
@@ -47,7 +48,7 @@ __all__ = [
 _RECEIVE_BYTES = 1024 * 1024
 
 
-class AgentClient:
+class AgentClient(AgentOps[Reply]):
     """Request/reply client over a connected stream socket.
 
     :param sock: a connected stream socket; the client takes ownership and closes it.

@@ -15,13 +15,14 @@ The caller owns the client and closes it (``await aclose()`` or ``async with``).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from types import TracebackType
 from typing import Any, Self
 
 import anyio
 from anyio.abc import ByteStream
 
+from cubicle_guest.client_ops import AgentOps
 from cubicle_guest.exchange import (
     DEFAULT_TIMEOUT_S,
     AgentConnectionError,
@@ -37,7 +38,7 @@ __all__ = ["AsyncAgentClient", "connect_unix_async"]
 _RECEIVE_BYTES = 1024 * 1024
 
 
-class AsyncAgentClient:
+class AsyncAgentClient(AgentOps[Coroutine[Any, Any, Reply]]):
     """Request/reply client over a connected anyio byte stream (takes ownership of it).
 
     :param stream: a connected stream (e.g. from :func:`anyio.connect_unix`).

@@ -167,7 +167,7 @@ class GuestDriver(DriverBase):
         try:
             step.check(cancelled)
             with map_guest_errors("screenshot"):
-                reply = self._client.call("screenshot", step.args, timeout=self._screenshot_timeout)
+                reply = self._client.screenshot(**step.args, timeout=self._screenshot_timeout)
             png = step.accept(reply)
         except DriverError as exc:
             self._emit(step.failed(exc))

@@ -137,4 +137,4 @@ def warm_up(provider: Provider, sandbox_id: str, *, timeout_s: float) -> None:
     screen and writes nothing; each step waits at most ``timeout_s`` seconds."""
     with provider.connect(sandbox_id, timeout=timeout_s) as client:
         client.hello(timeout=timeout_s)
-        client.call("screenshot", {}, timeout=timeout_s)
+        client.screenshot(timeout=timeout_s)

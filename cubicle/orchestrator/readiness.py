@@ -92,7 +92,7 @@ def ready_client(
 def _painted(client: AgentClient, deadline: Deadline) -> bool:
     """Whether a screenshot shows more than one colour before ``deadline``."""
     for _ in poll(deadline, PAINT_POLL_S):
-        reply = client.call("screenshot", {"format": "png"}, timeout=deadline.remaining(low=0.1))
+        reply = client.screenshot(format="png", timeout=deadline.remaining(low=0.1))
         with Image.open(io.BytesIO(reply.blob)) as image:
             if image.getcolors(1) is None:
                 return True

@@ -258,7 +258,7 @@ class Sandbox:
     def screenshot(self, **args: Any) -> tuple[dict[str, Any], bytes]:
         """One screenshot: the ``screenshot`` op's result and the image bytes (PNG by default)."""
         with self.connect() as client:
-            reply = client.call("screenshot", args)
+            reply = client.screenshot(**args)
         return reply.result, reply.blob
 
     def exec(self, argv: Sequence[str], timeout: float = 60.0) -> ExecResult:

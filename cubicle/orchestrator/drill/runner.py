@@ -193,7 +193,7 @@ def _keep_failure_screen(client: AgentClient, recorder: TrajectoryRecorder, out:
     cannot answer any more leaves no file, and the drill's own error stays the one reported.
     """
     try:
-        png = client.call("screenshot", {}, timeout=30.0).blob
+        png = client.screenshot(timeout=30.0).blob
     except CubicleError:
         return
     (out / FAILURE_SCREEN).write_bytes(png)
@@ -367,7 +367,7 @@ def _play(
     result.stale_check = stale
     # what "changed" on the first screenshot compares with: the screen before the model acts
     # (taken now, not recorded: the model never receives it)
-    previous = [_image(client.call("screenshot", driver.screenshot_request, timeout=30).blob)]
+    previous = [_image(client.screenshot(**driver.screenshot_request, timeout=30).blob)]
 
     def before_turn(index: int, turn: Turn) -> None:
         """Look only: was the screenshot the model just received stale, and does it show what
@@ -377,7 +377,7 @@ def _play(
         stale.check(session.last_model_shot, session.recorder.last_shot)
         shot = _image(session.last_model_shot)
         if turn.sees:
-            windows = client.call("windows", {}, timeout=10).result.get("windows") or []
+            windows = client.windows(timeout=10).result.get("windows") or []
             for number, expectation in enumerate(turn.sees):
                 problem = expectation.failure(shot, previous[0], windows)
                 session.recorder.event(

@@ -81,12 +81,12 @@ class StaleCheck:
     def check(self, seen_png: bytes, shot_index: int | None) -> StaleVerdict:
         """Wait the window out, grab the view twice, compare with ``seen_png``; count it."""
         time.sleep(self.window_s)
-        reply = self.client.call("screenshot", self.args, timeout=30)
+        reply = self.client.screenshot(**self.args, timeout=30)
         time.sleep(ANIMATION_PROBE_S)
-        again = self.client.call("screenshot", self.args, timeout=30)
+        again = self.client.screenshot(**self.args, timeout=30)
         docks = [
             w
-            for w in self.client.call("windows", {}, timeout=10).result.get("windows") or []
+            for w in self.client.windows(timeout=10).result.get("windows") or []
             if isinstance(w, dict) and w.get("type") == "dock"
         ]
         before, after, latest = (_rgb(png) for png in (seen_png, reply.blob, again.blob))

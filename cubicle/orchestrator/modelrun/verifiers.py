@@ -19,10 +19,10 @@ def count_matches_words(client: AgentClient) -> Check:
     """``~/task/count.txt`` holds the number of lines of ``~/task/words.txt`` with a ``q``
     (computed here from the file as it is now, so a model that edited words.txt fails)."""
     folder = f"{guest_home(client)}/task"
-    words = client.call("read_file", {"path": f"{folder}/words.txt"}, timeout=15).blob
+    words = client.read_file(f"{folder}/words.txt", timeout=15).blob
     expected = sum(1 for line in words.decode("utf-8").splitlines() if "q" in line)
     try:
-        saved = client.call("read_file", {"path": f"{folder}/count.txt"}, timeout=15).blob
+        saved = client.read_file(f"{folder}/count.txt", timeout=15).blob
     except GuestError as exc:
         return Check("count matches words.txt", False, expected, None, str(exc))
     got = saved.decode("utf-8", "replace").strip()

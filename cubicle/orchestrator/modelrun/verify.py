@@ -56,7 +56,7 @@ class Check:
 
 def _read(client: AgentClient, path: str) -> bytes | None:
     try:
-        return client.call("read_file", {"path": path}, timeout=15).blob
+        return client.read_file(path, timeout=15).blob
     except GuestError as exc:
         if exc.code == "not_found":
             return None

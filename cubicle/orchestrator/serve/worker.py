@@ -321,12 +321,12 @@ def prepare(sandbox: Sandbox, plan: EnvironmentPlan) -> None:
     :raises CubicleError: naming what failed (a setup command's exit status and output tail).
     """
     with sandbox.connect() as client:
-        client.call("exec", {"argv": ["mkdir", "-p", WORKSPACE]})
+        client.exec(["mkdir", "-p", WORKSPACE])
         for item in plan.files:
-            client.call("write_file", {"path": item.guest_path, "mkdirs": True}, blob=item.data)
+            client.write_file(item.guest_path, item.data, mkdirs=True)
         if plan.env:
             lines = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(plan.env.items()))
-            client.call("write_file", {"path": ENV_FILE}, blob=lines.encode())
+            client.write_file(ENV_FILE, lines.encode())
             client.call(
                 "exec",
                 {

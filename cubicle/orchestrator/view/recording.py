@@ -131,7 +131,7 @@ class Recording:
         try:
             with self.desktop.connect() as client:
                 while True:
-                    reply = client.call("screenshot", {"format": "jpeg", "quality": 80})
+                    reply = client.screenshot(format="jpeg", quality=80)
                     if reply.blob != last:
                         path = folder / f"{len(self.frames):06d}.jpg"
                         path.write_bytes(reply.blob)

@@ -1,0 +1,220 @@
+"""Typed methods for every operation of the protocol, shared by the sync client
+(:class:`cubicle_guest.client.AgentClient`, returning a :class:`~cubicle_guest.protocol.Reply`)
+and the async one (``cubicle.drivers.async_client.AsyncAgentClient``, returning an awaitable of
+one).
+
+Each method is one entry of :data:`cubicle_guest.protocol.OPS`: its keyword parameters are the
+operation's arguments (``None``: not sent, the agent's default), plus ``blob`` where the
+operation takes one and ``timeout`` (seconds for the whole round trip; default: the client's).
+tests/guest/test_client_ops.py checks that the methods and the table name the same operations
+and arguments, so a new operation or argument cannot be added to one and forgotten in the other.
+Coordinates are native screen pixels; times are milliseconds except ``timeout``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Generic, TypeVar
+
+__all__ = ["AgentOps", "Point", "Region"]
+
+R = TypeVar("R")
+
+Point = Mapping[str, int]
+"""``{"x": int, "y": int}``, native screen pixels."""
+Region = Mapping[str, int]
+"""``{"x", "y", "width", "height"}``, native screen pixels."""
+
+
+def _args(**values: Any) -> dict[str, Any]:
+    return {name: value for name, value in values.items() if value is not None}
+
+
+class AgentOps(Generic[R]):
+    """The operations as methods over :meth:`call` (which the client defines)."""
+
+    def call(
+        self,
+        op: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        blob: bytes = b"",
+        timeout: float | None = None,
+    ) -> R:
+        raise NotImplementedError
+
+    # -- introspection ---------------------------------------------------------------------
+
+    def info(self, *, timeout: float | None = None) -> R:
+        """``protocol``, ``agent_version``, ``screen``, ``ops``, ``features`` … of the agent."""
+        return self.call("info", {}, timeout=timeout)
+
+    # -- actions -----------------------------------------------------------------------------
+
+    def click(
+        self,
+        x: int,
+        y: int,
+        *,
+        button: str | None = None,
+        keys: Sequence[str] | None = None,
+        settle: Mapping[str, int] | None = None,
+        timeout: float | None = None,
+    ) -> R:
+        return self.call(
+            "click", _args(x=x, y=y, button=button, keys=keys, settle=settle), timeout=timeout
+        )
+
+    def double_click(
+        self,
+        x: int,
+        y: int,
+        *,
+        keys: Sequence[str] | None = None,
+        settle: Mapping[str, int] | None = None,
+        timeout: float | None = None,
+    ) -> R:
+        return self.call("double_click", _args(x=x, y=y, keys=keys, settle=settle), timeout=timeout)
+
+    def move(
+        self,
+        x: int,
+        y: int,
+        *,
+        keys: Sequence[str] | None = None,
+        settle: Mapping[str, int] | None = None,
+        timeout: float | None = None,
+    ) -> R:
+        return self.call("move", _args(x=x, y=y, keys=keys, settle=settle), timeout=timeout)
+
+    def drag(
+        self,
+        path: Sequence[Point],
+        *,
+        keys: Sequence[str] | None = None,
+        settle: Mapping[str, int] | None = None,
+        timeout: float | None = None,
+    ) -> R:
+        return self.call(
+            "drag", _args(path=[dict(p) for p in path], keys=keys, settle=settle), timeout=timeout
+        )
+
+    def scroll(
+        self,
+        x: int,
+        y: int,
+        scroll_x: int,
+        scroll_y: int,
+        *,
+        keys: Sequence[str] | None = None,
+        settle: Mapping[str, int] | None = None,
+        timeout: float | None = None,
+    ) -> R:
+        args = _args(x=x, y=y, scroll_x=scroll_x, scroll_y=scroll_y, keys=keys, settle=settle)
+        return self.call("scroll", args, timeout=timeout)
+
+    def keypress(
+        self,
+        keys: Sequence[str],
+        *,
+        settle: Mapping[str, int] | None = None,
+        timeout: float | None = None,
+    ) -> R:
+        return self.call("keypress", _args(keys=list(keys), settle=settle), timeout=timeout)
+
+    def type(
+        self, text: str, *, settle: Mapping[str, int] | None = None, timeout: float | None = None
+    ) -> R:
+        return self.call("type", _args(text=text, settle=settle), timeout=timeout)
+
+    def wait(self, *, ms: int | None = None, timeout: float | None = None) -> R:
+        return self.call("wait", _args(ms=ms), timeout=timeout)
+
+    def release_all(self, *, timeout: float | None = None) -> R:
+        """Release every key and button still held; ``released`` names them."""
+        return self.call("release_all", {}, timeout=timeout)
+
+    # -- observation -------------------------------------------------------------------------
+
+    def screenshot(
+        self,
+        *,
+        format: str | None = None,
+        quality: int | None = None,
+        max_width: int | None = None,
+        max_height: int | None = None,
+        region: Region | None = None,
+        timeout: float | None = None,
+    ) -> R:
+        """The screen (or ``region`` of it) as PNG or JPEG: the image is the reply's blob."""
+        args = _args(
+            format=format,
+            quality=quality,
+            max_width=max_width,
+            max_height=max_height,
+            region=None if region is None else dict(region),
+        )
+        return self.call("screenshot", args, timeout=timeout)
+
+    def settle(
+        self,
+        *,
+        quiet_ms: int | None = None,
+        timeout_ms: int | None = None,
+        region: Region | None = None,
+        until_idle: bool | None = None,
+        timeout: float | None = None,
+    ) -> R:
+        args = _args(
+            quiet_ms=quiet_ms,
+            timeout_ms=timeout_ms,
+            region=None if region is None else dict(region),
+            until_idle=until_idle,
+        )
+        return self.call("settle", args, timeout=timeout)
+
+    def windows(self, *, timeout: float | None = None) -> R:
+        """The desktop's windows (``windows``: id, title, wm_class, type, geometry, focused)."""
+        return self.call("windows", {}, timeout=timeout)
+
+    # -- orchestration helpers -----------------------------------------------------------------
+
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout_ms: int | None = None,
+        stdin: str | None = None,
+        timeout: float | None = None,
+    ) -> R:
+        """Run ``argv`` in the guest as the desktop user (never through a shell)."""
+        args = _args(
+            argv=list(argv),
+            cwd=cwd,
+            env=None if env is None else dict(env),
+            timeout_ms=timeout_ms,
+            stdin=stdin,
+        )
+        return self.call("exec", args, timeout=timeout)
+
+    def read_file(
+        self, path: str, *, max_bytes: int | None = None, timeout: float | None = None
+    ) -> R:
+        """The guest file's bytes (the reply's blob)."""
+        return self.call("read_file", _args(path=path, max_bytes=max_bytes), timeout=timeout)
+
+    def write_file(
+        self,
+        path: str,
+        blob: bytes,
+        *,
+        mode: int | None = None,
+        mkdirs: bool | None = None,
+        timeout: float | None = None,
+    ) -> R:
+        """Write ``blob`` to the guest file ``path`` as the desktop user."""
+        return self.call(
+            "write_file", _args(path=path, mode=mode, mkdirs=mkdirs), blob=blob, timeout=timeout
+        )
