@@ -36,6 +36,7 @@ from cubicle.orchestrator.origin_answers import (
     register_ask,
     with_ask_timeout,
 )
+from cubicle.orchestrator.pool import admin
 from cubicle.orchestrator.provider import Provider, SandboxSpec, default_cpus
 from cubicle.orchestrator.providers import DOCKER_ENGINE_ENV, PROVIDERS, get_provider
 from cubicle.orchestrator.sandbox import Sandbox, teardown_on_signals
@@ -213,8 +214,6 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    from cubicle.orchestrator.pool import admin  # noqa: PLC0415 — pools past their expiry, refillers
-
     for key in admin.gc():
         _err(f"pool {key}: expired")
     for provider in _available_providers():

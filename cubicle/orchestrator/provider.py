@@ -38,6 +38,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Generic, Protocol, TypeVar
 
+import anyio
+import anyio.to_thread
+
+from cubicle.drivers.async_client import AsyncAgentClient
 from cubicle.orchestrator import labels as L
 from cubicle.orchestrator.errors import ConfigError, ProviderError
 from cubicle.orchestrator.network import NetworkPolicy
@@ -47,8 +51,6 @@ from cubicle_guest.client import AgentClient, StreamCodec
 if TYPE_CHECKING:
     from cubicle.orchestrator.ownership import Stamp
 
-if TYPE_CHECKING:
-    from cubicle.drivers.async_client import AsyncAgentClient
 
 __all__ = [
     "CPUS_ENV",
@@ -355,11 +357,6 @@ class Provider(abc.ABC):
     async def connect_async(self, sandbox_id: str, *, timeout: float) -> AsyncAgentClient:
         """:meth:`connect` for anyio: an :class:`~cubicle.drivers.async_client.AsyncAgentClient` (no
         hello sent). Opening runs in a worker thread. Caller closes it."""
-        import anyio  # noqa: PLC0415 — the async stack is loaded only by async callers
-        import anyio.to_thread  # noqa: PLC0415
-
-        from cubicle.drivers.async_client import AsyncAgentClient  # noqa: PLC0415
-
         stream = await anyio.to_thread.run_sync(
             functools.partial(self.open_stream, sandbox_id, timeout=timeout)
         )

@@ -30,6 +30,8 @@ from collections.abc import Iterator, Sequence
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
+import anyio
+
 from cubicle.orchestrator import claims
 from cubicle.orchestrator.errors import ConfigError, SandboxNotFound, SandboxStartError
 from cubicle.orchestrator.network import NetworkPolicy
@@ -234,8 +236,6 @@ class Sandbox:
         """:meth:`connect` for anyio (``AsyncGuestDriver.open(client)``). The caller closes it.
 
         Always a new connection; the one ``create`` kept (blocking) is closed first, unused."""
-        import anyio  # noqa: PLC0415 — the async stack is loaded only by async callers
-
         self.close()
 
         client = await self.provider.connect_async(self.id, timeout=timeout)

@@ -25,6 +25,7 @@ from cubicle.orchestrator import pool_marks as marks
 from cubicle.orchestrator.errors import ConfigError, EngineUnavailable, ImageMissing
 from cubicle.orchestrator.hostprocs import argv_of
 from cubicle.orchestrator.pool import fill, refill, registry
+from cubicle.orchestrator.pool.claim import shape_for
 from cubicle.orchestrator.pool.registry import PoolRecord
 from cubicle.orchestrator.provider import PoolMembers, Progress, Provider, SandboxSpec
 from cubicle.orchestrator.providers import PROVIDERS, get_provider
@@ -72,8 +73,6 @@ def start(
             f"pool ttl {spec.ttl_s:.0f} s is too short: members are not claimed in their last "
             f"{marks.CLAIM_MARGIN_S:.0f} s"
         )
-    from cubicle.orchestrator.pool.claim import shape_for  # noqa: PLC0415
-
     provider, _ = _backend(backend)
     provider.validate(spec)  # before anything is recorded
     shape = shape_for(provider, spec)

@@ -16,6 +16,7 @@ from typing import Final
 
 from cubicle.orchestrator import pool_marks as marks
 from cubicle.orchestrator.errors import ProviderError
+from cubicle.orchestrator.network import NetworkPolicy
 from cubicle.orchestrator.pool import registry
 from cubicle.orchestrator.pool.registry import PoolRecord
 from cubicle.orchestrator.provider import Progress, SandboxSpec
@@ -33,8 +34,6 @@ MAX_FAILURES: Final = 3
 
 def member_spec(record: PoolRecord) -> SandboxSpec:
     """The spec of a member of ``record``: detached, expiring with the pool."""
-    from cubicle.orchestrator.network import NetworkPolicy  # noqa: PLC0415 — keeps the import light
-
     shape = record.shape
     return SandboxSpec(
         screen=shape.screen,

@@ -27,6 +27,7 @@ from typing import Final
 
 from cubicle.orchestrator.hostprocs import module_pids, stop_pids
 from cubicle.orchestrator.pool import registry
+from cubicle.orchestrator.pool.fill import fill, missing
 from cubicle.orchestrator.sandbox import teardown_on_signals
 from cubicle_guest.errors import CubicleError
 
@@ -77,8 +78,6 @@ def stop_refills(key: str | None = None) -> list[int]:
 
 def run(key: str) -> int:
     """The refiller's body (see the module doc); its exit code."""
-    from cubicle.orchestrator.pool.fill import fill, missing  # noqa: PLC0415 — loads the providers
-
     while True:
         with registry.fill_lock(key, wait_s=0) as held:
             if not held:
