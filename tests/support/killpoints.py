@@ -6,8 +6,10 @@ wrapped: at the chosen point it prints ``at POINT SANDBOX_ID`` and waits for a l
 (``go``) before going on. Nothing in the product knows about this. Points:
 
 ==================  ==============================================================================
-``network``         Docker: the internal network of an ``allow:`` sandbox exists. VM: the libvirt
-                    network exists (no firewall rule, no proxy yet)
+``network``         Docker: a network of the sandbox exists (each network created pauses: first
+                    the sandbox's own outward network of ``open``/``allow:``, then the internal
+                    one of ``allow:``). VM: the libvirt network exists (no firewall rule, no
+                    proxy yet)
 ``proxy``           Docker: the egress proxy container runs. VM: network, firewall rules and proxy
 ``before-container`` Docker: just before the guest container is created (network/proxy made).
                     VM: just before the domain is created or restored (run folder, overlay and
