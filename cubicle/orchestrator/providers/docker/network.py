@@ -52,6 +52,7 @@ __all__ = [
     "EGRESS_PYTHON",
     "EGRESS_SCRIPT",
     "EGRESS_USER",
+    "POOL_HINT",
     "GuestNetwork",
     "egress_name",
     "network_name",
