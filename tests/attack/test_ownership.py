@@ -43,6 +43,7 @@ def _gc(cli: CliRun) -> subprocess.CompletedProcess[str]:
     ("command", "point"),
     [
         (("up",), "container"),
+        (("up", "--network", "open"), "network"),
         (("up", "--network", "allow:example.com"), "network"),
         (("up", "--network", "allow:example.com"), "proxy"),
         (("up", "--network", "allow:example.com"), "before-container"),

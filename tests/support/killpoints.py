@@ -2,12 +2,13 @@
 (or to run ``gc`` while it is paused there, mid-create).
 
 The child runs ``cubicle.orchestrator.cli.main(ARGS)`` with the engine libraries' create/start calls
-wrapped: at the chosen point it prints ``at POINT SANDBOX_ID`` and waits for a line on stdin
-(``go``) before going on. Nothing in the product knows about this. Points:
+wrapped: the first time it reaches the chosen point it prints ``at POINT SANDBOX_ID`` and waits for
+a line on stdin (``go``) before going on. Nothing in the product knows about this. Points:
 
 ==================  ==============================================================================
-``network``         Docker: the internal network of an ``allow:`` sandbox exists. VM: the libvirt
-                    network exists (no firewall rule, no proxy yet)
+``network``         Docker: the sandbox's first network exists (its own outward network, of
+                    ``open`` and ``allow:``; the internal one of ``allow:`` comes next). VM: the
+                    libvirt network exists (no firewall rule, no proxy yet)
 ``proxy``           Docker: the egress proxy container runs. VM: network, firewall rules and proxy
 ``before-container`` Docker: just before the guest container is created (network/proxy made).
                     VM: just before the domain is created or restored (run folder, overlay and
@@ -43,8 +44,12 @@ from cubicle.orchestrator.cli import main
 stop_at, argv = sys.argv[1], sys.argv[2:]
 
 
+paused = set()
+
+
 def pause(point, sandbox_id):
-    if point == stop_at:
+    if point == stop_at and point not in paused:  # once: at the first of several networks
+        paused.add(point)
         print(f"at {point} {sandbox_id}", flush=True)
         sys.stdin.readline()
 

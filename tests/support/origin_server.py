@@ -1,24 +1,29 @@
 """An "origin server" that only a sandbox's egress proxy can reach, for domain-rule and
 ask-mode tests on Docker.
 
-A container of its own on Docker's default bridge (ports 80 and 443, the ports domain rules
-admit) that answers every GET with a green page naming the Host it was asked for and logs each
-request as a JSON line; the guest sits on an internal network, so it reaches the server only
-through the proxy. Test names resolve, for the proxy only, through lines appended to the proxy
-container's hosts file (:func:`resolve_in_proxy`).
+A container of its own on a network of its own (internal: no way out; ports 80 and 443, the
+ports domain rules admit) that answers every GET with a green page naming the Host it was asked
+for and logs each request as a JSON line. No sandbox shares a network with anything else, so
+:func:`resolve_in_proxy` connects the sandbox's proxy to the server's network (the guest sits on
+its internal network, so it reaches the server only through the proxy), and makes test names
+resolve, for the proxy only, through lines appended to the proxy container's hosts file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import docker
+import docker.errors
 import docker.models.containers
+import docker.models.networks
 import pytest
 
 from cubicle.orchestrator import labels as L
@@ -59,6 +64,7 @@ threading.Event().wait()
 class OriginServer:
     container: docker.models.containers.Container
     address: str
+    network: docker.models.networks.Network
 
     def seen(self) -> list[tuple[str, int, str]]:
         """``(Host header, port, path)`` of every request the server got, in order."""
@@ -69,26 +75,40 @@ class OriginServer:
 
 @pytest.fixture
 def origin(engine: docker.DockerClient, docker_image: str) -> Iterator[OriginServer]:
-    container = engine.containers.run(
-        docker_image,
-        ["/usr/bin/python3", "-I", "-c", ORIGIN_SERVER],
-        entrypoint=[],
-        user="0:0",
-        detach=True,
-        network="bridge",
-        labels={"cubicle.test": f"origin-server-{os.getpid()}"},
-        mem_limit="128m",
+    mark = {"cubicle.test": f"origin-server-{os.getpid()}"}
+    network = engine.networks.create(
+        f"cubicle-test-origin-{os.getpid()}-{secrets.token_hex(3)}",
+        driver="bridge",
+        internal=True,
+        labels=mark,
     )
     try:
-        deadline = time.monotonic() + WAIT_S
-        while b"ready" not in bytes(container.logs()):  # polls the server's own signal
-            assert time.monotonic() < deadline, bytes(container.logs())
-            threading.Event().wait(0.05)
-        container.reload()
-        address = container.attrs["NetworkSettings"]["Networks"]["bridge"]["IPAddress"]
-        yield OriginServer(container, address)
+        container = engine.containers.run(
+            docker_image,
+            ["/usr/bin/python3", "-I", "-c", ORIGIN_SERVER],
+            entrypoint=[],
+            user="0:0",
+            detach=True,
+            network=network.name,
+            labels=mark,
+            mem_limit="128m",
+        )
+        try:
+            deadline = time.monotonic() + WAIT_S
+            while b"ready" not in bytes(container.logs()):  # polls the server's own signal
+                assert time.monotonic() < deadline, bytes(container.logs())
+                threading.Event().wait(0.05)
+            container.reload()
+            address = container.attrs["NetworkSettings"]["Networks"][network.name]["IPAddress"]
+            yield OriginServer(container, address, network)
+        finally:
+            container.remove(force=True)
     finally:
-        container.remove(force=True)
+        network.reload()
+        for attached in network.containers:  # proxies of sandboxes not yet destroyed
+            with contextlib.suppress(docker.errors.NotFound):
+                network.disconnect(attached, force=True)
+        network.remove()
 
 
 NAMES = (
@@ -105,5 +125,6 @@ def resolve_in_proxy(engine: docker.DockerClient, sandbox_id: str, origin: Origi
         "label": [f"{L.SANDBOX}={sandbox_id}", f"{L.ROLE}=egress"]
     }
     [proxy] = engine.containers.list(filters=mine)  # by label: no provider module path
+    origin.network.connect(proxy)
     with open(proxy.attrs["HostsPath"], "a", encoding="ascii") as hosts:
         hosts.write(f"{origin.address} {NAMES}\n127.0.0.1 loop.example.test\n")

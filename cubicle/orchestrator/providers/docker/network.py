@@ -5,24 +5,35 @@ policy    what the guest container gets
 ========  =================================================================================
 none      ``network_mode="none"``: loopback only; no route, no DNS
 allow:…,  only an ``internal=True`` network ``cubicle-<id>`` whose bridge has no host address
-          (``inhibit_ipv4``: the guest reaches neither other networks nor the host) shared with a
-          separate egress-proxy container (:mod:`cubicle.egress.proxy`, same image, also on
-          the default bridge) that forwards what the policy admits and logs every decision.
+block:…,  (``inhibit_ipv4``: the guest reaches neither other networks nor the host) shared with a
+ask:…     separate egress-proxy container (:mod:`cubicle.egress.proxy`, same image) whose
+          outward side is the sandbox's own bridge network ``cubicle-<id>-out`` (nothing else
+          on it), which forwards what the policy admits and logs every decision.
           The guest gets ``HTTP(S)_PROXY``/``http(s)_proxy`` pointing at the proxy's address on
           the internal network, and a DNS server that does not answer (``127.0.0.1``), so
           names are resolved by the proxy only. ``ask:`` proxies also get a tmpfs
           ``/run/egress`` holding their control socket (:data:`CONTROL_SOCKET`), which the host
           reaches with ``docker exec … egress.pyz --relay`` (never the guest: it is another
           container's private file system).
-open      the default bridge (full network; only when asked for explicitly)
+open      the sandbox's own bridge network ``cubicle-<id>-out`` (full network; only when asked
+          for explicitly)
 ========  =================================================================================
 
+No sandbox object is ever on a network another sandbox's object is on (issue 38, PX2: the proxies
+used to sit on Docker's default bridge, where every ``open`` guest reached them): Docker drops
+traffic between two bridge networks (its ``DOCKER-ISOLATION`` chains, whatever ``--icc`` says,
+which only governs traffic *within* one network), so neither a guest nor a proxy of one sandbox
+reaches anything of another. Each network costs a subnet of the engine's address pools.
+
 Who cleans up: everything made here carries the sandbox's labels and
-``DockerProvider.destroy`` removes it by label.
+``DockerProvider.destroy`` removes it by label (networks with role ``network``), as does ``gc``
+whatever moment the creating process died at.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -31,7 +42,9 @@ import docker.models.containers
 
 from cubicle.egress.proxy import EGRESS_PORT
 from cubicle.orchestrator import labels as L
+from cubicle.orchestrator.errors import ProviderError
 from cubicle.orchestrator.network import NetworkPolicy
+from cubicle.orchestrator.providers.docker.container_logs import log_config
 from cubicle.orchestrator.providers.docker.errors import map_docker_errors
 
 __all__ = [
@@ -39,9 +52,11 @@ __all__ = [
     "EGRESS_PYTHON",
     "EGRESS_SCRIPT",
     "EGRESS_USER",
+    "POOL_HINT",
     "GuestNetwork",
     "egress_name",
     "network_name",
+    "outward_name",
     "setup_network",
 ]
 
@@ -58,6 +73,11 @@ CONTROL_SOCKET: Final = f"{CONTROL_DIR}/control.sock"
 
 def network_name(sandbox_id: str) -> str:
     return f"cubicle-{sandbox_id}"
+
+
+def outward_name(sandbox_id: str) -> str:
+    """The sandbox's own bridge network to the outside: its proxy's, or its ``open`` guest's."""
+    return f"cubicle-{sandbox_id}-out"
 
 
 def egress_name(sandbox_id: str) -> str:
@@ -86,10 +106,11 @@ def setup_network(
     """
     if policy.mode == "none":
         return GuestNetwork({"network_mode": "none"})
+    outward = _outward_network(client, sandbox_id, labels)
     if policy.mode == "open":
-        return GuestNetwork({"network": "bridge"})
+        return GuestNetwork({"network": outward})
     name = network_name(sandbox_id)
-    with map_docker_errors(f"creating the internal network {name}"):
+    with _pool_hint(), map_docker_errors(f"creating the internal network {name}"):
         network = client.networks.create(
             name,
             driver="bridge",
@@ -126,8 +147,9 @@ def setup_network(
             init=True,
             mem_limit=EGRESS_MEMORY,
             pids_limit=EGRESS_PIDS,
-            network="bridge",
+            network=outward,
             environment={"PYTHONUNBUFFERED": "1"},
+            log_config=log_config(),
         )
         network.connect(proxy)
         proxy.start()
@@ -137,3 +159,35 @@ def setup_network(
     environment = {key: url for key in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")}
     environment["NO_PROXY"] = environment["no_proxy"] = "localhost,127.0.0.1,::1"
     return GuestNetwork({"network": name, "dns": ["127.0.0.1"]}, environment)
+
+
+def _outward_network(client: docker.DockerClient, sandbox_id: str, labels: dict[str, str]) -> str:
+    """Create the sandbox's own bridge network to the outside (:func:`outward_name`); its name."""
+    name = outward_name(sandbox_id)
+    with _pool_hint(), map_docker_errors(f"creating the network {name}"):
+        client.networks.create(
+            name,
+            driver="bridge",
+            # one container per network (the proxy, or an open guest): nothing to talk to
+            options={"com.docker.network.bridge.enable_icc": "false"},
+            labels={**labels, L.ROLE: "network"},
+        )
+    return name
+
+
+POOL_HINT: Final = (
+    "the engine's address pools are used up: each open sandbox takes one network, each allow:, "
+    "block: or ask: sandbox two (Docker's default pools hold about 30); remove sandboxes "
+    "(cubicle ls, cubicle down ID, cubicle gc) or widen default-address-pools in daemon.json"
+)
+
+
+@contextlib.contextmanager
+def _pool_hint() -> Iterator[None]:
+    """A network create refused for want of a subnet says why and what to do."""
+    try:
+        yield
+    except ProviderError as exc:
+        if "address pool" not in str(exc) or exc.hint:
+            raise
+        raise ProviderError(str(exc), hint=POOL_HINT) from exc

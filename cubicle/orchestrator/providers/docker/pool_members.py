@@ -37,6 +37,7 @@ from cubicle.orchestrator.provider import (
     SandboxInfo,
     SandboxSpec,
 )
+from cubicle.orchestrator.providers.docker.container_logs import log_config
 from cubicle.orchestrator.providers.docker.engine import Engine
 from cubicle.orchestrator.providers.docker.errors import map_docker_errors
 from cubicle.orchestrator.providers.docker.naming import CREATING_SUFFIX, guest_info, guest_name
@@ -262,7 +263,7 @@ def _take(provider: DockerHost, member: Member, labels: dict[str, str]) -> bool:
                 command=["true"],
                 labels=labels,
                 network_disabled=True,
-                host_config=api.create_host_config(network_mode="none"),
+                host_config=api.create_host_config(network_mode="none", log_config=log_config()),
             )
         except docker.errors.APIError as exc:
             if exc.status_code == 409:

@@ -74,6 +74,7 @@ from cubicle.orchestrator.provider import (
     SandboxSpec,
 )
 from cubicle.orchestrator.providers.docker import image as docker_image
+from cubicle.orchestrator.providers.docker.container_logs import log_config
 from cubicle.orchestrator.providers.docker.engine import (
     Engine,
     EngineBook,
@@ -384,6 +385,7 @@ class DockerProvider(Provider):
                     nano_cpus=int(spec.cpus * 1e9),
                     pids_limit=spec.pids_limit,
                     init=True,
+                    log_config=log_config(),
                     **attach.create_kwargs,
                 )
                 container.start()
