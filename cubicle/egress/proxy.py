@@ -862,7 +862,11 @@ class HostsFile:
 
     async def __call__(self, host: str, port: int) -> list[SocketAddress]:
         try:
-            addresses = self.lookup().get(normalize_host(host))
+            names = self.lookup()
+        except (OSError, InvalidOrigin) as exc:  # changed since the start: this request fails
+            raise OSError(f"--hosts {self.path}: {exc}") from None
+        try:
+            addresses = names.get(normalize_host(host))
         except InvalidHost:
             addresses = None
         if not addresses:

@@ -336,3 +336,28 @@ def test_permitted_internal_networks() -> None:
     ]:
         with pytest.raises(egress.InvalidOrigin, match=error):
             egress.parse_permit(text)
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["--allow-internal", "127.0.0.0/8"], "overlaps 127.0.0.0/8"),
+        (["--allow-internal", "10.0.0.1/8"], "host bits set"),
+        (["--hosts", "/nonexistent/hosts"], "--hosts /nonexistent/hosts: No such file"),
+    ],
+)
+def test_bad_proxy_options_are_named(
+    argv: list[str], error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        proxy.main(["--listen", "127.0.0.1:1", "--allow", "a.test", *argv])
+    assert exit_.value.code == 2
+    assert error in capsys.readouterr().err
+
+
+def test_a_bad_hosts_file_line_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    hosts = tmp_path / "hosts"
+    hosts.write_text("# test names\n192.0.2.7 a.test\nnot-an-address b.test\n")
+    with pytest.raises(SystemExit):
+        proxy.main(["--listen", "127.0.0.1:1", "--allow", "a.test", "--hosts", str(hosts)])
+    assert f"{hosts}:3: give 'ADDRESS NAME...'" in capsys.readouterr().err
