@@ -23,6 +23,7 @@ __all__ = [
     "DEFAULT_PORTS",
     "POLICY_MODES",
     "Decision",
+    "IPNetwork",
     "InvalidHost",
     "InvalidOrigin",
     "Origin",
@@ -34,6 +35,7 @@ __all__ = [
     "is_ip",
     "normalize_host",
     "parse_origin",
+    "parse_permit",
     "parse_policy",
     "parse_port",
     "split_authority",
@@ -243,8 +245,11 @@ class Decision:
     """What a judge said about one request; ``host`` is normalised when it could be.
 
     ``verdict`` ``ask`` (from :func:`decide` in ask mode) means "not admitted by the list: a
-    person decides". ``guard`` True: the destination was not named exactly, so it must not
-    resolve to a loopback/link-local/unspecified/multicast address. ``by``: who decided.
+    person decides". ``guard`` True: the destination was not named exactly — a name admitted
+    by a domain rule (the domain itself or a subdomain), anything a block list lets through, an
+    origin a person approves — so every address it resolves to must be public
+    (:func:`forbidden_address`); an IP literal or ``HOST:PORT`` entry names its destination
+    exactly and is not guarded. ``by``: who decided.
     """
 
     verdict: Verdict
@@ -279,10 +284,8 @@ def decide(policy: Policy | Iterable[Origin], host: str, port: int) -> Decision:
             continue
         host_known = True
         if (port in DEFAULT_PORTS) if origin.port is None else (port == origin.port):
-            if origin.is_domain:
-                return Decision(
-                    "allow", wanted, port, f"allowed domain {origin}", guard=wanted != origin.host
-                )
+            if origin.is_domain:  # DNS decides where the name goes: guarded, apex included
+                return Decision("allow", wanted, port, f"allowed domain {origin}", guard=True)
             return Decision("allow", wanted, port, "allowed origin")
     reason = f"port {port} not allowed for {wanted}" if host_known else "not in the allow list"
     if rules.mode == "ask":
@@ -290,18 +293,102 @@ def decide(policy: Policy | Iterable[Origin], host: str, port: int) -> Decision:
     return Decision("refuse", wanted, port, reason)
 
 
-def forbidden_address(address: str) -> str | None:
-    """Why a resolved ``address`` may not be reached by a guarded decision, or ``None``."""
-    ip = ipaddress.ip_address(address.partition("%")[0])
-    mapped = getattr(ip, "ipv4_mapped", None)
-    if mapped is not None:
-        ip = mapped
-    for what, bad in (
-        ("loopback", ip.is_loopback),
-        ("link-local", ip.is_link_local),
-        ("unspecified", ip.is_unspecified),
-        ("multicast", ip.is_multicast),
-    ):
-        if bad:
-            return f"{address} is a {what} address"
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+_NEVER: Final[tuple[tuple[str, str], ...]] = (
+    ("0.0.0.0/8", "an unspecified ('this network')"),
+    ("127.0.0.0/8", "a loopback"),
+    ("169.254.0.0/16", "a link-local"),
+    ("224.0.0.0/4", "a multicast"),
+    ("255.255.255.255/32", "a broadcast"),
+    ("::/128", "an unspecified"),
+    ("::1/128", "a loopback"),
+    ("fe80::/10", "a link-local"),
+    ("ff00::/8", "a multicast"),
+)
+"""Never reachable by a guarded destination, whatever ``permit`` says."""
+_INTERNAL: Final[tuple[tuple[str, str], ...]] = (
+    ("10.0.0.0/8", "a private (RFC 1918)"),
+    ("100.64.0.0/10", "a shared (CGNAT, RFC 6598)"),
+    ("172.16.0.0/12", "a private (RFC 1918)"),
+    ("192.0.0.0/24", "an IETF protocol-assignment"),
+    ("192.0.2.0/24", "a documentation"),
+    ("192.88.99.0/24", "a 6to4-relay"),
+    ("192.168.0.0/16", "a private (RFC 1918)"),
+    ("198.18.0.0/15", "a benchmarking"),
+    ("198.51.100.0/24", "a documentation"),
+    ("203.0.113.0/24", "a documentation"),
+    ("240.0.0.0/4", "a reserved"),
+    ("::/8", "a reserved (IPv4-compatible/translated)"),
+    ("64:ff9b:1::/48", "a local-use NAT64"),
+    ("100::/64", "a discard-only"),
+    ("2001::/23", "an IETF special-purpose (Teredo and others)"),
+    ("2001:db8::/32", "a documentation"),
+    ("fc00::/7", "a unique-local"),
+    ("fec0::/10", "a site-local"),
+)
+"""Internal, special or non-public: refused unless an operator permits the network."""
+_TABLE: Final = tuple(
+    (ipaddress.ip_network(net), what, never)
+    for table, never in ((_NEVER, True), (_INTERNAL, False))
+    for net, what in table
+)
+_NAT64: Final = ipaddress.IPv6Network("64:ff9b::/96")
+
+
+def _embedded_v4(ip: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address, str] | None:
+    """The IPv4 address an IPv6 address carries to an IPv4 host: IPv4-mapped (``::ffff:a.b.c.d``),
+    NAT64 (``64:ff9b::a.b.c.d``) or 6to4 (``2002:AABB:CCDD::/48``)."""
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped, "IPv4-mapped"
+    if ip in _NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF), "NAT64"
+    if ip.sixtofour is not None:
+        return ip.sixtofour, "6to4"
+    return None
+
+
+def parse_permit(text: str) -> IPNetwork:
+    """An internal network an operator lets guarded destinations reach (``--allow-internal``):
+    ``10.1.0.0/16``, ``192.0.2.7`` (one address) or ``fd00::/64``.
+
+    :raises InvalidOrigin: not a network, host bits set, or it overlaps loopback, link-local,
+        unspecified, broadcast or multicast addresses (never reachable by a guarded destination).
+    """
+    try:
+        net = ipaddress.ip_network(text.strip(), strict=True)
+    except ValueError as exc:
+        raise InvalidOrigin(f"invalid internal network {text!r}: {exc}") from None
+    for never, what, absolute in _TABLE:
+        if absolute and net.version == never.version and net.overlaps(never):
+            raise InvalidOrigin(
+                f"internal network {text!r} overlaps {never} ({what} network): a guarded "
+                "destination never reaches it; name an exact IP:PORT in the policy instead"
+            )
+    return net
+
+
+def forbidden_address(address: str, permit: Iterable[IPNetwork] = ()) -> str | None:
+    """Why a resolved ``address`` may not be reached by a guarded decision, or ``None``.
+
+    Refused: every address that is not public — loopback, link-local, unspecified, multicast,
+    broadcast (always), private (RFC 1918), CGNAT, unique-local, site-local, documentation,
+    benchmarking, reserved and other special-purpose ranges (unless in ``permit``) — and the
+    IPv6 forms of such an IPv4 address (IPv4-mapped, NAT64 ``64:ff9b::/96``, 6to4), judged by
+    the IPv4 address they carry. The ranges are a table of their own (not ``is_global``, whose
+    answers change between Python versions).
+    """
+    text = address.partition("%")[0]
+    ip: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(text)
+    via = ""
+    if isinstance(ip, ipaddress.IPv6Address):
+        embedded = _embedded_v4(ip)
+        if embedded is not None:
+            ip, how = embedded
+            via = f" ({how} form of {ip})"
+    for net, what, never in _TABLE:
+        if ip.version == net.version and ip in net:
+            if not never and any(ip.version == p.version and ip in p for p in permit):
+                return None
+            return f"{address} is {what} address{via}"
     return None

@@ -35,11 +35,25 @@ Policy (:func:`parse_policy`, :func:`decide`) — the text ``--policy`` receives
   ``example.com``, ``example.com.evil.test``, ``badexample.com``, ``evil.test/example.com`` and
   ``user@evil.test`` are not;
 - ports are ASCII digits 1-65535;
-- a destination admitted by a rule that did not name it exactly — a subdomain of an allowed
-  domain, anything a block list lets through, an origin a person approved — must not resolve to
-  a loopback, link-local (cloud metadata), unspecified or multicast address: the proxy resolves
-  the name once, checks every address and connects to a checked one (no DNS rebinding);
+- a destination admitted by a rule that did not name it exactly — a name under a domain rule
+  (the domain or a subdomain), anything a block list lets through, an origin a person approved —
+  must resolve to public addresses only (:func:`forbidden_address`: not loopback, link-local /
+  cloud metadata, private RFC 1918, CGNAT, unique-local, multicast, reserved … nor an IPv6 form
+  of such an IPv4 address): the proxy resolves the name once, checks every address and connects
+  to exactly the checked socket address (no second resolution: no DNS rebinding). An IP literal
+  or ``HOST:PORT`` entry names its destination exactly and is not guarded (``allow:
+  127.0.0.1:8080`` reaches a local server). ``--allow-internal NET`` (repeatable) lets guarded
+  destinations reach an internal network an operator names (never loopback, link-local,
+  unspecified or multicast); no sandbox passes it;
+- the request head (request line and headers, up to and including the empty line) may have
+  :data:`MAX_HEAD_BYTES` bytes, counted exactly across reads; one more is refused (431);
+- a refusal tells the guest only that the policy refused the origin (403, one text for a rule,
+  a person, a timeout or the address guard); who refused and why is in the log;
 - anything else (origin-form requests, other schemes, malformed HTTP) is refused.
+
+Name resolution: the system resolver, or first ``--hosts FILE`` (hosts(5) lines ``ADDRESS
+NAME...``, read at every lookup) — a seam for tests, which make names resolve to their local
+servers; no sandbox passes it.
 
 Ask mode (``--policy ask:…``): a request the list does not admit is HELD while a question goes
 to the host side over the control socket (``--control PATH``, or an inherited listening socket
@@ -94,6 +108,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import socket
 import sys
 import threading
@@ -108,13 +123,17 @@ import h11
 
 from cubicle.egress.origins import (
     Decision,
+    InvalidHost,
     InvalidOrigin,
+    IPNetwork,
     Origin,
     Policy,
     decide,
     forbidden_address,
     is_ip,
+    normalize_host,
     parse_origin,
+    parse_permit,
     parse_policy,
     parse_port,
     split_authority,
@@ -126,11 +145,13 @@ __all__ = [
     "Answer",
     "AskJudge",
     "BadRequest",
+    "HostsFile",
     "Judge",
     "PolicyJudge",
     "Proxy",
     "Questions",
     "RequestInfo",
+    "Resolver",
     "main",
     "origin_text",
     "parse_target",
@@ -139,14 +160,17 @@ __all__ = [
 EGRESS_PORT: Final = 3128
 """The port the proxy listens on, on every backend."""
 MAX_HEAD_BYTES: Final = 64 * 1024
-"""Request heads larger than this (give or take one read of :data:`CHUNK`) are refused (431)."""
+"""The most bytes a request head may have — request line, headers and the empty line that ends
+them, counted across reads; a head of one byte more is refused (431)."""
+_HEAD_END: Final = re.compile(rb"\n\r?\n")
+"""The end of a head, as h11 finds it (lines end in CRLF or LF)."""
 HEAD_TIMEOUT_S: Final = 30.0
 """How long a client may take to send a complete request head."""
 IDLE_TIMEOUT_S: Final = 300.0
 """How long a body, a response or a tunnel may stay silent."""
 CONNECT_TIMEOUT_S: Final = 15.0
 CHUNK: Final = 16 * 1024
-"""Read size while h11 parses (small, so an oversized head is caught near its limit)."""
+"""Read size while h11 parses."""
 TUNNEL_CHUNK: Final = 64 * 1024
 """Read size of an established tunnel (opaque bytes)."""
 LOG_TARGET_CHARS: Final = 200
@@ -440,15 +464,18 @@ def _control_line(message: dict[str, object]) -> bytes:
 class AskJudge:
     """Ask mode: :func:`decide`, and :class:`Questions` for what the list does not admit."""
 
-    def __init__(self, policy: Policy, questions: Questions) -> None:
+    def __init__(
+        self, policy: Policy, questions: Questions, permit: Sequence[IPNetwork] = ()
+    ) -> None:
         self.policy = policy
         self.questions = questions
+        self.permit = tuple(permit)
 
     async def __call__(self, request: RequestInfo) -> Decision:
         decision = decide(self.policy, request.host, request.port)
         if decision.verdict != "ask":
             return decision
-        why = forbidden_address(decision.host) if is_ip(decision.host) else None
+        why = forbidden_address(decision.host, self.permit) if is_ip(decision.host) else None
         if why is not None:  # never worth a question: an approval could not be used
             return Decision("refuse", decision.host, decision.port, f"{why}; never asked")
         return await self.questions.ask(request, decision)
@@ -524,13 +551,29 @@ class _Peer:
         self.writer = writer
 
     async def next_event(self, timeout: float) -> h11.Event | type[h11.PAUSED]:
-        """The next h11 event, reading as needed (h11 raises ``RemoteProtocolError``)."""
+        """The next h11 event, reading as needed (h11 raises ``RemoteProtocolError``; so does a
+        request head over :data:`MAX_HEAD_BYTES`)."""
         while True:
+            self._check_head()
             event = self.conn.next_event()
             if event is not h11.NEED_DATA:
                 return event  # type: ignore[return-value]
             data = await asyncio.wait_for(self.reader.read(CHUNK), timeout)
             self.conn.receive_data(data)
+
+    def _check_head(self) -> None:
+        """A client's next request head (what h11 holds while it waits for one) must end within
+        :data:`MAX_HEAD_BYTES` bytes; h11's own limit applies only to a head still incomplete
+        after a read, so a larger one completed by the same read would pass."""
+        if self.conn.our_role is not h11.SERVER or self.conn.their_state is not h11.IDLE:
+            return
+        buffered, _closed = self.conn.trailing_data
+        end = _HEAD_END.search(buffered)
+        size = len(buffered) if end is None else end.end()
+        if size > MAX_HEAD_BYTES:
+            raise h11.RemoteProtocolError(
+                f"request head larger than {MAX_HEAD_BYTES} bytes", error_status_hint=431
+            )
 
     async def send(self, *events: h11.Event) -> None:
         for event in events:
@@ -550,11 +593,22 @@ class Proxy:
 
     :param judge: decides each request (:class:`AllowList` for ``--allow``).
     :param emit: writes one log record (default: a JSON line on stdout).
+    :param permit: internal networks guarded destinations may reach (``--allow-internal``).
+    :param resolve: name resolution (default: the system's; ``--hosts`` gives a :class:`HostsFile`).
     """
 
-    def __init__(self, judge: Judge, emit: Callable[[dict[str, object]], None] | None = None):
+    def __init__(
+        self,
+        judge: Judge,
+        emit: Callable[[dict[str, object]], None] | None = None,
+        *,
+        permit: Sequence[IPNetwork] = (),
+        resolve: Resolver | None = None,
+    ) -> None:
         self.judge = judge
         self.emit = emit or _print_json
+        self.permit = tuple(permit)
+        self.resolve = resolve or system_resolver
 
     def log(self, decision: Decision, client: str, method: str, target: str) -> None:
         self.emit(
@@ -619,7 +673,7 @@ class Proxy:
             return await self._refuse(client, decision, address, method, target)
         try:
             up_reader, up_writer = await asyncio.wait_for(
-                _open_upstream(decision), CONNECT_TIMEOUT_S
+                _open_upstream(decision, self.permit, self.resolve), CONNECT_TIMEOUT_S
             )
         except _ForbiddenAddress as exc:
             refused = replace(decision, verdict="refuse", reason=f"{decision.reason}; but {exc}")
@@ -651,14 +705,17 @@ class Proxy:
     async def _refuse(
         self, client: _Peer, decision: Decision, address: str, method: str, target: str
     ) -> bool:
-        """Log a refusal and answer it: 403 (a refused CONNECT, or a page saying why)."""
+        """Log a refusal (with its reason and who decided) and answer it: 403, and for plain
+        http a page. The guest learns only that this sandbox's policy refused the origin — the
+        same status and text whether a rule, a person, a timeout or the address guard refused:
+        who said no, and what a name resolves to, stay in the log."""
         self.log(decision, address, method, target)
-        where = f"{decision.host}:{decision.port}"
-        text = f"cubicle egress: {where} refused ({decision.reason})"
+        where = _authority(decision.host, decision.port) if decision.host else "this origin"
+        text = f"cubicle egress: {where} refused by this sandbox's network policy"
         if method == "CONNECT":
             await self._reply(client, 403, text)
         else:
-            await self._reply(client, 403, text, html=_refusal_page(where, decision))
+            await self._reply(client, 403, text, html=_refusal_page(where))
         return False
 
     async def _tunnel(self, client: _Peer, upstream: _Peer) -> None:
@@ -744,15 +801,15 @@ class Proxy:
             )
 
 
-def _refusal_page(where: str, decision: Decision) -> str:
-    """The page a browser shows for a refused plain-http request (every value escaped)."""
+def _refusal_page(where: str) -> str:
+    """The page a browser shows for a refused plain-http request (the origin escaped; nothing
+    about who refused or why: see :meth:`Proxy._refuse`)."""
     esc = html_escape
     return (
         "<!doctype html><html><head><meta charset='utf-8'>"
         f"<title>Access to {esc(where)} refused</title></head><body>"
-        f"<h1>cubicle egress proxy: access to {esc(where)} refused</h1>"
-        f"<p>{esc(decision.reason)} (decided by {esc(decision.by)}).</p>"
-        "<p>This sandbox's network policy does not let the guest reach this origin.</p>"
+        f"<h1>cubicle egress: {esc(where)} refused by this sandbox's network policy</h1>"
+        "<p>The policy does not let the guest reach this origin.</p>"
         "</body></html>\n"
     )
 
@@ -761,26 +818,92 @@ class _ForbiddenAddress(Exception):
     """A guarded destination resolved to an address it may not reach."""
 
 
-async def _open_upstream(
-    decision: Decision,
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """Connect to the decided destination. A guarded one is resolved once, every address is
-    checked (:func:`forbidden_address`) and the connection goes to a checked address."""
-    if not decision.guard:
-        return await asyncio.open_connection(decision.host, decision.port)
+SocketAddress = tuple[socket.AddressFamily, tuple[str, int] | tuple[str, int, int, int]]
+"""One address to connect to: its family and its socket address."""
+Resolver = Callable[[str, int], Awaitable[list[SocketAddress]]]
+"""Name resolution: ``(host, port)`` to the socket addresses to try, in order."""
+
+
+async def system_resolver(host: str, port: int) -> list[SocketAddress]:
+    """The system's resolver (``getaddrinfo``; an IP literal is its own answer)."""
     loop = asyncio.get_running_loop()
-    infos = await loop.getaddrinfo(decision.host, decision.port, type=socket.SOCK_STREAM)
-    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
-    for address in addresses:
-        why = forbidden_address(address)
-        if why is not None:
-            raise _ForbiddenAddress(f"{decision.host} resolves to {why}")
-    error: OSError = OSError(f"{decision.host} has no address")
-    for address in addresses:
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys((info[0], info[4]) for info in infos))  # type: ignore[misc]
+
+
+class HostsFile:
+    """``--hosts FILE``: names listed in a hosts(5)-format file resolve to its addresses, every
+    other name through :func:`system_resolver`. The file is read at every lookup (as glibc reads
+    /etc/hosts), so a test can add names while the proxy runs. A seam for tests: the proxy's
+    own resolution path, with the answers a test needs (a name resolving to a private address)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.lookup()  # a missing or unreadable file is an error now, not at the first request
+
+    def lookup(self) -> dict[str, list[str]]:
+        """``{normalised name: [addresses in file order]}``.
+
+        :raises OSError: the file cannot be read. :raises InvalidOrigin: a bad line (named).
+        """
+        names: dict[str, list[str]] = {}
+        with open(self.path, encoding="utf-8") as lines:
+            for number, line in enumerate(lines, 1):
+                fields = line.partition("#")[0].split()
+                if not fields:
+                    continue
+                if len(fields) < 2 or not is_ip(fields[0]):
+                    raise InvalidOrigin(
+                        f"{self.path}:{number}: give 'ADDRESS NAME...', got {line.strip()!r}"
+                    )
+                for name in fields[1:]:
+                    names.setdefault(normalize_host(name), []).append(fields[0])
+        return names
+
+    async def __call__(self, host: str, port: int) -> list[SocketAddress]:
         try:
-            return await asyncio.open_connection(address, decision.port)
+            names = self.lookup()
+        except (OSError, InvalidOrigin) as exc:  # changed since the start: this request fails
+            raise OSError(f"--hosts {self.path}: {exc}") from None
+        try:
+            addresses = names.get(normalize_host(host))
+        except InvalidHost:
+            addresses = None
+        if not addresses:
+            return await system_resolver(host, port)
+        found: list[SocketAddress] = []
+        for address in addresses:
+            found += await system_resolver(address, port)
+        return found
+
+
+async def _open_upstream(
+    decision: Decision, permit: Sequence[IPNetwork], resolve: Resolver
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Connect to the decided destination: resolve it once; for a guarded one check every
+    address (:func:`forbidden_address`); then connect to exactly those socket addresses, in
+    order (never by name again: what is connected to is what was checked)."""
+    addresses = await resolve(decision.host, decision.port)
+    if decision.guard:
+        for _family, sockaddr in addresses:
+            why = forbidden_address(sockaddr[0], permit)
+            if why is not None:
+                raise _ForbiddenAddress(f"{decision.host} resolves to {why}")
+    loop = asyncio.get_running_loop()
+    error: OSError = OSError(f"{decision.host} has no address")
+    for family, sockaddr in addresses:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setblocking(False)
+            await loop.sock_connect(sock, sockaddr)
         except OSError as exc:
+            sock.close()
             error = exc
+            continue
+        except BaseException:  # cancelled (the connect timeout): no socket left behind
+            sock.close()
+            raise
+        return await asyncio.open_connection(sock=sock)
     raise error
 
 
@@ -807,16 +930,19 @@ async def serve(
     *,
     ask_timeout: float = 120.0,
     control: str | socket.socket | None = None,
+    permit: Sequence[IPNetwork] = (),
+    resolve: Resolver | None = None,
 ) -> None:
     """Listen on ``host:port`` and judge by ``policy`` until cancelled. In ask mode the
-    control socket (a path to create, or a listening unix socket) takes the answers."""
+    control socket (a path to create, or a listening unix socket) takes the answers.
+    ``permit`` and ``resolve``: see :class:`Proxy`."""
     rules = policy if isinstance(policy, Policy) else Policy("allow", tuple(policy))
     questions: Questions | None = None
     judge: Judge = PolicyJudge(rules)
     control_server: asyncio.AbstractServer | None = None
     if rules.mode == "ask":
         questions = Questions(ask_timeout, _print_json)
-        judge = AskJudge(rules, questions)
+        judge = AskJudge(rules, questions, permit)
         hello: dict[str, object] = {"policy": str(rules), "timeout": ask_timeout, "label": label}
 
         async def on_control(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
@@ -835,7 +961,7 @@ async def serve(
                 )
             finally:
                 os.umask(old)
-    proxy = Proxy(judge)
+    proxy = Proxy(judge, permit=permit, resolve=resolve)
     server = await asyncio.start_server(proxy.handle, host, port, limit=MAX_HEAD_BYTES)
     _print_json(
         {
@@ -845,6 +971,7 @@ async def serve(
             "policy": str(rules),
             "allow": ", ".join(f"{o.host}:{o.port or '80/443'}" for o in rules.origins),
             **({"ask_timeout": ask_timeout} if rules.mode == "ask" else {}),
+            **({"allow_internal": [str(net) for net in permit]} if permit else {}),
             **({"label": label} if label else {}),
         }
     )
@@ -895,6 +1022,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     where.add_argument(
         "--control-fd", type=int, help="ask mode: an inherited listening unix socket"
     )
+    parser.add_argument(
+        "--allow-internal",
+        action="append",
+        default=[],
+        metavar="NET",
+        help="an internal network (e.g. 10.1.0.0/16) that names under domain rules, block-list "
+        "passes and ask approvals may reach (default: public addresses only; never loopback, "
+        "link-local, unspecified or multicast)",
+    )
+    parser.add_argument(
+        "--hosts",
+        metavar="FILE",
+        help="resolve the names in this hosts(5)-format file to its addresses first (tests)",
+    )
     parser.add_argument("--relay", help="relay stdin/stdout to this control socket and exit")
     parser.add_argument(
         "--label",
@@ -914,8 +1055,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             policy = parse_policy(args.policy)
         else:
             policy = Policy("allow", tuple(sorted({parse_origin(i) for i in args.allow})))
+        permit = [parse_permit(text) for text in args.allow_internal]
+        resolve = None if args.hosts is None else HostsFile(args.hosts)
     except InvalidOrigin as exc:
         parser.error(str(exc))
+    except OSError as exc:
+        parser.error(f"--hosts {args.hosts}: {exc.strerror or exc}")
     if not 0 < args.ask_timeout <= 86400:
         parser.error(f"--ask-timeout must be within (0, 86400] seconds, got {args.ask_timeout}")
     control: str | socket.socket | None = args.control
@@ -925,7 +1070,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("ask mode needs --control PATH or --control-fd N")
     try:
         asyncio.run(serve(host, port, policy, args.label, ask_timeout=args.ask_timeout,
-                          control=control))  # fmt: skip
+                          control=control, permit=permit, resolve=resolve))  # fmt: skip
     except KeyboardInterrupt:
         return 0
     return 0

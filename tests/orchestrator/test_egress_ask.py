@@ -1,8 +1,10 @@
 """Ask mode of the egress proxy as deployed (its one-file bundle run with ``python
 -I``), its control socket and the host-side API (cubicle/orchestrator/origin_questions.py): held
 requests, approve, deny, cancel, timeout, shared questions, the log. Upstreams listen on a
-non-loopback host address (an ask-approved destination may never be a loopback one). No Docker
-here; the same over a real sandbox is tests/orchestrator/test_docker_ask.py."""
+non-loopback host address, which the proxy is told it may reach (``--allow-internal HOST/32``:
+an ask-approved destination reaches public addresses only, never a loopback one). A refusal
+tells the guest only that the policy refused; who refused and why is asserted on the log. No
+Docker here; the same over a real sandbox is tests/orchestrator/test_docker_ask.py."""
 
 from __future__ import annotations
 
@@ -33,6 +35,9 @@ from tests.support.listener import host_addresses
 
 WAIT_S = 15.0
 HOST = next(iter(host_addresses()), None)
+REACH_HOST = ["--allow-internal", f"{HOST}/32"]
+"""The proxy may reach HOST though it is (usually) a private address."""
+REFUSED = b"refused by this sandbox's network policy"
 
 pytestmark = pytest.mark.skipif(HOST is None, reason="the host has no non-loopback IPv4 address")
 
@@ -42,7 +47,7 @@ def ask_proxy(allow: str = "", timeout: float = 60.0) -> Iterator[tuple[RunningP
     with tempfile.TemporaryDirectory() as folder:
         control = Path(folder) / "control.sock"
         options = ["--policy", f"ask:{allow}", "--ask-timeout", f"{timeout:g}"]
-        with egress_proxy(options=[*options, "--control", str(control)]) as proxy:
+        with egress_proxy(options=[*options, *REACH_HOST, "--control", str(control)]) as proxy:
             yield proxy, control
 
 
@@ -126,9 +131,9 @@ def test_deny_refuses_a_tunnel_and_is_remembered(pool: ThreadPoolExecutor) -> No
         assert question is not None and question.origin == f"https://{HOST}:{server.port}"
         questions.answer(question.id, "deny", by="bob")
         reply = held.result(WAIT_S)
-        assert statuses(reply) == [403] and b"denied by bob" in reply, reply
+        assert statuses(reply) == [403] and REFUSED in reply and b"bob" not in reply, reply
         again = proxy.exchange(connect(server))
-        assert statuses(again) == [403] and b"denied earlier by bob" in again
+        assert statuses(again) == [403] and REFUSED in again and b"bob" not in again
         assert questions.next(0.2) is None  # remembered: not asked again
         # a plain-http request to a denied origin gets a page saying why
         page = proxy.exchange(get("/x", server))
@@ -136,10 +141,10 @@ def test_deny_refuses_a_tunnel_and_is_remembered(pool: ThreadPoolExecutor) -> No
     assert server.paths == []
     assert statuses(page) == [403] and b"text/html" in page and b"refused" in page, page
     # an origin is host:port, whatever the method: the GET was refused by the same answer
-    assert [(d["decision"], d["method"], d["by"]) for d in lines] == [
-        ("refuse", "CONNECT", "bob"),
-        ("refuse", "CONNECT", "bob"),
-        ("refuse", "GET", "bob"),
+    assert [(d["decision"], d["method"], d["by"], d["reason"]) for d in lines] == [
+        ("refuse", "CONNECT", "bob", "denied by bob"),
+        ("refuse", "CONNECT", "bob", "denied earlier by bob"),
+        ("refuse", "GET", "bob", "denied earlier by bob"),
     ]
 
 
@@ -177,7 +182,8 @@ def test_no_answer_within_the_timeout_is_deny(pool: ThreadPoolExecutor) -> None:
         with pytest.raises(QuestionClosed, match="already decided \\(timeout by timeout\\)"):
             questions.answer(question.id, "approve", by="late")
         lines = proxy.decisions(1)
-    assert statuses(reply) == [403] and b"no answer within 1 s" in reply, reply
+    assert statuses(reply) == [403] and REFUSED in reply and b"answer" not in reply, reply
+    assert lines[0]["reason"] == "no answer within 1 s"
     assert 0.9 <= waited < WAIT_S
     assert decision is not None and (decision.answer, decision.by) == ("timeout", "timeout")
     assert (lines[0]["decision"], lines[0]["by"]) == ("refuse", "timeout")
@@ -220,8 +226,9 @@ def test_allow_list_entries_pass_and_loopback_is_never_asked() -> None:
         reply = proxy.exchange(
             b"GET http://127.0.0.1:9/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
         )
-        assert statuses(reply) == [403] and b"loopback address; never asked" in reply
+        assert statuses(reply) == [403] and REFUSED in reply
         assert questions.next(0.3) is None
+        assert proxy.decisions(1)[0]["reason"] == "127.0.0.1 is a loopback address; never asked"
     assert listed.paths == []
     with (
         http_server("listed") as listed,
@@ -339,7 +346,7 @@ def test_block_and_ask_never_reach_the_proxys_own_loopback(pool: ThreadPoolExecu
     with (
         upstream("host-loopback-service") as private,
         http_server("public-service") as public,
-        egress_proxy(options=["--policy", "block:evil.test"]) as proxy,
+        egress_proxy(options=["--policy", "block:evil.test", *REACH_HOST]) as proxy,
     ):
         literal = proxy.exchange(
             f"GET http://127.0.0.1:{private.port}/ HTTP/1.1\r\nHost: x\r\n\r\n".encode()
@@ -349,11 +356,13 @@ def test_block_and_ask_never_reach_the_proxys_own_loopback(pool: ThreadPoolExecu
         )
         allowed = proxy.exchange(get("/public", public))
         lines = proxy.decisions(3)
-    assert statuses(literal) == [403] and b"127.0.0.1 is a loopback address" in literal
-    assert statuses(name) == [403] and b"localhost resolves to" in name
+    assert statuses(literal) == [403] and REFUSED in literal
+    assert statuses(name) == [403] and REFUSED in name
     assert statuses(allowed) == [200]
     assert private.paths == [] and public.paths == ["/public"]
     assert [d["decision"] for d in lines] == ["refuse", "refuse", "allow"]
+    assert "127.0.0.1 is a loopback address" in str(lines[0]["reason"])
+    assert "localhost resolves to" in str(lines[1]["reason"])
     with (
         upstream("host-loopback-service") as private,
         ask_proxy() as (proxy, control),
@@ -365,5 +374,7 @@ def test_block_and_ask_never_reach_the_proxys_own_loopback(pool: ThreadPoolExecu
         assert question is not None
         questions.answer(question.id, "approve", by="someone")
         reply = held.result(WAIT_S)
-    assert statuses(reply) == [403] and b"approved by someone; but localhost resolves" in reply
+        [line] = proxy.decisions(1)
+    assert statuses(reply) == [403] and REFUSED in reply and b"someone" not in reply, reply
+    assert str(line["reason"]).startswith("approved by someone; but localhost resolves")
     assert private.paths == []

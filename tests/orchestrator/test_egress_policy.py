@@ -122,8 +122,10 @@ def test_allowed_means_an_entry_admits_it(host: str, port: int) -> None:
             and (port == o.port if o.port else port in (80, 443))
             for o in ORIGINS
         ), decision
-        # a subdomain admission is guarded (no loopback/link-local), an exact one is not
-        assert decision.guard == (decision.host not in {o.host for o in ORIGINS})
+        # an admission by a domain rule (the domain or a subdomain) is guarded (public
+        # addresses only); one by an IP literal or HOST:PORT entry (named exactly) is not
+        exact = any(not o.is_domain and o.allows(decision.host, port) for o in ORIGINS)
+        assert decision.guard is not exact
 
 
 @settings(max_examples=500, deadline=None)
@@ -285,14 +287,77 @@ def test_restricted_maps_the_product_fields() -> None:
         ("169.254.169.254", "link-local"),
         ("fe80::1%eth0", "link-local"),
         ("0.0.0.0", "unspecified"),
+        ("::", "unspecified"),
         ("224.0.0.1", "multicast"),
-        ("172.17.0.1", None),
-        ("10.231.0.1", None),
+        ("ff02::1", "multicast"),
+        ("255.255.255.255", "broadcast"),
+        ("172.17.0.1", "private (RFC 1918)"),
+        ("10.231.0.1", "private (RFC 1918)"),
+        ("192.168.1.1", "private (RFC 1918)"),
+        ("100.64.0.1", "CGNAT"),
+        ("fd00::2", "unique-local"),
+        ("fec0::1", "site-local"),
+        ("240.0.0.1", "reserved"),
+        ("198.18.0.1", "benchmarking"),
+        ("192.0.2.2", "documentation"),
+        ("::ffff:172.17.0.1", "IPv4-mapped form of 172.17.0.1"),
+        ("64:ff9b::a00:5", "NAT64 form of 10.0.0.5"),
+        ("2002:ac11:1::1", "6to4 form of 172.17.0.1"),
+        ("2002:7f00:1::", "6to4 form of 127.0.0.1"),
+        ("::7f00:1", "reserved"),  # IPv4-compatible
+        ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "Teredo"),
         ("93.184.216.34", None),
+        ("2606:4700::1111", None),
+        ("64:ff9b::5db8:d822", None),  # NAT64 of a public address
+        ("2002:5db8:d822::1", None),  # 6to4 of a public address
     ],
 )
-def test_guarded_destinations_never_reach_loopback_or_link_local(
-    address: str, why: str | None
-) -> None:
+def test_guarded_destinations_reach_public_addresses_only(address: str, why: str | None) -> None:
     found = egress.forbidden_address(address)
-    assert (found is None) if why is None else (found is not None and why in found)
+    assert (found is None) if why is None else (found is not None and why in found), found
+
+
+def test_permitted_internal_networks() -> None:
+    """``--allow-internal NET`` lets guarded destinations reach that internal network, in any
+    of its IPv6 forms too; loopback, link-local, unspecified and multicast never."""
+    permit = [egress.parse_permit("10.1.0.0/16"), egress.parse_permit("fd00::/64")]
+    assert egress.forbidden_address("10.1.2.3", permit) is None
+    assert egress.forbidden_address("::ffff:10.1.2.3", permit) is None
+    assert egress.forbidden_address("fd00::2", permit) is None
+    assert egress.forbidden_address("10.2.0.1", permit) is not None
+    assert egress.forbidden_address("127.0.0.1", permit) is not None
+    for text, error in [
+        ("127.0.0.1", "overlaps 127.0.0.0/8"),
+        ("0.0.0.0/0", "overlaps 0.0.0.0/8"),
+        ("169.254.0.0/24", "link-local"),
+        ("::/0", "overlaps"),
+        ("10.0.0.1/8", "host bits set"),
+        ("example.com", "does not appear to be"),
+    ]:
+        with pytest.raises(egress.InvalidOrigin, match=error):
+            egress.parse_permit(text)
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["--allow-internal", "127.0.0.0/8"], "overlaps 127.0.0.0/8"),
+        (["--allow-internal", "10.0.0.1/8"], "host bits set"),
+        (["--hosts", "/nonexistent/hosts"], "--hosts /nonexistent/hosts: No such file"),
+    ],
+)
+def test_bad_proxy_options_are_named(
+    argv: list[str], error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        proxy.main(["--listen", "127.0.0.1:1", "--allow", "a.test", *argv])
+    assert exit_.value.code == 2
+    assert error in capsys.readouterr().err
+
+
+def test_a_bad_hosts_file_line_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    hosts = tmp_path / "hosts"
+    hosts.write_text("# test names\n192.0.2.7 a.test\nnot-an-address b.test\n")
+    with pytest.raises(SystemExit):
+        proxy.main(["--listen", "127.0.0.1:1", "--allow", "a.test", "--hosts", str(hosts)])
+    assert f"{hosts}:3: give 'ADDRESS NAME...'" in capsys.readouterr().err
