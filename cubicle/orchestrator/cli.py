@@ -40,7 +40,11 @@ from cubicle.orchestrator.pool import admin
 from cubicle.orchestrator.provider import Provider, SandboxSpec, default_cpus
 from cubicle.orchestrator.providers import DOCKER_ENGINE_ENV, PROVIDERS, get_provider
 from cubicle.orchestrator.sandbox import Sandbox, teardown_on_signals
-from cubicle.orchestrator.shape_options import add_shape_options
+from cubicle.orchestrator.shape_options import (
+    add_internal_networks_argument,
+    add_shape_options,
+    with_internal_networks,
+)
 from cubicle_guest.errors import CubicleError
 from cubicle_guest.protocol import MAX_EXEC_OUTPUT_BYTES
 
@@ -109,9 +113,11 @@ def cmd_image_push(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    network = with_ask_timeout(args.network, args.ask_timeout)
+    network = with_internal_networks(network, args.allow_internal)
     spec = SandboxSpec(
         screen=args.size,
-        network=with_ask_timeout(args.network, args.ask_timeout),
+        network=network,
         ttl_s=args.ttl,
         detached=True,
         cpus=default_cpus() if args.cpus is None else args.cpus,
@@ -280,6 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[engine],
     )
     add_shape_options(p)
+    add_internal_networks_argument(p)
     p.add_argument(
         "--ttl", type=float, default=3600.0, help="seconds until gc may remove it (default 3600)"
     )

@@ -22,6 +22,7 @@ guest.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
@@ -74,12 +75,16 @@ class NetworkPolicy:
 
     ``allow`` holds the allow list of ``allow`` and ``ask`` policies, ``block`` the block list;
     ``ask_timeout`` is how long an ask-mode question waits for an answer (seconds).
+    ``internal`` names private networks that names admitted by a domain rule, a block list or an
+    approval may resolve into (an intranet; otherwise the proxy refuses every private address,
+    docs/security.md): the proxy's ``--allow-internal``. Set it with :meth:`with_internal`.
     """
 
     mode: Mode
     allow: tuple[Origin, ...] = ()
     block: tuple[Origin, ...] = ()
     ask_timeout: float = DEFAULT_ASK_TIMEOUT_S
+    internal: tuple[egress.IPNetwork, ...] = ()
 
     def __post_init__(self) -> None:
         if not 0 < self.ask_timeout <= MAX_ASK_TIMEOUT_S:
@@ -89,6 +94,32 @@ class NetworkPolicy:
             )
         if self.allow and self.block:
             raise ConfigError("allowed and blocked domains cannot be combined; give one list")
+        if self.internal and not self.proxied:
+            raise ConfigError(
+                f"internal networks apply to a proxied policy (allow:, block:, ask:), "
+                f"not {self.mode!r}"
+            )
+
+    def with_internal(self, networks: Sequence[str]) -> NetworkPolicy:
+        """This policy, letting guarded destinations reach ``networks`` (``10.1.0.0/16``).
+
+        :raises ConfigError: naming a network that is not one, or one no destination may reach
+            (loopback, link-local …), or a policy without a proxy.
+        """
+        try:
+            internal = tuple(egress.parse_permit(text) for text in networks)
+        except egress.InvalidOrigin as exc:
+            raise ConfigError(str(exc)) from None
+        return dataclasses.replace(self, internal=self.internal + internal)
+
+    @property
+    def proxy_arguments(self) -> list[str]:
+        """The proxy's options for this policy: ``--policy`` and one ``--allow-internal`` per
+        internal network."""
+        argv = ["--policy", str(self.proxy_policy)]
+        for network in self.internal:
+            argv += ["--allow-internal", str(network)]
+        return argv
 
     @classmethod
     def none(cls) -> NetworkPolicy:

@@ -81,6 +81,10 @@ from cubicle.orchestrator.origin_answers import (
 from cubicle.orchestrator.provider import parse_size
 from cubicle.orchestrator.providers import PROVIDERS
 from cubicle.orchestrator.sandbox import Sandbox, teardown_on_signals
+from cubicle.orchestrator.shape_options import (
+    add_internal_networks_argument,
+    with_internal_networks,
+)
 from cubicle.orchestrator.tasks import Task, load_task
 from cubicle.orchestrator.trajectory.recorder import TrajectoryRecorder
 from cubicle.orchestrator.trajectory.report import write_report
@@ -328,6 +332,7 @@ def register(sub: Any) -> None:
         "default deny)",
     )
     add_ask_timeout_argument(p)
+    add_internal_networks_argument(p)
     p.add_argument("--backend", default="docker", choices=sorted(PROVIDERS), help="sandbox backend")
     p.add_argument("--size", default=None, help="screen WxH in pixels (default 1280x800)")
     p.add_argument(
@@ -522,6 +527,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     verifiers += [function_verifier(spec) for spec in args.verify]
     safety, actions = _policies(args)
     network = with_ask_timeout(NetworkPolicy.parse(settings.network), args.ask_timeout)
+    network = with_internal_networks(network, args.allow_internal)
     settle = parse_settle(args.settle)
     if settings.stall < 0:
         raise ConfigError(f"--stall must be 0 (off) or a positive count, got {settings.stall}")

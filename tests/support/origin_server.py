@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import docker
 import docker.errors
@@ -27,6 +28,7 @@ import docker.models.networks
 import pytest
 
 from cubicle.orchestrator import labels as L
+from cubicle.orchestrator.network import NetworkPolicy
 
 __all__ = ["GREEN", "NAMES", "OriginServer", "origin", "resolve_in_proxy"]
 
@@ -65,6 +67,18 @@ class OriginServer:
     container: docker.models.containers.Container
     address: str
     network: docker.models.networks.Network
+
+    @property
+    def subnet(self) -> str:
+        """The server's network (private): a sandbox whose names resolve into it needs it as an
+        internal network (``NetworkPolicy.with_internal``, ``--allow-internal``)."""
+        self.network.reload()
+        subnet: str = self.network.attrs["IPAM"]["Config"][0]["Subnet"]
+        return subnet
+
+    def policy(self, text: str, **options: Any) -> NetworkPolicy:
+        """``NetworkPolicy.parse(text, **options)`` that lets the proxy reach this server."""
+        return NetworkPolicy.parse(text, **options).with_internal([self.subnet])
 
     def seen(self) -> list[tuple[str, int, str]]:
         """``(Host header, port, path)`` of every request the server got, in order."""

@@ -126,8 +126,7 @@ def setup_network(
         EGRESS_SCRIPT,
         "--listen",
         f"0.0.0.0:{EGRESS_PORT}",
-        "--policy",
-        str(policy.proxy_policy),
+        *policy.proxy_arguments,
     ]
     tmpfs: dict[str, str] = {}
     if policy.mode == "ask":

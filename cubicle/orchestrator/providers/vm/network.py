@@ -337,7 +337,7 @@ def _start_proxy(network: VmNetwork, policy: NetworkPolicy, run: Path, script: P
         "--label",
         network.sandbox_id,
     ]
-    argv += ["--policy", str(policy.proxy_policy)]
+    argv += policy.proxy_arguments
     control = None
     if policy.mode == "ask":
         # root binds the control socket (0600, in the root-only run folder) and hands the
