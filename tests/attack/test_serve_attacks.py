@@ -22,6 +22,7 @@ import pytest
 
 from cubicle.orchestrator import labels as L
 from cubicle.orchestrator.serve.body import MAX_JSON_DEPTH
+from cubicle.orchestrator.serve.logs import BURST
 from tests.orchestrator.support import leftovers
 from tests.serve.conftest import TOKEN, Server, start_server
 from tests.serve.support import DRILL_ENV
@@ -226,6 +227,28 @@ def test_slow_and_idle_connections_are_closed_at_the_head_deadline(tmp_path: Pat
         for sock in socks.values():
             sock.close()
         server.stop()
+
+
+def test_bad_requests_are_not_logged_one_by_one(tmp_path: Path) -> None:
+    """SV11b, the log: 300 malformed requests and 300 unsupported upgrades (uvicorn warns about
+    each) leave at most a few lines on the server's stderr, the last saying how many were
+    dropped (on cdce854: two lines and more for each)."""
+    stderr_path = tmp_path / "stderr"
+    with stderr_path.open("wb") as stderr:
+        server = start_server(tmp_path / "data", stderr=stderr)
+    try:
+        malformed = b"GET /\x00 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        upgrade = (
+            b"GET /v1/x HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: upgrade, close\r\n"
+            b"Upgrade: websocket\r\n\r\n"
+        )
+        for n in range(600):
+            status, _, _ = raw_request(server, upgrade if n % 2 else malformed)
+            assert status in (400, 401)
+    finally:
+        server.stop()
+    lines = stderr_path.read_text().splitlines()
+    assert len(lines) <= 2 * BURST + 4, lines[:8]
 
 
 # -- SV6: nested JSON ----------------------------------------------------------------------------
