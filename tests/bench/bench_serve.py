@@ -129,7 +129,7 @@ def run(report: Report) -> None:
     except docker.errors.DockerException as exc:
         raise Report.Skip(f"no Docker engine: {exc}") from None
     with tempfile.TemporaryDirectory(prefix="cubicle-bench-serve-") as folder:
-        server = start_server(Path(folder) / "data")
+        server = start_server(Path(folder) / "data", "--max-sessions", str(SESSIONS))
         try:
             ours = _ours(server, report, engine)
         finally:

@@ -8,12 +8,14 @@ container, network or volume owned by that server process may remain (checked by
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import docker
 import pytest
@@ -62,8 +64,23 @@ class Server:
             self.process.stdout.close()
 
 
-def start_server(data_dir: Path, *extra: str, env: dict[str, str] | None = None) -> Server:
-    """Start ``cubicle serve`` and wait for its ``base_url`` line (stderr goes to the test's)."""
+def start_server(
+    data_dir: Path,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    stderr: IO[bytes] | None = None,
+    nofile: int | None = None,
+) -> Server:
+    """Start ``cubicle serve`` and wait for its ``base_url`` line.
+
+    :param stderr: where its stderr goes (default: the test's).
+    :param nofile: its ``RLIMIT_NOFILE``, soft and hard (file descriptors; default: inherited).
+    """
+
+    def limit() -> None:
+        if nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
     environ = {**os.environ, "CUBICLE_API_TOKEN": TOKEN}
     environ.pop("OPENAI_API_KEY", None)  # no real model unless a test passes one
     environ.update(env or {})
@@ -82,6 +99,8 @@ def start_server(data_dir: Path, *extra: str, env: dict[str, str] | None = None)
         cwd=REPO,
         env=environ,
         stdout=subprocess.PIPE,
+        stderr=stderr,
+        preexec_fn=limit if nofile is not None else None,  # noqa: PLW1509 — only setrlimit
         text=True,
     )
     assert process.stdout is not None

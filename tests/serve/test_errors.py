@@ -256,6 +256,11 @@ def test_bad_list_parameters_are_400(api_server: Server) -> None:
         (["--ask-timeout", "5"], ["--ask-timeout needs --ask-origins"]),
         (["--ask-origins", "--ask-timeout", "0"], ["ask timeout", "0.0"]),
         (["--ask-origins", "--ask-timeout", "86401"], ["ask timeout", "86401"]),
+        (["--max-sessions", "0"], ["--max-sessions 0", "at least 1"]),
+        (["--max-connections", "0"], ["--max-connections 0", "at least 1"]),
+        (["--head-timeout", "0"], ["--head-timeout 0", "positive"]),
+        (["--head-timeout", "nan"], ["--head-timeout nan", "positive"]),
+        (["--max-connections", "10000000"], ["--max-connections 10000000", "RLIMIT_NOFILE"]),
     ],
 )
 def test_bad_server_options_are_refused_before_anything_starts(

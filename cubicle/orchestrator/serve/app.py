@@ -37,6 +37,7 @@ import anyio.to_thread
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
@@ -47,6 +48,7 @@ from cubicle.orchestrator.providers import backend_of, get_provider
 from cubicle.orchestrator.serve import wire
 from cubicle.orchestrator.serve.agents import parse_agent
 from cubicle.orchestrator.serve.auth import check_bearer
+from cubicle.orchestrator.serve.body import parse_object
 from cubicle.orchestrator.serve.environment import parse_environment
 from cubicle.orchestrator.serve.errors import (
     NO_RETRY,
@@ -55,6 +57,7 @@ from cubicle.orchestrator.serve.errors import (
     error_body,
     not_implemented,
 )
+from cubicle.orchestrator.serve.hosts import HostCheck
 from cubicle.orchestrator.serve.registry import Registry
 from cubicle.orchestrator.serve.store import Session, SessionStore, TurnState, page
 from cubicle.orchestrator.serve.turns import turn_runner
@@ -70,6 +73,8 @@ SSE_PING_S = 15
 MAX_METADATA = 16
 MAX_BODY_BYTES = 64 * 1024 * 1024
 """Largest request body read (inline files are at most 32 MiB each, base64 grows them by 4/3)."""
+DEFAULT_MAX_SESSIONS = 4
+"""Sessions at once unless ``--max-sessions`` says otherwise (see ``cli.default_max_sessions``)."""
 
 
 @dataclass
@@ -82,6 +87,11 @@ class ServerState:
     policy: Policy | None = None
     ask_timeout: float | None = None
     """Ask mode (``--ask-origins``): seconds a question about an origin waits; ``None``: off."""
+    max_sessions: int = DEFAULT_MAX_SESSIONS
+    """Sessions at once (``--max-sessions``); a deleted one counts until its desktop is gone."""
+    hosts: frozenset[str] | None = None
+    """The Host names answered (:func:`cubicle.orchestrator.serve.hosts.allowed_hosts`);
+    ``None``: any."""
     store: SessionStore = field(default_factory=SessionStore)
     workers: dict[str, SessionWorker] = field(default_factory=dict)
     seen_keys: dict[str, set[str]] = field(default_factory=dict)
@@ -94,7 +104,8 @@ class ServerState:
 async def _json(request: Request) -> dict[str, Any]:
     """The request's JSON object, read up to :data:`MAX_BODY_BYTES`.
 
-    :raises ApiError: 413 for a larger body, 400 when it is not a JSON object."""
+    :raises ApiError: 413 for a larger body, 400 when it is not a JSON object
+        (:func:`cubicle.orchestrator.serve.body.parse_object`)."""
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
@@ -106,13 +117,7 @@ async def _json(request: Request) -> dict[str, Any]:
                 code="request_too_large",
             )
         chunks.append(chunk)
-    try:
-        body = json.loads(b"".join(chunks))
-    except (ValueError, UnicodeDecodeError):
-        raise bad_request("the request body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise bad_request("the request body must be a JSON object")
-    return body
+    return parse_object(b"".join(chunks))
 
 
 def _state(request: Request) -> ServerState:
@@ -264,6 +269,7 @@ async def create_session(request: Request) -> Response:
     elif stream:
         raise bad_request("input is required when stream is true", "input")
 
+    _check_session_cap(state)  # before anything is made: a refused create leaves nothing
     session = Session(
         wire.new_id("sess"), agent=agent, plan=plan, metadata=metadata, review=str(review)
     )
@@ -277,6 +283,11 @@ async def create_session(request: Request) -> Response:
         policy=state.policy,
     )
     with state.lock:
+        try:
+            _check_session_cap(state)  # again, atomically: concurrent creates
+        except ApiError:
+            state.registry.remove_session_folder(session.id)
+            raise
         state.store.add(session)
         state.workers[session.id] = worker
     session.publish(wire.event("agent.session.created", session=session.snapshot()))
@@ -293,6 +304,19 @@ async def create_session(request: Request) -> Response:
         return JSONResponse(session.snapshot())
     # subscribed before the first event was published: the queue holds every one of them
     return _sse(session, queue, kept=[], until_turn=first_turn)
+
+
+def _check_session_cap(state: ServerState) -> None:
+    """:raises ApiError: 429 (``session_limit_reached``, not retried: :data:`NO_RETRY`) when
+    ``state.max_sessions`` sessions exist; a deleted one counts until its desktop is gone."""
+    count = state.store.count()
+    if count >= state.max_sessions:
+        raise ApiError(
+            429,
+            f"cubicle serve runs at most {state.max_sessions} sessions at once (--max-sessions) "
+            f"and has {count}: delete one before creating another",
+            code="session_limit_reached",
+        )
 
 
 async def list_sessions(request: Request) -> Response:
@@ -656,8 +680,10 @@ def build_app(state: ServerState) -> Starlette:
         Route("/console/api/sessions/{session_id}/screenshot", console_screenshot, methods=["GET"]),
         Route("/console/api/sessions/{session_id}/view", console_view, methods=["POST"]),
     ]
+    middleware = [] if state.hosts is None else [Middleware(HostCheck, hosts=state.hosts)]
     app = Starlette(
         routes=routes,
+        middleware=middleware,
         exception_handlers={
             ApiError: _api_error,
             HTTPException: _http_error,

@@ -19,9 +19,22 @@ from starlette.applications import Starlette
 from cubicle.drivers.policy_file import load_policy
 from cubicle.orchestrator.errors import ConfigError
 from cubicle.orchestrator.network import DEFAULT_ASK_TIMEOUT_S, NetworkPolicy
+from cubicle.orchestrator.provider import SandboxSpec
 from cubicle.orchestrator.providers import get_provider
 from cubicle.orchestrator.serve.app import ServerState, build_app, destroy_by_id, shutdown
 from cubicle.orchestrator.serve.auth import TOKEN_ENV, resolve_token
+from cubicle.orchestrator.serve.connections import (
+    DEFAULT_HEAD_TIMEOUT_S,
+    DEFAULT_MAX_CONNECTIONS,
+    KEEP_ALIVE_S,
+    MAX_HEAD_BYTES,
+    ConnectionLimits,
+    fd_budget,
+    guarded_protocol,
+    raise_fd_limit,
+)
+from cubicle.orchestrator.serve.hosts import allowed_hosts
+from cubicle.orchestrator.serve.logs import bound_logs
 from cubicle.orchestrator.serve.registry import Registry
 from cubicle_guest.errors import CubicleError
 
@@ -29,6 +42,23 @@ __all__ = ["cmd_serve", "register"]
 
 DEFAULT_PORT = 8377
 GRACEFUL_S = 5
+SESSIONS_PER_CPU = 2
+"""Default sessions per host CPU: a desktop is limited to one core (``CUBICLE_CPUS``) and its
+agent mostly waits for the model, so two share a core without starving the host."""
+SESSION_MEMORY_MB = SandboxSpec().memory_mb
+"""A desktop's default memory limit (MiB); the default never promises more than the host has."""
+
+
+def default_max_sessions() -> int:
+    """``--max-sessions`` when not given: :data:`SESSIONS_PER_CPU` per CPU, at most as many
+    desktops as the host's memory holds at their default limit, at least 1 (4 on a 2-core
+    machine with 8 GiB or more)."""
+    cpus = os.cpu_count() or 1
+    try:
+        memory_mb = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2**20
+    except (ValueError, OSError):
+        memory_mb = SESSION_MEMORY_MB * SESSIONS_PER_CPU * cpus
+    return max(1, min(SESSIONS_PER_CPU * cpus, memory_mb // SESSION_MEMORY_MB))
 
 
 def default_data_dir(port: int) -> Path:
@@ -71,6 +101,30 @@ def register(sub: Any) -> None:
         metavar="S",
         help=f"with --ask-origins: seconds a question waits for the client; no answer = deny "
         f"(default {DEFAULT_ASK_TIMEOUT_S:g})",
+    )
+    p.add_argument(
+        "--max-sessions",
+        type=int,
+        metavar="N",
+        help="sessions at once; a create beyond is refused (429 session_limit_reached) "
+        f"(default {SESSIONS_PER_CPU} per CPU, at most what the memory holds at "
+        f"{SESSION_MEMORY_MB} MiB each: {default_max_sessions()} here)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        metavar="N",
+        help="open connections at most; at the cap a new one closes the connection that has "
+        f"waited longest for a request (default {DEFAULT_MAX_CONNECTIONS})",
+    )
+    p.add_argument(
+        "--head-timeout",
+        type=float,
+        default=DEFAULT_HEAD_TIMEOUT_S,
+        metavar="S",
+        help="seconds a connection has to send a complete request head "
+        f"(default {DEFAULT_HEAD_TIMEOUT_S:g})",
     )
     p.add_argument(
         "--data-dir",
@@ -117,6 +171,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ConfigError(str(exc)) from None
     policy = load_policy(args.policy) if args.policy else None
     ask_timeout = _ask_timeout(args)
+    max_sessions = default_max_sessions() if args.max_sessions is None else args.max_sessions
+    if max_sessions < 1:
+        raise ConfigError(f"--max-sessions {max_sessions}: must be at least 1")
+    limits = ConnectionLimits(args.max_connections, args.head_timeout)
+    fd_budget(limits, max_sessions=max_sessions, soft_limit=raise_fd_limit())
     registry = Registry.open(args.data_dir or default_data_dir(args.port))
     try:
         listing = get_provider(args.backend).list() if registry.previous else []
@@ -134,6 +193,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         backend=args.backend,
         policy=policy,
         ask_timeout=ask_timeout,
+        max_sessions=max_sessions,
+        hosts=allowed_hosts(args.host),
     )
     app = build_app(state)
 
@@ -148,7 +209,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))
-    sock.listen(128)  # connections queue from the moment the address is printed
+    sock.listen(limits.backlog)  # connections queue from the moment the address is printed
     port = sock.getsockname()[1]
     host = f"[{args.host}]" if ":" in args.host else args.host
     if generated:
@@ -161,7 +222,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=GRACEFUL_S,  # open event streams do not hold the stop up
+        http=guarded_protocol(limits),  # the cap and the head deadline (connections.py)
+        ws="none",  # no WebSocket routes: an upgrade request is an ordinary (refused) request
+        backlog=limits.backlog,
+        timeout_keep_alive=KEEP_ALIVE_S,
+        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
     )
+    bound_logs()  # after uvicorn configured its loggers
     server = uvicorn.Server(config)
     try:
         server.run(sockets=[sock])

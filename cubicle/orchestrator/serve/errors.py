@@ -3,8 +3,8 @@
 Every failure the server answers goes through :class:`ApiError` (raised by the route handlers and
 turned into a JSON response by the app's exception handler), so a client built on the ``openai``
 package gets the matching ``openai.APIStatusError`` subclass (400 ``BadRequestError``, 401
-``AuthenticationError``, 404 ``NotFoundError``, 409 ``ConflictError``, 501 ``InternalServerError``)
-with ``message``, ``param`` and ``code`` filled in. Never a stack trace.
+``AuthenticationError``, 404 ``NotFoundError``, 409 ``ConflictError``, 429 ``RateLimitError``, 501
+``InternalServerError``) with ``message``, ``param`` and ``code`` filled in. Never a stack trace.
 """
 
 from __future__ import annotations

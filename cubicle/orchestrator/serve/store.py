@@ -244,6 +244,11 @@ class SessionStore:
         with self._lock:
             self._sessions.pop(session_id, None)
 
+    def count(self) -> int:
+        """Sessions held, deleted ones whose teardown has not finished included."""
+        with self._lock:
+            return len(self._sessions)
+
     def all(self) -> list[Session]:
         with self._lock:
             return [s for s in self._sessions.values() if not s.deleted]
