@@ -261,6 +261,8 @@ def test_bad_list_parameters_are_400(api_server: Server) -> None:
         (["--head-timeout", "0"], ["--head-timeout 0", "positive"]),
         (["--head-timeout", "nan"], ["--head-timeout nan", "positive"]),
         (["--max-connections", "10000000"], ["--max-connections 10000000", "RLIMIT_NOFILE"]),
+        (["--allow-internal", "127.0.0.0/8"], ["internal network '127.0.0.0/8'", "loopback"]),
+        (["--allow-internal", "10.0.0.1/8"], ["invalid internal network '10.0.0.1/8'"]),
     ],
 )
 def test_bad_server_options_are_refused_before_anything_starts(

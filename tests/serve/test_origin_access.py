@@ -227,6 +227,8 @@ def served(run: Run, model: ScriptedModel, tmp_path: Path) -> OpenAI:
         "--ask-origins",
         "--ask-timeout",
         "60",
+        "--allow-internal",  # the origin server's network (private, like an intranet)
+        run.origin.subnet,
         env={"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": model.base_url},
     )
     return run.server.client()

@@ -87,6 +87,9 @@ class ServerState:
     policy: Policy | None = None
     ask_timeout: float | None = None
     """Ask mode (``--ask-origins``): seconds a question about an origin waits; ``None``: off."""
+    internal_networks: tuple[str, ...] = ()
+    """Private networks the sessions' restricted policies may reach by name (``--allow-internal``,
+    :meth:`~cubicle.orchestrator.network.NetworkPolicy.with_internal`)."""
     max_sessions: int = DEFAULT_MAX_SESSIONS
     """Sessions at once (``--max-sessions``); a deleted one counts until its desktop is gone."""
     hosts: frozenset[str] | None = None
@@ -261,6 +264,8 @@ async def create_session(request: Request) -> Response:
             "review",
         )
     plan = parse_environment(body.get("environment"), ask_timeout=state.ask_timeout)
+    if state.internal_networks and plan.network.proxied:
+        plan.network = plan.network.with_internal(state.internal_networks)
     agent = parse_agent(body)
     metadata = _metadata(body.get("metadata"))
     content = None

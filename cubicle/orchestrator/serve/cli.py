@@ -36,6 +36,7 @@ from cubicle.orchestrator.serve.connections import (
 from cubicle.orchestrator.serve.hosts import allowed_hosts
 from cubicle.orchestrator.serve.logs import bound_logs
 from cubicle.orchestrator.serve.registry import Registry
+from cubicle.orchestrator.shape_options import add_internal_networks_argument
 from cubicle_guest.errors import CubicleError
 
 __all__ = ["cmd_serve", "register"]
@@ -88,6 +89,7 @@ def register(sub: Any) -> None:
         help="policy file (cubicle.drivers.policy_file) deciding the safety checks of review "
         "'auto_review'",
     )
+    add_internal_networks_argument(p)
     p.add_argument(
         "--ask-origins",
         action="store_true",
@@ -171,6 +173,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ConfigError(str(exc)) from None
     policy = load_policy(args.policy) if args.policy else None
     ask_timeout = _ask_timeout(args)
+    NetworkPolicy.parse("ask:").with_internal(args.allow_internal)  # checked before serving
     max_sessions = default_max_sessions() if args.max_sessions is None else args.max_sessions
     if max_sessions < 1:
         raise ConfigError(f"--max-sessions {max_sessions}: must be at least 1")
@@ -195,6 +198,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ask_timeout=ask_timeout,
         max_sessions=max_sessions,
         hosts=allowed_hosts(args.host),
+        internal_networks=tuple(args.allow_internal),
     )
     app = build_app(state)
 
