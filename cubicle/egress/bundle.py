@@ -1,7 +1,7 @@
 """The egress proxy as one file: a zipapp of :mod:`cubicle.egress` that ``python3 -I`` runs
 without cubicle installed (the egress container's system Python, the VM host's ``nobody``).
 
-The archive holds this package's sources — ``cubicle/egress/{__init__,origins,proxy}.py`` — a
+The archive holds this package's sources (:data:`_SOURCES`) — a
 ``cubicle/__init__.py`` of its own (empty: the real one is the public API, which needs the whole
 of cubicle) and, as its ``__main__.py``, :mod:`cubicle.egress.__main__`. It is deterministic
 (sorted entries, a fixed timestamp, fixed modes), so its bytes — and the Docker image's content
@@ -21,7 +21,14 @@ __all__ = ["BUNDLE_NAME", "bundle_bytes", "write_bundle"]
 
 BUNDLE_NAME: Final = "egress.pyz"
 """The file name the proxy ships under (a Docker build context's entry, a VM host's copy)."""
-_SOURCES: Final = ("__init__.py", "origins.py", "proxy.py")
+_SOURCES: Final = (
+    "__init__.py",
+    "origins.py",
+    "questions.py",
+    "targets.py",
+    "upstream.py",
+    "proxy.py",
+)
 _STAMP: Final = (2000, 1, 1, 0, 0, 0)
 _TOP_INIT: Final = b'"""cubicle\'s egress proxy, bundled alone (cubicle.egress.bundle)."""\n'
 

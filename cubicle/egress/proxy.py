@@ -51,30 +51,6 @@ Policy (:func:`parse_policy`, :func:`decide`) — the text ``--policy`` receives
   a person, a timeout or the address guard); who refused and why is in the log;
 - anything else (origin-form requests, other schemes, malformed HTTP) is refused.
 
-Name resolution: the system resolver, or first ``--hosts FILE`` (hosts(5) lines ``ADDRESS
-NAME...``, read at every lookup) — a seam for tests, which make names resolve to their local
-servers; no sandbox passes it.
-
-Ask mode (``--policy ask:…``): a request the list does not admit is HELD while a question goes
-to the host side over the control socket (``--control PATH``, or an inherited listening socket
-``--control-fd N``); approve lets it through and is remembered (this proxy = this sandbox), deny
-refuses it and is remembered too, cancel refuses this once, and no answer within
-``--ask-timeout`` seconds (default 120) refuses it (``by: "timeout"``). Concurrent requests for
-one origin share one question. The control socket is never reachable from the guest (on Docker
-it lives in the proxy container's own tmpfs and the host reaches it through ``docker exec
-egress.pyz --relay PATH``; on VMs it is a root-only unix socket in the sandbox's run folder).
-Control protocol (version 1), JSON lines both ways::
-
-    proxy → host  {"type": "hello", "version": 1, "policy": "...", "timeout": 120.0, "label": ...,
-                   "pending": ["q1", ...]}      (the ids of the question lines that follow it)
-                  {"type": "question", "id": "q1", "origin": "https://example.com",
-                   "host": ..., "port": 443, "method": "CONNECT", "target": ..., "client": ...,
-                   "reason": ..., "asked_at": ts, "deadline": ts}      (pending ones after hello)
-                  {"type": "decided", "id": "q1", "origin": ..., "host": ..., "port": ...,
-                   "answer": "approve"|"deny"|"cancel"|"timeout", "by": "...", "at": ts}
-                  {"type": "reply", "ref": N, "ok": true} | {..., "ok": false, "error": "..."}
-    host → proxy  {"op": "answer", "ref": N, "id": "q1", "answer": "approve", "by": "alice"}
-
 Requests (parsed by h11, never by hand):
 
 - every request on a client connection is judged and logged on its own: a plain-http keep-alive
@@ -95,10 +71,9 @@ who decided (``"by"``: ``policy``, a person's name, ``timeout`` …)::
 and in ask mode each question and its answer is a line too (``"event": "question"`` /
 ``"event": "answer"``).
 
-Judges: the proxy asks a :data:`Judge` — an async callable from a :class:`RequestInfo` to a
-:class:`Decision` — about each request, and holds the client's connection while it waits.
-:class:`PolicyJudge` applies a :class:`Policy`; :class:`AskJudge` puts :class:`Questions`
-around it for ask mode.
+Who decides is :mod:`cubicle.egress.questions` (the policy, or a person in ask mode); name
+resolution and the address guard are :mod:`cubicle.egress.upstream`; request targets
+:mod:`cubicle.egress.targets`.
 """
 
 from __future__ import annotations
@@ -113,49 +88,49 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from html import escape as html_escape
-from typing import Final, Literal
-from urllib.parse import urlsplit, urlunsplit
+from typing import Final
 
 import h11
 
 from cubicle.egress.origins import (
     Decision,
-    InvalidHost,
     InvalidOrigin,
     IPNetwork,
     Origin,
     Policy,
-    decide,
-    forbidden_address,
-    is_ip,
-    normalize_host,
     parse_origin,
     parse_permit,
     parse_policy,
     parse_port,
     split_authority,
 )
+from cubicle.egress.questions import (
+    MAX_CONTROL_LINE,
+    AskJudge,
+    Judge,
+    PolicyJudge,
+    Questions,
+    RequestInfo,
+)
+from cubicle.egress.targets import (
+    LOG_TARGET_CHARS,
+    BadRequest,
+    authority,
+    forwarded_headers,
+    parse_target,
+)
+from cubicle.egress.upstream import (
+    ForbiddenAddress,
+    HostsFile,
+    Resolver,
+    open_upstream,
+    system_resolver,
+)
 
-__all__ = [
-    "EGRESS_PORT",
-    "AllowList",
-    "Answer",
-    "AskJudge",
-    "BadRequest",
-    "HostsFile",
-    "Judge",
-    "PolicyJudge",
-    "Proxy",
-    "Questions",
-    "RequestInfo",
-    "Resolver",
-    "main",
-    "origin_text",
-    "parse_target",
-]
+__all__ = ["EGRESS_PORT", "MAX_HEAD_BYTES", "Proxy", "main", "relay", "serve"]
 
 EGRESS_PORT: Final = 3128
 """The port the proxy listens on, on every backend."""
@@ -173,368 +148,6 @@ CHUNK: Final = 16 * 1024
 """Read size while h11 parses."""
 TUNNEL_CHUNK: Final = 64 * 1024
 """Read size of an established tunnel (opaque bytes)."""
-LOG_TARGET_CHARS: Final = 200
-HOP_BY_HOP: Final = frozenset(
-    {
-        b"connection",
-        b"keep-alive",
-        b"proxy-connection",
-        b"proxy-authorization",
-        b"proxy-authenticate",
-        b"te",
-        b"trailer",
-        b"upgrade",
-        b"expect",
-    }
-)
-"""Headers that concern one connection, never forwarded (with those ``Connection`` names)."""
-
-# --------------------------------------------------------------------------- judges
-
-
-@dataclass(frozen=True)
-class RequestInfo:
-    """What a judge sees of one request: who asks, for which ``host:port`` (as written)."""
-
-    client: str
-    method: str
-    host: str
-    port: int
-    target: str
-
-
-Judge = Callable[[RequestInfo], Awaitable[Decision]]
-"""Decides one request; may take its time (the client's connection is held meanwhile)."""
-
-
-class PolicyJudge:
-    """The judge of ``--policy``/``--allow``: :func:`decide` against a fixed :class:`Policy`;
-    ``ask`` verdicts become refusals (use :class:`AskJudge` to ask instead)."""
-
-    def __init__(self, policy: Policy) -> None:
-        self.policy = policy
-
-    async def __call__(self, request: RequestInfo) -> Decision:
-        decision = decide(self.policy, request.host, request.port)
-        if decision.verdict == "ask":
-            return Decision("refuse", decision.host, decision.port, decision.reason)
-        return decision
-
-
-class AllowList(PolicyJudge):
-    """The judge of a plain allow list (``--allow``)."""
-
-    def __init__(self, origins: Iterable[Origin]) -> None:
-        super().__init__(Policy("allow", tuple(origins)))
-        self.origins = self.policy.origins
-
-
-Answer = Literal["approve", "deny", "cancel", "timeout"]
-ANSWERS: Final = ("approve", "deny", "cancel")
-"""What a person may answer (``timeout`` is the proxy's own)."""
-MAX_PENDING: Final = 32
-"""Distinct origins that may wait for an answer at once; more are refused (a guest flood)."""
-MAX_QUESTIONS_KEPT: Final = 1000
-"""Questions kept by id (pending ones always); older decided ones are forgotten."""
-MAX_BY_CHARS: Final = 300
-"""The longest ``by`` an answer may carry (who answered, e.g. a policy file's rule)."""
-MAX_CONTROL_LINE: Final = 64 * 1024
-
-
-def origin_text(method: str, host: str, port: int) -> str:
-    """How a question names an origin: ``https://host`` for CONNECT, ``http://host`` otherwise,
-    the port shown when it is not the scheme's default."""
-    scheme, default = ("https", 443) if method == "CONNECT" else ("http", 80)
-    shown = f"[{host}]" if ":" in host else host
-    return f"{scheme}://{shown}" if port == default else f"{scheme}://{shown}:{port}"
-
-
-@dataclass
-class _Question:
-    id: str
-    origin: str
-    host: str
-    port: int
-    method: str
-    target: str
-    client: str
-    reason: str
-    asked_at: float
-    deadline: float
-    outcome: asyncio.Future[tuple[Answer, str]]
-    timer: asyncio.TimerHandle | None = None
-
-    def message(self) -> dict[str, object]:
-        return {
-            "type": "question",
-            "id": self.id,
-            "origin": self.origin,
-            "host": self.host,
-            "port": self.port,
-            "method": self.method,
-            "target": self.target[:LOG_TARGET_CHARS],
-            "client": self.client,
-            "reason": self.reason,
-            "asked_at": round(self.asked_at, 3),
-            "deadline": round(self.deadline, 3),
-        }
-
-
-class Questions:
-    """Ask mode's questions: held requests by origin, answers from the control socket.
-
-    Origins are ``(host, port)``. Approve and deny are remembered for the life of the proxy;
-    cancel and timeout are not (the next request asks again).
-    """
-
-    def __init__(self, timeout: float, emit: Callable[[dict[str, object]], None]) -> None:
-        self.timeout = timeout
-        self.emit = emit
-        self.pending: dict[tuple[str, int], _Question] = {}
-        self.by_id: dict[str, _Question] = {}
-        self.remembered: dict[tuple[str, int], tuple[Answer, str]] = {}
-        self.listeners: set[asyncio.StreamWriter] = set()
-        self._count = 0
-
-    async def ask(self, request: RequestInfo, decision: Decision) -> Decision:
-        """Hold until the origin of ``decision`` (verdict ``ask``) is answered; the decision."""
-        key = (decision.host, decision.port)
-        if key in self.remembered:
-            answer, by = self.remembered[key]
-            verb = "approved" if answer == "approve" else "denied"
-            return Decision(
-                "allow" if answer == "approve" else "refuse",
-                decision.host,
-                decision.port,
-                f"{verb} earlier by {by}",
-                guard=True,
-                by=by,
-            )
-        question = self.pending.get(key)
-        if question is None:
-            if len(self.pending) >= MAX_PENDING:
-                return Decision(
-                    "refuse",
-                    decision.host,
-                    decision.port,
-                    f"{MAX_PENDING} questions already wait for an answer",
-                )
-            question = self._open(request, decision)
-        answer, by = await asyncio.shield(question.outcome)
-        reason = {
-            "approve": f"approved by {by}",
-            "deny": f"denied by {by}",
-            "cancel": f"cancelled by {by}",
-            "timeout": f"no answer within {self.timeout:g} s",
-        }[answer]
-        return Decision(
-            "allow" if answer == "approve" else "refuse",
-            decision.host,
-            decision.port,
-            reason,
-            guard=True,
-            by=by,
-        )
-
-    def _open(self, request: RequestInfo, decision: Decision) -> _Question:
-        self._count += 1
-        now = time.time()
-        loop = asyncio.get_running_loop()
-        question = _Question(
-            id=f"q{self._count}",
-            origin=origin_text(request.method, decision.host, decision.port),
-            host=decision.host,
-            port=decision.port,
-            method=request.method,
-            target=request.target,
-            client=request.client,
-            reason=decision.reason,
-            asked_at=now,
-            deadline=now + self.timeout,
-            outcome=loop.create_future(),
-        )
-        question.timer = loop.call_later(
-            self.timeout, self._resolve, question, "timeout", "timeout"
-        )
-        self.pending[(question.host, question.port)] = question
-        self.by_id[question.id] = question
-        if len(self.by_id) > MAX_QUESTIONS_KEPT:  # forget the oldest decided ones (bounded)
-            for old in [q for q in self.by_id.values() if q.outcome.done()][:MAX_PENDING]:
-                del self.by_id[old.id]
-        message = question.message()
-        self.emit({"ts": round(now, 3), "event": "question", **_without_type(message)})
-        self._broadcast(message)
-        return question
-
-    def answer(self, question_id: str, answer: str, by: str) -> str | None:
-        """Apply a person's answer; ``None`` when applied, else why not."""
-        if answer not in ANSWERS:
-            return f"answer must be one of {', '.join(ANSWERS)}, got {answer!r}"
-        question = self.by_id.get(question_id)
-        if question is None:
-            return f"no question {question_id!r}"
-        if question.outcome.done():
-            done, who = question.outcome.result()
-            return f"question {question_id} is already decided ({done} by {who})"
-        self._resolve(question, answer, by)  # type: ignore[arg-type]
-        return None
-
-    def _resolve(self, question: _Question, answer: Answer, by: str) -> None:
-        if question.outcome.done():
-            return
-        if question.timer is not None:
-            question.timer.cancel()
-        question.outcome.set_result((answer, by))
-        key = (question.host, question.port)
-        if self.pending.get(key) is question:
-            del self.pending[key]
-        if answer in ("approve", "deny"):
-            self.remembered[key] = (answer, by)
-        now = round(time.time(), 3)
-        message: dict[str, object] = {
-            "type": "decided",
-            "id": question.id,
-            "origin": question.origin,
-            "host": question.host,
-            "port": question.port,
-            "answer": answer,
-            "by": by,
-            "at": now,
-        }
-        self.emit({"ts": now, "event": "answer", **_without_type(message)})
-        self._broadcast(message)
-
-    def _broadcast(self, message: dict[str, object]) -> None:
-        line = _control_line(message)
-        for writer in list(self.listeners):
-            if writer.is_closing():
-                self.listeners.discard(writer)
-            else:
-                writer.write(line)
-
-    async def serve_control(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hello: dict[str, object]
-    ) -> None:
-        """One host-side controller: hello, the pending questions, then answers until EOF."""
-        pending = list(self.pending.values())
-        ids = [question.id for question in pending]
-        writer.write(_control_line({"type": "hello", "version": 1, **hello, "pending": ids}))
-        for question in pending:
-            writer.write(_control_line(question.message()))
-        self.listeners.add(writer)
-        try:
-            await writer.drain()
-            while line := await reader.readline():
-                writer.write(_control_line(self._command(line)))
-                await writer.drain()
-        except (ConnectionError, OSError, ValueError):
-            pass
-        finally:
-            self.listeners.discard(writer)
-            writer.close()
-
-    def _command(self, line: bytes) -> dict[str, object]:
-        try:
-            message = json.loads(line)
-        except ValueError:
-            return {"type": "reply", "ref": None, "ok": False, "error": "not a JSON line"}
-        if not isinstance(message, dict):
-            return {"type": "reply", "ref": None, "ok": False, "error": "not a JSON object"}
-        ref = message.get("ref")
-        if message.get("op") != "answer":
-            return {"type": "reply", "ref": ref, "ok": False, "error": "unknown op"}
-        by = message.get("by")
-        if not isinstance(by, str) or not by.strip() or len(by) > MAX_BY_CHARS:
-            why = f"'by' must name who answers (1-{MAX_BY_CHARS} characters)"
-            return {"type": "reply", "ref": ref, "ok": False, "error": why}
-        error = self.answer(str(message.get("id")), str(message.get("answer")), by.strip())
-        if error is not None:
-            return {"type": "reply", "ref": ref, "ok": False, "error": error}
-        return {"type": "reply", "ref": ref, "ok": True}
-
-
-def _without_type(message: dict[str, object]) -> dict[str, object]:
-    return {key: value for key, value in message.items() if key != "type"}
-
-
-def _control_line(message: dict[str, object]) -> bytes:
-    return (json.dumps(message, ensure_ascii=True) + "\n").encode("ascii")
-
-
-class AskJudge:
-    """Ask mode: :func:`decide`, and :class:`Questions` for what the list does not admit."""
-
-    def __init__(
-        self, policy: Policy, questions: Questions, permit: Sequence[IPNetwork] = ()
-    ) -> None:
-        self.policy = policy
-        self.questions = questions
-        self.permit = tuple(permit)
-
-    async def __call__(self, request: RequestInfo) -> Decision:
-        decision = decide(self.policy, request.host, request.port)
-        if decision.verdict != "ask":
-            return decision
-        why = forbidden_address(decision.host, self.permit) if is_ip(decision.host) else None
-        if why is not None:  # never worth a question: an approval could not be used
-            return Decision("refuse", decision.host, decision.port, f"{why}; never asked")
-        return await self.questions.ask(request, decision)
-
-
-# --------------------------------------------------------------------------- request targets
-
-
-class BadRequest(ValueError):
-    """A request the proxy cannot judge (names what is wrong); answered 400 and logged."""
-
-
-def parse_target(method: str, target: str) -> tuple[str, int, str | None]:
-    """``(host, port, origin-form target)`` of a proxy request-target; the origin-form target is
-    ``None`` for ``CONNECT host:port`` and ``/path?query`` for ``http://host[:port]/path?query``.
-
-    :raises BadRequest: naming what is wrong (origin-form, another scheme, user info, bad port).
-    """
-    shown = target[:LOG_TARGET_CHARS]
-    try:
-        if method == "CONNECT":
-            host, port_text = split_authority(target)
-            if port_text is None:
-                raise BadRequest(f"CONNECT target {shown!r} is not host:port")
-            return host, parse_port(port_text), None
-        try:
-            url = urlsplit(target)
-        except ValueError as exc:
-            raise BadRequest(f"{method} target {shown!r}: {exc}") from None
-        if url.scheme.lower() != "http" or not url.netloc:
-            raise BadRequest(f"{method} target {shown!r} is not an absolute http:// URI")
-        if "@" in url.netloc:
-            raise BadRequest(f"user info in {shown!r} is not accepted")
-        host, port_text = split_authority(url.netloc)
-        port = 80 if port_text is None else parse_port(port_text)
-    except InvalidOrigin as exc:
-        raise BadRequest(f"{method} target {shown!r}: {exc}") from None
-    return host, port, urlunsplit(("", "", url.path or "/", url.query, ""))
-
-
-def _authority(host: str, port: int) -> str:
-    shown = f"[{host}]" if ":" in host else host
-    return shown if port == 80 else f"{shown}:{port}"
-
-
-def _forwarded_headers(
-    headers: Iterable[tuple[bytes, bytes]], *, extra_drop: Iterable[bytes] = ()
-) -> list[tuple[bytes, bytes]]:
-    """``headers`` minus hop-by-hop ones, those the ``Connection`` header names and ``extra``."""
-    pairs = list(headers)
-    named = {
-        token.strip().lower()
-        for name, value in pairs
-        if name.lower() == b"connection"
-        for token in value.split(b",")
-    }
-    drop = HOP_BY_HOP | named | {name.lower() for name in extra_drop}
-    return [(name, value) for name, value in pairs if name.lower() not in drop]
-
 
 # --------------------------------------------------------------------------- the server
 
@@ -673,9 +286,9 @@ class Proxy:
             return await self._refuse(client, decision, address, method, target)
         try:
             up_reader, up_writer = await asyncio.wait_for(
-                _open_upstream(decision, self.permit, self.resolve), CONNECT_TIMEOUT_S
+                open_upstream(decision, self.permit, self.resolve), CONNECT_TIMEOUT_S
             )
-        except _ForbiddenAddress as exc:
+        except ForbiddenAddress as exc:
             refused = replace(decision, verdict="refuse", reason=f"{decision.reason}; but {exc}")
             return await self._refuse(client, refused, address, method, target)
         except (OSError, TimeoutError) as exc:
@@ -690,15 +303,15 @@ class Proxy:
                 await self._tunnel(client, upstream)
                 return False
             sent_host = [value for name, value in event.headers if name == b"host"]
-            authority = _authority(decision.host, port)
-            if sent_host and sent_host != [authority.encode("ascii")]:
+            named = authority(decision.host, port)
+            if sent_host and sent_host != [named.encode("ascii")]:
                 shown = b", ".join(sent_host).decode("latin-1")[:LOG_TARGET_CHARS]
                 decision = replace(
                     decision,
-                    reason=f"{decision.reason}; Host header {shown!r} replaced by {authority!r}",
+                    reason=f"{decision.reason}; Host header {shown!r} replaced by {named!r}",
                 )
             self.log(decision, address, method, target)
-            return await self._forward(client, upstream, event, authority, path)
+            return await self._forward(client, upstream, event, named, path)
         finally:
             await upstream.close()
 
@@ -710,7 +323,7 @@ class Proxy:
         same status and text whether a rule, a person, a timeout or the address guard refused:
         who said no, and what a name resolves to, stay in the log."""
         self.log(decision, address, method, target)
-        where = _authority(decision.host, decision.port) if decision.host else "this origin"
+        where = authority(decision.host, decision.port) if decision.host else "this origin"
         text = f"cubicle egress: {where} refused by this sandbox's network policy"
         if method == "CONNECT":
             await self._reply(client, 403, text)
@@ -743,7 +356,7 @@ class Proxy:
             await client.send(h11.InformationalResponse(status_code=100, headers=[]))
         headers = [
             (b"Host", authority.encode("ascii")),
-            *_forwarded_headers(request.headers, extra_drop=(b"host",)),
+            *forwarded_headers(request.headers, extra_drop=(b"host",)),
             (b"Connection", b"close"),
         ]
         await upstream.send(
@@ -766,7 +379,7 @@ class Proxy:
                     await client.send(
                         h11.Response(
                             status_code=reply.status_code,
-                            headers=_forwarded_headers(reply.headers),
+                            headers=forwarded_headers(reply.headers),
                             reason=reply.reason,
                         )
                     )
@@ -812,99 +425,6 @@ def _refusal_page(where: str) -> str:
         "<p>The policy does not let the guest reach this origin.</p>"
         "</body></html>\n"
     )
-
-
-class _ForbiddenAddress(Exception):
-    """A guarded destination resolved to an address it may not reach."""
-
-
-SocketAddress = tuple[socket.AddressFamily, tuple[str, int] | tuple[str, int, int, int]]
-"""One address to connect to: its family and its socket address."""
-Resolver = Callable[[str, int], Awaitable[list[SocketAddress]]]
-"""Name resolution: ``(host, port)`` to the socket addresses to try, in order."""
-
-
-async def system_resolver(host: str, port: int) -> list[SocketAddress]:
-    """The system's resolver (``getaddrinfo``; an IP literal is its own answer)."""
-    loop = asyncio.get_running_loop()
-    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return list(dict.fromkeys((info[0], info[4]) for info in infos))  # type: ignore[misc]
-
-
-class HostsFile:
-    """``--hosts FILE``: names listed in a hosts(5)-format file resolve to its addresses, every
-    other name through :func:`system_resolver`. The file is read at every lookup (as glibc reads
-    /etc/hosts), so a test can add names while the proxy runs. A seam for tests: the proxy's
-    own resolution path, with the answers a test needs (a name resolving to a private address)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.lookup()  # a missing or unreadable file is an error now, not at the first request
-
-    def lookup(self) -> dict[str, list[str]]:
-        """``{normalised name: [addresses in file order]}``.
-
-        :raises OSError: the file cannot be read. :raises InvalidOrigin: a bad line (named).
-        """
-        names: dict[str, list[str]] = {}
-        with open(self.path, encoding="utf-8") as lines:
-            for number, line in enumerate(lines, 1):
-                fields = line.partition("#")[0].split()
-                if not fields:
-                    continue
-                if len(fields) < 2 or not is_ip(fields[0]):
-                    raise InvalidOrigin(
-                        f"{self.path}:{number}: give 'ADDRESS NAME...', got {line.strip()!r}"
-                    )
-                for name in fields[1:]:
-                    names.setdefault(normalize_host(name), []).append(fields[0])
-        return names
-
-    async def __call__(self, host: str, port: int) -> list[SocketAddress]:
-        try:
-            names = self.lookup()
-        except (OSError, InvalidOrigin) as exc:  # changed since the start: this request fails
-            raise OSError(f"--hosts {self.path}: {exc}") from None
-        try:
-            addresses = names.get(normalize_host(host))
-        except InvalidHost:
-            addresses = None
-        if not addresses:
-            return await system_resolver(host, port)
-        found: list[SocketAddress] = []
-        for address in addresses:
-            found += await system_resolver(address, port)
-        return found
-
-
-async def _open_upstream(
-    decision: Decision, permit: Sequence[IPNetwork], resolve: Resolver
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """Connect to the decided destination: resolve it once; for a guarded one check every
-    address (:func:`forbidden_address`); then connect to exactly those socket addresses, in
-    order (never by name again: what is connected to is what was checked)."""
-    addresses = await resolve(decision.host, decision.port)
-    if decision.guard:
-        for _family, sockaddr in addresses:
-            why = forbidden_address(sockaddr[0], permit)
-            if why is not None:
-                raise _ForbiddenAddress(f"{decision.host} resolves to {why}")
-    loop = asyncio.get_running_loop()
-    error: OSError = OSError(f"{decision.host} has no address")
-    for family, sockaddr in addresses:
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setblocking(False)
-            await loop.sock_connect(sock, sockaddr)
-        except OSError as exc:
-            sock.close()
-            error = exc
-            continue
-        except BaseException:  # cancelled (the connect timeout): no socket left behind
-            sock.close()
-            raise
-        return await asyncio.open_connection(sock=sock)
-    raise error
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -31,7 +31,7 @@ from typing import Any, Protocol, Self, TextIO
 
 from cubicle.drivers.approvals import ApprovalPolicy, FilePolicy, TerminalPrompt
 from cubicle.drivers.policy_file import Policy
-from cubicle.egress.proxy import MAX_BY_CHARS
+from cubicle.egress.questions import MAX_BY_CHARS
 from cubicle.orchestrator.errors import ConfigError
 from cubicle.orchestrator.network import DEFAULT_ASK_TIMEOUT_S, NetworkPolicy
 from cubicle.orchestrator.origin_questions import (

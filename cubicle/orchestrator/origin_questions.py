@@ -42,9 +42,15 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Literal, Self
+from typing import TYPE_CHECKING, Any, Final, Self
 
-from cubicle.egress.proxy import MAX_BY_CHARS
+from cubicle.egress.questions import (
+    ANSWERS,
+    CONTROL_VERSION,
+    MAX_BY_CHARS,
+    PersonAnswer,
+)
+from cubicle.egress.questions import MAX_CONTROL_LINE as MAX_LINE
 from cubicle.orchestrator.errors import OrchestratorError
 
 if TYPE_CHECKING:
@@ -61,10 +67,8 @@ __all__ = [
     "QuestionError",
 ]
 
-Answer = Literal["approve", "deny", "cancel"]
-ANSWERS: Final = ("approve", "deny", "cancel")
-PROTOCOL_VERSION: Final = 1
-MAX_LINE: Final = 64 * 1024
+Answer = PersonAnswer
+"""What a person (or a policy) may answer; the proxy adds ``timeout`` on its own."""
 MAX_DECISIONS_KEPT: Final = 1000
 
 
@@ -197,11 +201,11 @@ class OriginQuestions:
             why = self._closed_reason or f"no hello within {timeout:g} s"
             self.close()
             raise QuestionChannelClosed(f"cannot talk to {self._name}: {why}")
-        if hello.get("version") != PROTOCOL_VERSION:
+        if hello.get("version") != CONTROL_VERSION:
             self.close()
             raise QuestionError(
                 f"{self._name} speaks control protocol {hello.get('version')!r}, "
-                f"not {PROTOCOL_VERSION}"
+                f"not {CONTROL_VERSION}"
             )
         self.policy = str(hello.get("policy", ""))
         self.timeout = float(hello.get("timeout", 0.0))

@@ -26,6 +26,7 @@ import pytest
 
 from cubicle.egress import origins
 from cubicle.egress import proxy as px
+from cubicle.egress import upstream as guard
 from cubicle.orchestrator.origin_questions import OriginQuestions
 from cubicle.orchestrator.provider import AgentStream
 from tests.orchestrator.support import http_server
@@ -310,7 +311,7 @@ def test_px4_the_address_connected_to_is_the_one_checked() -> None:
     calls: list[str] = []
     with _Accepting(str(PRIVATE)) as checked, _Accepting("127.0.0.1") as rebound:
 
-        async def rebinding(host: str, port: int) -> list[px.SocketAddress]:
+        async def rebinding(host: str, port: int) -> list[guard.SocketAddress]:
             calls.append(host)
             target = checked if len(calls) == 1 else rebound
             return [(socket.AF_INET, (target.address, target.port))]
@@ -318,7 +319,7 @@ def test_px4_the_address_connected_to_is_the_one_checked() -> None:
         async def scenario() -> None:
             decision = origins.Decision("allow", "rebind.example.test", 0, "test", guard=True)
             permit = [origins.parse_permit(f"{PRIVATE}/32")]
-            _reader, writer = await px._open_upstream(decision, permit, rebinding)
+            _reader, writer = await guard.open_upstream(decision, permit, rebinding)
             writer.close()
 
         asyncio.run(scenario())

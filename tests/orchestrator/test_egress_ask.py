@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from cubicle.egress import origins, proxy
+from cubicle.egress import origins
+from cubicle.egress import questions as egress_questions
 from cubicle.orchestrator.origin_questions import (
     OriginQuestions,
     QuestionChannelClosed,
@@ -308,11 +309,13 @@ def test_a_guest_cannot_grow_the_proxys_memory_or_queue_without_bound() -> None:
     are refused at once), and decided questions beyond MAX_QUESTIONS_KEPT are forgotten."""
 
     async def scenario() -> tuple[list[str], int, int, str | None]:
-        questions = proxy.Questions(60.0, lambda record: None)
+        questions = egress_questions.Questions(60.0, lambda record: None)
         policy = origins.parse_policy("ask:")
 
         def ask(n: int) -> asyncio.Future[origins.Decision]:
-            info = proxy.RequestInfo("10.0.0.2", "GET", f"h{n}.test", 80, f"http://h{n}.test/")
+            info = egress_questions.RequestInfo(
+                "10.0.0.2", "GET", f"h{n}.test", 80, f"http://h{n}.test/"
+            )
             return asyncio.ensure_future(questions.ask(info, origins.decide(policy, info.host, 80)))
 
         held = [ask(n) for n in range(40)]
@@ -331,11 +334,11 @@ def test_a_guest_cannot_grow_the_proxys_memory_or_queue_without_bound() -> None:
         return refused, waiting, len(questions.by_id), questions.answer("q1", "approve", "x")
 
     refused, waiting, kept, late = asyncio.run(scenario())
-    assert refused == [f"{proxy.MAX_PENDING} questions already wait for an answer"] * (
-        40 - proxy.MAX_PENDING
+    assert refused == [f"{egress_questions.MAX_PENDING} questions already wait for an answer"] * (
+        40 - egress_questions.MAX_PENDING
     )
-    assert waiting == proxy.MAX_PENDING
-    assert kept <= proxy.MAX_QUESTIONS_KEPT + proxy.MAX_PENDING
+    assert waiting == egress_questions.MAX_PENDING
+    assert kept <= egress_questions.MAX_QUESTIONS_KEPT + egress_questions.MAX_PENDING
     assert late == "no question 'q1'"
 
 

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cubicle.egress import origins as egress
-from cubicle.egress import proxy
+from cubicle.egress import proxy, targets
 from cubicle.orchestrator import network
 from cubicle.orchestrator.errors import ConfigError
 from cubicle.orchestrator.network import NetworkPolicy
@@ -175,14 +175,14 @@ def test_examples(host: str, port: int, allowed: bool) -> None:
 
 
 def test_parse_target_connect_and_absolute_uri() -> None:
-    assert proxy.parse_target("CONNECT", "example.com:443") == ("example.com", 443, None)
-    assert proxy.parse_target("CONNECT", "[2001:db8::1]:8443") == ("2001:db8::1", 8443, None)
-    assert proxy.parse_target("GET", "http://example.com:8080/a?b=1") == (
+    assert targets.parse_target("CONNECT", "example.com:443") == ("example.com", 443, None)
+    assert targets.parse_target("CONNECT", "[2001:db8::1]:8443") == ("2001:db8::1", 8443, None)
+    assert targets.parse_target("GET", "http://example.com:8080/a?b=1") == (
         "example.com",
         8080,
         "/a?b=1",
     )
-    assert proxy.parse_target("POST", "HTTP://Example.com") == ("Example.com", 80, "/")
+    assert targets.parse_target("POST", "HTTP://Example.com") == ("Example.com", 80, "/")
 
 
 @pytest.mark.parametrize(
@@ -205,8 +205,8 @@ def test_parse_target_connect_and_absolute_uri() -> None:
     ],
 )
 def test_parse_target_refuses(method: str, target: str) -> None:
-    with pytest.raises(proxy.BadRequest):
-        proxy.parse_target(method, target)
+    with pytest.raises(targets.BadRequest):
+        targets.parse_target(method, target)
 
 
 def test_one_entry_per_port_of_a_host_each_count() -> None:
