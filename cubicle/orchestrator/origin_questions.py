@@ -2,7 +2,7 @@
 
 A sandbox created with ``--network ask:[ENTRY,...]`` (or ``NetworkPolicy.restricted(ask=True)``)
 has an egress proxy that HOLDS every guest connection to an origin outside its allow list and
-asks the host side about it (:mod:`cubicle.egress.proxy`, "Ask mode"). This module is the
+asks the host side about it (:mod:`cubicle.egress.questions`). This module is the
 host side: :class:`OriginQuestions` opens one control connection (Docker: ``docker exec`` of the
 proxy's relay in the proxy container; VM: the root-only unix socket in the run folder — never
 anything the guest can reach), keeps the pending questions, and sends answers::

@@ -369,8 +369,8 @@ class Provider(abc.ABC):
 
     def open_egress_control(self, sandbox_id: str, *, timeout: float) -> AgentStream:
         """Open a byte stream to the control socket of an ``ask:`` sandbox's egress proxy
-        (:mod:`cubicle.egress.proxy`; used through
-        :class:`cubicle.orchestrator.origin_questions. OriginQuestions`). Never reachable from the
+        (:mod:`cubicle.egress.questions`; used through
+        :class:`cubicle.orchestrator.origin_questions.OriginQuestions`). Never reachable from the
         guest. The caller owns the socket.
 
         :raises ProviderError: this backend or this sandbox has no ask-mode proxy.
