@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import json
 import logging
 import os
@@ -23,9 +22,11 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from cubicle.drivers.terminal_text import terminal_safe
+from cubicle.orchestrator import run_task
+from cubicle.orchestrator.drill import cli as drill_cli
 from cubicle.orchestrator.errors import (
     ConfigError,
     EngineUnavailable,
@@ -37,14 +38,17 @@ from cubicle.orchestrator.origin_answers import (
     with_ask_timeout,
 )
 from cubicle.orchestrator.pool import admin
+from cubicle.orchestrator.pool import cli as pool_cli
 from cubicle.orchestrator.provider import Provider, SandboxSpec, default_cpus
 from cubicle.orchestrator.providers import DOCKER_ENGINE_ENV, PROVIDERS, get_provider
 from cubicle.orchestrator.sandbox import Sandbox, teardown_on_signals
+from cubicle.orchestrator.serve import cli as serve_cli
 from cubicle.orchestrator.shape_options import (
     add_internal_networks_argument,
     add_shape_options,
     with_internal_networks,
 )
+from cubicle.orchestrator.view import cli as view_cli
 from cubicle_guest.errors import CubicleError
 from cubicle_guest.protocol import MAX_EXEC_OUTPUT_BYTES
 
@@ -350,30 +354,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-PLUGINS = {
-    "drill": "cubicle.orchestrator.drill.cli",
-    "run": "cubicle.orchestrator.run_task",
-    "view": "cubicle.orchestrator.view.cli",
-    "pool": "cubicle.orchestrator.pool.cli",
-    "serve": "cubicle.orchestrator.serve.cli",
-}
-"""Subcommand → the module whose ``register(sub)`` adds it (in ``cubicle --help``'s order)."""
+SUBCOMMAND_MODULES: Final = (drill_cli, run_task, view_cli, pool_cli, serve_cli)
+"""The modules whose ``register(sub)`` adds their subcommands — ``drill``, ``run``, ``view``,
+``pool``, ``serve`` — in ``cubicle --help``'s order."""
 
 
 def _register_plugins(sub: Any) -> None:
-    """The drill's ``drill``, ``run``, the live view's ``view``, the warm pools' ``pool`` and the
-    sessions API's ``serve`` subcommands (:data:`PLUGINS`), when those modules are present.
-
-    A plugin that fails to import is reported on stderr; the other commands keep working.
-    """
-    for name, module_name in PLUGINS.items():
-        try:
-            module = importlib.import_module(module_name)
-            module.register(sub)
-        except ImportError as exc:
-            if exc.name in (module_name, module_name.removesuffix(".cli")):
-                continue
-            _err(f"cubicle: the {name} commands are unavailable: {exc}")
+    for module in SUBCOMMAND_MODULES:
+        module.register(sub)
 
 
 @contextlib.contextmanager
