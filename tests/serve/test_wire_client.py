@@ -57,10 +57,14 @@ class Served:
     def __init__(self, counted: Counted, base_url: str) -> None:
         self.counted = counted
         self.base_url = base_url
+        self.clients: list[OpenAI] = []
 
     def client(self, token: str = TOKEN) -> OpenAI:
-        """A client with the SDK's default retries (``max_retries`` not set)."""
-        return OpenAI(base_url=self.base_url, api_key=token, timeout=30)
+        """A client with the SDK's default retries (``max_retries`` not set); closed with the
+        server (an unclosed client's pooled socket would warn wherever it is collected)."""
+        client = OpenAI(base_url=self.base_url, api_key=token, timeout=30)
+        self.clients.append(client)
+        return client
 
 
 def create(client: OpenAI, **fields: Any) -> Any:
@@ -81,9 +85,12 @@ def served(tmp_path: Path) -> Iterator[Served]:
     )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
+    served = Served(counted, f"http://127.0.0.1:{sock.getsockname()[1]}/v1")
     try:
-        yield Served(counted, f"http://127.0.0.1:{sock.getsockname()[1]}/v1")
+        yield served
     finally:
+        for client in served.clients:
+            client.close()
         server.should_exit = True
         thread.join(timeout=30)
         sock.close()
