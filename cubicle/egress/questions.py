@@ -33,9 +33,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from cubicle.egress.origins import (
     Decision,
@@ -61,6 +61,7 @@ __all__ = [
     "Judge",
     "PersonAnswer",
     "PolicyJudge",
+    "QuestionRecord",
     "Questions",
     "RequestInfo",
     "origin_text",
@@ -127,8 +128,13 @@ def origin_text(method: str, host: str, port: int) -> str:
     return f"{scheme}://{shown}" if port == default else f"{scheme}://{shown}:{port}"
 
 
-@dataclass
-class _Question:
+@dataclass(frozen=True)
+class QuestionRecord:
+    """One question as the control protocol carries it (``{"type": "question", ...}``), the
+    one definition of its fields for both sides (the host's is
+    :class:`cubicle.orchestrator.origin_questions.OriginQuestion`). ``asked_at``/``deadline``:
+    Unix times of the proxy's clock."""
+
     id: str
     origin: str
     host: str
@@ -139,10 +145,9 @@ class _Question:
     reason: str
     asked_at: float
     deadline: float
-    outcome: asyncio.Future[tuple[Answer, str]]
-    timer: asyncio.TimerHandle | None = None
 
     def message(self) -> dict[str, object]:
+        """The ``question`` line (the target cut to :data:`LOG_TARGET_CHARS`)."""
         return {
             "type": "question",
             "id": self.id,
@@ -156,6 +161,53 @@ class _Question:
             "asked_at": round(self.asked_at, 3),
             "deadline": round(self.deadline, 3),
         }
+
+    @classmethod
+    def from_message(cls, message: Mapping[str, Any]) -> QuestionRecord:
+        """The record of a ``question`` line.
+
+        :raises KeyError, TypeError, ValueError: a field is missing or of the wrong kind.
+        """
+        return cls(
+            id=str(message["id"]),
+            origin=str(message["origin"]),
+            host=str(message["host"]),
+            port=int(message["port"]),
+            method=str(message["method"]),
+            target=str(message["target"]),
+            client=str(message["client"]),
+            reason=str(message["reason"]),
+            asked_at=float(message["asked_at"]),
+            deadline=float(message["deadline"]),
+        )
+
+
+@dataclass
+class _Question:
+    """A question the proxy holds requests on: its record, its outcome and its timeout."""
+
+    record: QuestionRecord
+    outcome: asyncio.Future[tuple[Answer, str]]
+    timer: asyncio.TimerHandle | None = None
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    @property
+    def origin(self) -> str:
+        return self.record.origin
+
+    @property
+    def host(self) -> str:
+        return self.record.host
+
+    @property
+    def port(self) -> int:
+        return self.record.port
+
+    def message(self) -> dict[str, object]:
+        return self.record.message()
 
 
 class Questions:
@@ -218,7 +270,7 @@ class Questions:
         self._count += 1
         now = time.time()
         loop = asyncio.get_running_loop()
-        question = _Question(
+        record = QuestionRecord(
             id=f"q{self._count}",
             origin=origin_text(request.method, decision.host, decision.port),
             host=decision.host,
@@ -229,8 +281,8 @@ class Questions:
             reason=decision.reason,
             asked_at=now,
             deadline=now + self.timeout,
-            outcome=loop.create_future(),
         )
+        question = _Question(record, outcome=loop.create_future())
         question.timer = loop.call_later(
             self.timeout, self._resolve, question, "timeout", "timeout"
         )

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import json
 import socket
 import threading
@@ -49,6 +50,7 @@ from cubicle.egress.questions import (
     CONTROL_VERSION,
     MAX_BY_CHARS,
     PersonAnswer,
+    QuestionRecord,
 )
 from cubicle.egress.questions import MAX_CONTROL_LINE as MAX_LINE
 from cubicle.orchestrator.errors import OrchestratorError
@@ -85,8 +87,10 @@ class QuestionChannelClosed(QuestionError):
 
 
 @dataclass(frozen=True)
-class OriginQuestion:
-    """A held guest connection waiting for a person.
+class OriginQuestion(QuestionRecord):
+    """A held guest connection waiting for a person: the proxy's question
+    (:class:`~cubicle.egress.questions.QuestionRecord`, the protocol's one definition of its
+    fields) and the sandbox it came from.
 
     ``origin``: ``https://host[:port]`` for a CONNECT, ``http://host[:port]`` for plain http
     (the default port omitted); ``host`` is normalised (lower-case IDNA, IP text). ``reason``
@@ -94,17 +98,7 @@ class OriginQuestion:
     times (the proxy's clock); after ``deadline`` the proxy refuses on its own.
     """
 
-    id: str
     sandbox_id: str
-    origin: str
-    host: str
-    port: int
-    method: str
-    target: str
-    client: str
-    reason: str
-    asked_at: float
-    deadline: float
 
     def approval_request(self) -> dict[str, str]:
         """The ``request`` of a ``computer_use_approval_request`` for this question."""
@@ -277,19 +271,8 @@ class OriginQuestions:
             if kind == "hello":
                 self._hello = message
             elif kind == "question":
-                question = OriginQuestion(
-                    id=str(message["id"]),
-                    sandbox_id=self.sandbox_id,
-                    origin=str(message["origin"]),
-                    host=str(message["host"]),
-                    port=int(message["port"]),
-                    method=str(message["method"]),
-                    target=str(message["target"]),
-                    client=str(message["client"]),
-                    reason=str(message["reason"]),
-                    asked_at=float(message["asked_at"]),
-                    deadline=float(message["deadline"]),
-                )
+                record = QuestionRecord.from_message(message)
+                question = OriginQuestion(sandbox_id=self.sandbox_id, **dataclasses.asdict(record))
                 self._pending[question.id] = question
                 self._fresh.append(question)
                 self._heard.add(question.id)
