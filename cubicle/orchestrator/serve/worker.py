@@ -39,7 +39,7 @@ from cubicle.orchestrator.sandbox import Sandbox
 from cubicle.orchestrator.serve import origins, wire
 from cubicle.orchestrator.serve.environment import WORKSPACE, EnvironmentPlan
 from cubicle.orchestrator.serve.registry import Registry
-from cubicle.orchestrator.serve.reporter import TrajectoryFollower, TurnReporter
+from cubicle.orchestrator.serve.reporter import TurnReporter
 from cubicle.orchestrator.serve.store import PendingApproval, Session, TurnState
 from cubicle_guest.errors import CubicleError
 
@@ -98,7 +98,9 @@ class TurnOutcome:
         self.code = code
 
 
-TurnRun = Callable[[Sandbox, TurnState, Path, ApprovalPolicy], TurnOutcome]
+TurnRun = Callable[[Sandbox, TurnState, Path, ApprovalPolicy, TurnReporter], TurnOutcome]
+"""Runs one turn: ``(sandbox, turn, trajectory folder, approval policy, the turn's reporter,
+which observes the run's trajectory)``."""
 
 
 class SessionWorker:
@@ -245,8 +247,7 @@ class SessionWorker:
             )
         )
         out = self.folder / turn.id
-        reporter = TurnReporter(session, turn.id, out)
-        follower = TrajectoryFollower(out, reporter).start()
+        reporter = TurnReporter(session, turn.id)
         policy: ApprovalPolicy = (
             FilePolicy(self._policy)
             if session.review == "auto_review" and self._policy
@@ -256,12 +257,11 @@ class SessionWorker:
         if self._questions is not None:
             turn.origin_records = self._records.attach
         try:
-            outcome = self._run(session.sandbox, turn, out, policy)
+            outcome = self._run(session.sandbox, turn, out, policy, reporter)
         except Exception as exc:  # the loop's own failures come back as outcomes
             log.exception("session %s: turn %s failed", session.id, turn.id)
             outcome = TurnOutcome("failed", f"{type(exc).__name__}: {exc}")
         finally:
-            follower.stop()
             reporter.finish()
         if turn.cancel.is_set() and outcome.status != "completed":
             outcome = TurnOutcome("cancelled", outcome.error)
