@@ -44,7 +44,7 @@ Kinds and their fields:
 - ``origin_access``: ``question``, ``origin``, ``host``, ``port``, ``answer`` (``approve`` |
   ``deny`` | ``cancel`` | ``timeout``), ``by`` (an ``ask:`` sandbox's proxy held a guest
   connection to ``origin`` until this decision: :mod:`cubicle.orchestrator.origin_answers`)
-- ``end``: ``ok``, ``final_message``, ``wall_s``
+- ``end``: ``ok``, ``final_message``, ``wall_s``, ``guest_wait_s``, ``driver_s``, ``error``
 
 The recorder is thread-safe (the scripted model's hooks run on the HTTP server's thread). The
 caller owns it and calls :meth:`close`; screenshots never go to the terminal, only to files.
