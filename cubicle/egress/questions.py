@@ -58,6 +58,7 @@ __all__ = [
     "AllowList",
     "Answer",
     "AskJudge",
+    "DecisionRecord",
     "Judge",
     "PersonAnswer",
     "PolicyJudge",
@@ -179,6 +180,52 @@ class QuestionRecord:
             reason=str(message["reason"]),
             asked_at=float(message["asked_at"]),
             deadline=float(message["deadline"]),
+        )
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    """How a question ended, as the control protocol carries it (``{"type": "decided", ...}``),
+    the one definition of its fields for both sides (the host's is
+    :class:`cubicle.orchestrator.origin_questions.OriginDecision`). ``answer``: ``approve``,
+    ``deny``, ``cancel`` or ``timeout``; ``by``: who answered (``timeout`` for the proxy's own);
+    ``at``: Unix time of the proxy's clock."""
+
+    id: str
+    origin: str
+    host: str
+    port: int
+    answer: str
+    by: str
+    at: float
+
+    def message(self) -> dict[str, object]:
+        """The ``decided`` line."""
+        return {
+            "type": "decided",
+            "id": self.id,
+            "origin": self.origin,
+            "host": self.host,
+            "port": self.port,
+            "answer": self.answer,
+            "by": self.by,
+            "at": round(self.at, 3),
+        }
+
+    @classmethod
+    def from_message(cls, message: Mapping[str, Any]) -> DecisionRecord:
+        """The record of a ``decided`` line.
+
+        :raises KeyError, TypeError, ValueError: a field is missing or of the wrong kind.
+        """
+        return cls(
+            id=str(message["id"]),
+            origin=str(message["origin"]),
+            host=str(message["host"]),
+            port=int(message["port"]),
+            answer=str(message["answer"]),
+            by=str(message["by"]),
+            at=float(message["at"]),
         )
 
 
@@ -321,16 +368,10 @@ class Questions:
         if answer in ("approve", "deny"):
             self.remembered[key] = (answer, by)
         now = round(time.time(), 3)
-        message: dict[str, object] = {
-            "type": "decided",
-            "id": question.id,
-            "origin": question.origin,
-            "host": question.host,
-            "port": question.port,
-            "answer": answer,
-            "by": by,
-            "at": now,
-        }
+        record = DecisionRecord(
+            question.id, question.origin, question.host, question.port, answer, by, now
+        )
+        message = record.message()
         self.emit({"ts": now, "event": "answer", **_without_type(message)})
         self._broadcast(message)
 
