@@ -47,7 +47,7 @@ from cubicle.orchestrator.provider import parse_size
 from cubicle.orchestrator.providers.docker.engine import TLS_FILES, Engine
 from cubicle.orchestrator.run_task import parse_settle, parse_verify_file
 from cubicle.orchestrator.shape_options import parse_network
-from cubicle.orchestrator.tasks import parse_task
+from cubicle.orchestrator.tasks import TaskFileError, parse_task
 from cubicle.orchestrator.view.recording import parse_record
 
 REPO = Path(__file__).resolve().parents[1]
@@ -312,7 +312,10 @@ def check_synopsis(block: Block) -> None:
 
 
 def check_task(block: Block) -> None:
-    parse_task(tomllib.loads(block.code), source=None, default_name="docs-example")
+    try:
+        parse_task(tomllib.loads(block.code), source=None, default_name="docs-example")
+    except (TaskFileError, tomllib.TOMLDecodeError) as exc:
+        raise AssertionError(f"{block.where}: {exc}") from None
 
 
 def check_policy(block: Block) -> None:
