@@ -15,7 +15,7 @@ from typing import IO
 
 from openai import AsyncOpenAI, OpenAI
 
-__all__ = ["REPO", "TOKEN", "Server", "start_server"]
+__all__ = ["REPO", "TOKEN", "Server", "serve_argv", "start_server"]
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "test-token-0123456789abcdef"
@@ -53,6 +53,12 @@ class Server:
             self.process.stdout.close()
 
 
+def serve_argv(data_dir: Path, *extra: str) -> list[str]:
+    """The command line of ``cubicle serve`` on a free port with ``data_dir`` and ``extra``."""
+    cli = [sys.executable, "-m", "cubicle.orchestrator.cli", "serve"]
+    return [*cli, "--port", "0", "--data-dir", str(data_dir), *extra]
+
+
 def start_server(
     data_dir: Path,
     *extra: str,
@@ -74,17 +80,7 @@ def start_server(
     environ.pop("OPENAI_API_KEY", None)  # no real model unless a test passes one
     environ.update(env or {})
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "cubicle.orchestrator.cli",
-            "serve",
-            "--port",
-            "0",
-            "--data-dir",
-            str(data_dir),
-            *extra,
-        ],
+        serve_argv(data_dir, *extra),
         cwd=REPO,
         env=environ,
         stdout=subprocess.PIPE,
