@@ -273,10 +273,9 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
     return {}
 
 
-def check_synopsis(block: Block) -> None:
-    """``cubicle SUB… [--flag A|B] …`` lines (continuations indented): each subcommand exists,
-    each ``--flag``/``-x`` is one of its options, and each ``A|B`` after a flag with choices
-    names only valid choices."""
+def synopsis_commands(block: Block) -> list[str]:
+    """The commands of a synopsis: ``cubicle …`` lines, indented lines continuing them, and
+    ``A | cubicle B`` as two; without comments and without what follows ``--``."""
     entries: list[str] = []
     for line in block.code.splitlines():
         if line.startswith("cubicle "):
@@ -285,27 +284,55 @@ def check_synopsis(block: Block) -> None:
             assert entries and line.startswith(" "), f"{block.where}: {line!r} is no entry"
             entries[-1] += " " + line.strip()
     assert entries, f"{block.where}: no cubicle command in the synopsis"
-    for entry in entries:
-        for alternative in re.split(r"\s\|\s(?=cubicle )", entry.split("  #", 1)[0]):
-            command = alternative.split(" -- ", 1)[0]  # what follows is the guest's argv
-            words = command.split()[1:]
-            parser, path = build_parser(), ["cubicle"]
-            while words and words[0] in _subparsers(parser):
-                path.append(words[0])
-                parser = _subparsers(parser).pop(words.pop(0))
-            assert len(path) > 1, f"{block.where}: {command!r}: no such subcommand"
-            options = {
-                option: action for action in parser._actions for option in action.option_strings
-            }
-            for flag, value in re.findall(
-                r"(?<![\w-])(--?[a-z][\w-]*)(?:[ =]([^\s\]]+))?", command
-            ):
-                where = f"{block.where}: {' '.join(path)} {flag}"
-                assert flag in options, f"{where}: no such option"
-                choices = options[flag].choices
-                if value and "|" in value and choices is not None:
-                    listed = set(value.split("|"))
-                    assert listed <= set(choices), f"{where}: {listed - set(choices)} not choices"
+    return [
+        alternative.split(" -- ", 1)[0]  # what follows is the guest's argv
+        for entry in entries
+        for alternative in re.split(r"\s\|\s(?=cubicle )", entry.split("  #", 1)[0])
+    ]
+
+
+def subcommand(command: str, where: str) -> tuple[str, argparse.ArgumentParser]:
+    """The subcommand a synopsis command names (``cubicle pool fill``) and its parser."""
+    words = command.split()[1:]
+    parser, path = build_parser(), ["cubicle"]
+    while words and words[0] in _subparsers(parser):
+        path.append(words[0])
+        parser = _subparsers(parser)[words.pop(0)]
+    assert len(path) > 1, f"{where}: {command!r}: no such subcommand"
+    return " ".join(path), parser
+
+
+def leaf_subcommands(parser: argparse.ArgumentParser, path: str = "cubicle") -> set[str]:
+    """Every runnable subcommand of ``parser`` (``cubicle image build``, not ``cubicle image``)."""
+    children = _subparsers(parser)
+    if not children:
+        return {path}
+    return {
+        leaf for name, sub in children.items() for leaf in leaf_subcommands(sub, f"{path} {name}")
+    }
+
+
+def check_synopsis(block: Block) -> None:
+    """Each subcommand exists, each ``--flag``/``-x`` is one of its options, and each ``A|B``
+    after a flag with choices names only valid choices."""
+    for command in synopsis_commands(block):
+        path, parser = subcommand(command, block.where)
+        options = {option: action for action in parser._actions for option in action.option_strings}
+        for flag, value in FLAG.findall(command):
+            where = f"{block.where}: {path} {flag}"
+            assert flag in options, f"{where}: no such option"
+            choices = options[flag].choices
+            if value and "|" in value and choices is not None:
+                listed = set(value.split("|"))
+                assert listed <= set(choices), f"{where}: {listed - set(choices)} not choices"
+
+
+def test_the_synopsis_names_every_subcommand() -> None:
+    """The CLI at a glance is whole: a new subcommand is added to it, or the test fails."""
+    synopses = [block for block in ALL if block.kind == "synopsis"]
+    named = {subcommand(c, b.where)[0] for b in synopses for c in synopsis_commands(b)}
+    missing = sorted(leaf_subcommands(build_parser()) - named)
+    assert synopses and not missing, f"no synopsis (README's CLI at a glance) names {missing}"
 
 
 # --------------------------------------------------------------------------- TOML
