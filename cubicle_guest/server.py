@@ -279,7 +279,7 @@ class Agent:
                 args["y"],
                 args.get("button") or "left",
                 args.get("keys") or (),
-                args.get("count") or 1,
+                1 if args.get("count") is None else args["count"],
             ),
             pointer=True,
         )
