@@ -27,12 +27,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+import anyio.to_thread
 from google.genai import types
 
 from cubicle.drivers.actions import PlannedAction
+from cubicle.drivers.async_computer import AsyncGuestDriver
 from cubicle.drivers.computer import GuestDriver
 from cubicle.drivers.errors import ActionRejected
 from cubicle.drivers.options import Cancelled
+from cubicle.drivers.steps import Planner
 from cubicle.drivers.viewport import Point, ViewGeometry
 from cubicle_guest import protocol
 from cubicle_guest.errors import GuestError
@@ -43,9 +46,13 @@ __all__ = [
     "DEFAULT_SCROLL_MAGNITUDE",
     "FUNCTIONS",
     "GRID",
+    "AsyncGeminiComputer",
+    "Confirm",
     "GeminiComputer",
     "computer_use_tool",
+    "gemini_steps",
     "grid_to_native",
+    "needs_confirmation",
 ]
 
 GRID: Final = 1000
@@ -160,29 +167,150 @@ def _keys(name: str, text: str) -> list[str]:
     return keys
 
 
-def _pointer_plan(
-    name: str, op: str, native: Point, model: tuple[Point, ...], geometry: ViewGeometry
-) -> PlannedAction:
-    args: dict[str, Any] = {"x": native[0], "y": native[1]}
-    if op == "click":
-        args["button"] = "left"
-    return PlannedAction(name, op, args, model, (native,), geometry)
+def _point_plan(name: str, call: Mapping[str, Any], op: str) -> Planner:
+    def plan(geometry: ViewGeometry) -> PlannedAction:
+        native = grid_to_native(name, geometry, call["x"], call["y"])
+        args: dict[str, Any] = {"x": native[0], "y": native[1]}
+        if op == "click":
+            args["button"] = "left"
+        return PlannedAction(name, op, args, ((call["x"], call["y"]),), (native,), geometry)
+
+    return plan
+
+
+def _key_plan(name: str, chord: list[str]) -> Planner:
+    def plan(geometry: ViewGeometry) -> PlannedAction:
+        return PlannedAction(name, "keypress", {"keys": chord}, (), (), geometry)
+
+    return plan
+
+
+def _type_plan(name: str, text: str) -> Planner:
+    def plan(geometry: ViewGeometry) -> PlannedAction:
+        return PlannedAction(name, "type", {"text": text}, (), (), geometry, {"chars": len(text)})
+
+    return plan
+
+
+def _scroll_plan(
+    name: str,
+    center: Callable[[ViewGeometry], Point],
+    direction: str,
+    magnitude: int | None,
+) -> Planner:
+    """The wheel at ``center``: ``magnitude`` grid units, or half the view when ``None``."""
+    dx, dy = _direction(name, direction)
+    if magnitude is not None and not 0 < magnitude < GRID:
+        raise ActionRejected(name, f"magnitude must be 1..{GRID - 1}, got {magnitude}")
+
+    def plan(geometry: ViewGeometry) -> PlannedAction:
+        x, y = center(geometry)
+        crop = geometry.crop
+        if magnitude is None:
+            distance_x, distance_y = crop.width // 2, crop.height // 2
+        else:
+            distance_x, distance_y = magnitude * crop.width // GRID, magnitude * crop.height // GRID
+        args = {"x": x, "y": y, "scroll_x": dx * distance_x, "scroll_y": dy * distance_y}
+        details = {"direction": direction}
+        return PlannedAction(name, "scroll", args, (), ((x, y),), geometry, details)
+
+    return plan
+
+
+def _drag_plan(name: str, call: Mapping[str, Any]) -> Planner:
+    def plan(geometry: ViewGeometry) -> PlannedAction:
+        start = grid_to_native(name, geometry, call["x"], call["y"])
+        end = grid_to_native(
+            name, geometry, call["destination_x"], call["destination_y"], "destination_"
+        )
+        args = {"path": [{"x": x, "y": y} for x, y in (start, end)]}
+        model = ((call["x"], call["y"]), (call["destination_x"], call["destination_y"]))
+        return PlannedAction(name, "drag", args, model, (start, end), geometry)
+
+    return plan
+
+
+def _wait_plan(name: str) -> Planner:
+    def plan(geometry: ViewGeometry) -> PlannedAction:
+        return PlannedAction(name, None, {"ms": WAIT_S * 1000}, (), (), geometry)
+
+    return plan
+
+
+def gemini_steps(name: str, args: Mapping[str, Any]) -> list[Planner]:
+    """Validate one function call and return the driver steps that perform it, in order
+    (``type_text_at`` is a click, optionally select-all + BackSpace, the text, optionally Return).
+
+    :raises ActionRejected: an unknown, browser-only or malformed call (naming the field).
+    """
+    call = _checked(name, args)
+    if name in ("click_at", "hover_at"):
+        return [_point_plan(name, call, "click" if name == "click_at" else "move")]
+    if name == "type_text_at":
+        text = call["text"]
+        if len(text) > protocol.MAX_TEXT_CHARS:
+            raise ActionRejected(
+                name,
+                f"text has {len(text)} characters, over the limit of {protocol.MAX_TEXT_CHARS}",
+            )
+        steps = [_point_plan(name, call, "click")]
+        if call.get("clear_before_typing", True):
+            steps += [_key_plan(name, ["Control_L", "a"]), _key_plan(name, ["BackSpace"])]
+        steps.append(_type_plan(name, text))
+        if call.get("press_enter", True):
+            steps.append(_key_plan(name, ["Return"]))
+        return steps
+    if name == "key_combination":
+        return [_key_plan(name, _keys(name, call["keys"]))]
+    if name == "scroll_document":
+        return [
+            _scroll_plan(
+                name,
+                lambda g: (g.crop.x + g.crop.width // 2, g.crop.y + g.crop.height // 2),
+                call["direction"],
+                None,
+            )
+        ]
+    if name == "scroll_at":
+        given = call.get("magnitude")
+        magnitude = DEFAULT_SCROLL_MAGNITUDE if given is None else given
+        return [
+            _scroll_plan(
+                name,
+                lambda g: grid_to_native(name, g, call["x"], call["y"]),
+                call["direction"],
+                magnitude,
+            )
+        ]
+    if name == "drag_and_drop":
+        return [_drag_plan(name, call)]
+    return [_wait_plan(name)]  # wait_5_seconds
+
+
+def needs_confirmation(args: Mapping[str, Any]) -> bool:
+    """Whether the call's ``safety_decision`` asks for a person's confirmation."""
+    decision = args.get("safety_decision")
+    return isinstance(decision, Mapping) and decision.get("decision") == "require_confirmation"
+
+
+Confirm = Callable[[str, Mapping[str, Any]], bool]
+"""``confirm(name, args) -> bool`` for a call whose ``safety_decision`` requires confirmation."""
+
+
+def _refused(name: str) -> ActionRejected:
+    return ActionRejected(name, "safety_decision requires confirmation; refused")
 
 
 class GeminiComputer:
     """Executes Gemini's computer-use function calls on ``driver`` (see the module docstring).
 
-    :param confirm: ``confirm(name, args) -> bool`` for a call whose ``safety_decision`` requires
-        confirmation (``None``: such calls are refused).
+    :param confirm: asked for a call whose ``safety_decision`` requires confirmation
+        (``None``: such calls are refused).
     :param cancelled: checked before each request is sent and while waiting.
     """
 
     def __init__(
-        self,
-        driver: GuestDriver,
-        *,
-        confirm: Callable[[str, Mapping[str, Any]], bool] | None = None,
-        cancelled: Cancelled = None,
+        self, driver: GuestDriver, *, confirm: Confirm | None = None, cancelled: Cancelled = None
     ) -> None:
         self.driver = driver
         self._confirm = confirm
@@ -194,108 +322,39 @@ class GeminiComputer:
         :raises ActionRejected: an unknown, browser-only or malformed call, or one whose
             confirmation was refused (nothing was sent).
         """
-        call = _checked(name, args)
-        decision = call.get("safety_decision") or {}
-        if decision.get("decision") == "require_confirmation" and not (
-            self._confirm is not None and self._confirm(name, call) is True
+        steps = gemini_steps(name, args)
+        if needs_confirmation(args) and not (
+            self._confirm is not None and self._confirm(name, args) is True
         ):
-            raise ActionRejected(name, "safety_decision requires confirmation; refused")
-        handler = getattr(self, f"_{name}")
-        handler(name, call)
+            raise _refused(name)
+        for step in steps:
+            self.driver.perform(name, step, cancelled=self._cancelled)
 
-    def _perform(
-        self, name: str, plan: Callable[[ViewGeometry], PlannedAction], extra_s: float = 0
+
+class AsyncGeminiComputer:
+    """:class:`GeminiComputer` over an :class:`AsyncGuestDriver`; ``confirm`` runs in a worker
+    thread (it may prompt a person)."""
+
+    def __init__(
+        self,
+        driver: AsyncGuestDriver,
+        *,
+        confirm: Confirm | None = None,
+        cancelled: Cancelled = None,
     ) -> None:
-        self.driver.perform(name, plan, cancelled=self._cancelled, extra_s=extra_s)
+        self.driver = driver
+        self._confirm = confirm
+        self._cancelled = cancelled
 
-    def _point(self, name: str, call: Mapping[str, Any], op: str) -> None:
-        def plan(geometry: ViewGeometry) -> PlannedAction:
-            native = grid_to_native(name, geometry, call["x"], call["y"])
-            return _pointer_plan(name, op, native, ((call["x"], call["y"]),), geometry)
-
-        self._perform(name, plan)
-
-    def _click_at(self, name: str, call: Mapping[str, Any]) -> None:
-        self._point(name, call, "click")
-
-    def _hover_at(self, name: str, call: Mapping[str, Any]) -> None:
-        self._point(name, call, "move")
-
-    def _type_text_at(self, name: str, call: Mapping[str, Any]) -> None:
-        text = call["text"]
-        if len(text) > protocol.MAX_TEXT_CHARS:
-            raise ActionRejected(name, f"text has {len(text)} characters, over the limit")
-        self._point(name, call, "click")
-        if call.get("clear_before_typing", True):
-            for chord in (["Control_L", "a"], ["BackSpace"]):
-                self._perform(name, _key_plan(name, chord))
-        self._perform(name, _type_plan(name, text))
-        if call.get("press_enter", True):
-            self._perform(name, _key_plan(name, ["Return"]))
-
-    def _key_combination(self, name: str, call: Mapping[str, Any]) -> None:
-        self._perform(name, _key_plan(name, _keys(name, call["keys"])))
-
-    def _scroll(self, name: str, native_center: Callable[[ViewGeometry], Point], call: Any) -> None:
-        dx, dy = _direction(name, call["direction"])
-        magnitude = call.get("magnitude")
-
-        def plan(geometry: ViewGeometry) -> PlannedAction:
-            x, y = native_center(geometry)
-            crop = geometry.crop
-            if magnitude is None:  # scroll_document: half the view
-                distance_x, distance_y = crop.width // 2, crop.height // 2
-            else:
-                if not 0 < magnitude < GRID:
-                    raise ActionRejected(name, f"magnitude must be 1..{GRID - 1}, got {magnitude}")
-                distance_x = magnitude * crop.width // GRID
-                distance_y = magnitude * crop.height // GRID
-            args = {"x": x, "y": y, "scroll_x": dx * distance_x, "scroll_y": dy * distance_y}
-            details = {"direction": call["direction"]}
-            return PlannedAction(name, "scroll", args, (), ((x, y),), geometry, details)
-
-        self._perform(name, plan)
-
-    def _scroll_document(self, name: str, call: Mapping[str, Any]) -> None:
-        self._scroll(
-            name,
-            lambda g: (g.crop.x + g.crop.width // 2, g.crop.y + g.crop.height // 2),
-            {**call, "magnitude": None},
-        )
-
-    def _scroll_at(self, name: str, call: Mapping[str, Any]) -> None:
-        given = call.get("magnitude")
-        call = {**call, "magnitude": DEFAULT_SCROLL_MAGNITUDE if given is None else given}
-        self._scroll(name, lambda g: grid_to_native(name, g, call["x"], call["y"]), call)
-
-    def _drag_and_drop(self, name: str, call: Mapping[str, Any]) -> None:
-        def plan(geometry: ViewGeometry) -> PlannedAction:
-            start = grid_to_native(name, geometry, call["x"], call["y"])
-            end = grid_to_native(
-                name, geometry, call["destination_x"], call["destination_y"], "destination_"
+    async def execute(self, name: str, args: Mapping[str, Any]) -> None:
+        """See :meth:`GeminiComputer.execute`."""
+        steps = gemini_steps(name, args)
+        if needs_confirmation(args):
+            confirm = self._confirm
+            approved = confirm is not None and (
+                await anyio.to_thread.run_sync(confirm, name, args, abandon_on_cancel=True)
             )
-            args = {"path": [{"x": x, "y": y} for x, y in (start, end)]}
-            model = ((call["x"], call["y"]), (call["destination_x"], call["destination_y"]))
-            return PlannedAction(name, "drag", args, model, (start, end), geometry)
-
-        self._perform(name, plan)
-
-    def _wait_5_seconds(self, name: str, call: Mapping[str, Any]) -> None:
-        def plan(geometry: ViewGeometry) -> PlannedAction:
-            return PlannedAction(name, None, {"ms": WAIT_S * 1000}, (), (), geometry)
-
-        self._perform(name, plan)
-
-
-def _key_plan(name: str, chord: list[str]) -> Callable[[ViewGeometry], PlannedAction]:
-    def plan(geometry: ViewGeometry) -> PlannedAction:
-        return PlannedAction(name, "keypress", {"keys": chord}, (), (), geometry)
-
-    return plan
-
-
-def _type_plan(name: str, text: str) -> Callable[[ViewGeometry], PlannedAction]:
-    def plan(geometry: ViewGeometry) -> PlannedAction:
-        return PlannedAction(name, "type", {"text": text}, (), (), geometry, {"chars": len(text)})
-
-    return plan
+            if approved is not True:
+                raise _refused(name)
+        for step in steps:
+            await self.driver.perform(name, step, cancelled=self._cancelled)

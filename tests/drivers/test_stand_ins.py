@@ -22,8 +22,13 @@ from cubicle.drivers.claude_toolset import (
     claude_turns,
 )
 from cubicle.drivers.computer import GuestDriver
-from cubicle.drivers.gemini_actions import BROWSER_ONLY, GeminiComputer, computer_use_tool
-from cubicle.drivers.gemini_turn import function_responses
+from cubicle.drivers.gemini_actions import (
+    BROWSER_ONLY,
+    AsyncGeminiComputer,
+    GeminiComputer,
+    computer_use_tool,
+)
+from cubicle.drivers.gemini_turn import async_function_responses, function_responses
 from cubicle.drivers.scripted_gemini import GeminiTurn, ScriptedGemini
 from cubicle.drivers.scripted_messages import MessagesTurn, ScriptedMessages
 from cubicle.drivers.viewport import Viewport
@@ -173,3 +178,57 @@ def test_an_off_script_response_fails_the_gemini_run(desktop: DesktopFactory) ->
     ):
         run_gemini(model, GeminiComputer(driver))
     assert "error" in str(model.failures[0])
+
+
+def test_the_async_genai_client_drives_the_async_gemini_computer(desktop: DesktopFactory) -> None:
+    running, recorder = desktop(1280, 800)
+    turns: list[GeminiTurn] = [
+        [
+            ("click_at", {"x": 250, "y": 500}),
+            ("drag_and_drop", {"x": 9, "y": 9, "destination_x": 1000, "destination_y": 9}, "error"),
+        ],
+        [
+            (
+                "click_at",
+                {"x": 999, "y": 0, "safety_decision": {"decision": "require_confirmation"}},
+            )
+        ],
+        "done",
+    ]
+    asked: list[str] = []
+
+    def confirm(name: str, args: object) -> bool:
+        asked.append(name)
+        return True
+
+    async def main() -> str | None:
+        driver = await AsyncGuestDriver.connect(running.agent.socket_path)
+        async with driver:
+            computer = AsyncGeminiComputer(driver, confirm=confirm)
+            with ScriptedGemini(turns) as model:
+                client = genai.Client(
+                    api_key="drill", http_options=types.HttpOptions(base_url=model.base_url)
+                )
+                config = types.GenerateContentConfig(tools=[computer_use_tool()])
+                contents = [types.Content(role="user", parts=[types.Part(text="go")])]
+                for _ in range(10):
+                    reply = await client.aio.models.generate_content(
+                        model="drill", contents=contents, config=config
+                    )
+                    assert reply.candidates and reply.candidates[0].content
+                    content = reply.candidates[0].content
+                    contents.append(content)
+                    calls = [p.function_call for p in content.parts or [] if p.function_call]
+                    if not calls:
+                        return reply.text
+                    parts = await async_function_responses(computer, calls)
+                    contents.append(types.Content(role="user", parts=parts))
+        raise AssertionError("the script did not end")
+
+    assert anyio.run(main) == "done"
+    assert asked == ["click_at"]
+    presses = recorder.wait_until(lambda evs: sum(e.kind == "ButtonPress" for e in evs) == 2)
+    assert [(e.root_x, e.root_y) for e in presses if e.kind == "ButtonPress"] == [
+        (320, 400),
+        (1278, 0),
+    ]
