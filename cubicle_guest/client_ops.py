@@ -60,12 +60,15 @@ class AgentOps(Generic[R]):
         y: int,
         *,
         button: str | None = None,
+        count: int | None = None,
         keys: Sequence[str] | None = None,
         settle: Settle | None = None,
         timeout: float | None = None,
     ) -> R:
         return self.call(
-            "click", _args(x=x, y=y, button=button, keys=keys, settle=settle), timeout=timeout
+            "click",
+            _args(x=x, y=y, button=button, count=count, keys=keys, settle=settle),
+            timeout=timeout,
         )
 
     def double_click(
@@ -130,6 +133,40 @@ class AgentOps(Generic[R]):
 
     def wait(self, *, ms: int | None = None, timeout: float | None = None) -> R:
         return self.call("wait", _args(ms=ms), timeout=timeout)
+
+    def mouse_down(
+        self,
+        *,
+        button: str | None = None,
+        settle: Mapping[str, int] | None = None,
+        timeout: float | None = None,
+    ) -> R:
+        """Press ``button`` (default left) at the pointer; it stays down until ``mouse_up``."""
+        return self.call("mouse_down", _args(button=button, settle=settle), timeout=timeout)
+
+    def mouse_up(
+        self,
+        *,
+        button: str | None = None,
+        settle: Mapping[str, int] | None = None,
+        timeout: float | None = None,
+    ) -> R:
+        return self.call("mouse_up", _args(button=button, settle=settle), timeout=timeout)
+
+    def hold_keys(
+        self,
+        keys: Sequence[str],
+        ms: int,
+        *,
+        settle: Mapping[str, int] | None = None,
+        timeout: float | None = None,
+    ) -> R:
+        """Hold the chord ``keys`` for ``ms`` milliseconds, released before the reply."""
+        return self.call("hold_keys", _args(keys=list(keys), ms=ms, settle=settle), timeout=timeout)
+
+    def pointer(self, *, timeout: float | None = None) -> R:
+        """Where the pointer is: ``x``, ``y`` (native pixels)."""
+        return self.call("pointer", {}, timeout=timeout)
 
     def release_all(self, *, timeout: float | None = None) -> R:
         """Release every key and button still held; ``released`` names them."""
