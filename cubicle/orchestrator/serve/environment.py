@@ -138,6 +138,8 @@ class EnvironmentPlan:
 
 
 class _Body(BaseModel):
+    """Strict (no coercion) and refusing unknown fields, as the bodies of ``serve.requests``."""
+
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
