@@ -50,7 +50,6 @@ import pwd
 import random
 import re
 import shlex
-import shutil
 import signal
 import socket
 import subprocess
@@ -66,6 +65,7 @@ from cubicle.egress.proxy import EGRESS_PORT
 from cubicle.orchestrator.errors import ProviderError
 from cubicle.orchestrator.hostprocs import processes
 from cubicle.orchestrator.network import NetworkPolicy
+from cubicle.orchestrator.providers.vm import host_tools
 from cubicle.orchestrator.providers.vm.virt import libvirt_module, map_libvirt_errors
 from cubicle_guest.waiting import Deadline, poll
 
@@ -216,11 +216,7 @@ def _create_network(
 
 
 def _iptables(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
-    path = shutil.which(tool)
-    if path is None:
-        raise ProviderError(
-            f"{tool} is not installed; allow: VM sandboxes need it (scripts/host-packages/vm.txt)"
-        )
+    path = host_tools.require_tool(tool, needed_for="allow: and open VM sandboxes")
     return subprocess.run([path, "-w", *args], capture_output=True, text=True, check=False)
 
 
@@ -448,7 +444,7 @@ def _tagged_rules() -> Iterator[tuple[str, str, str, list[str]]]:
     """(tool, sandbox id, table, rule spec for ``-D``) of every cubicle VM rule in the chains of
     :data:`TABLE_CHAINS`."""
     for tool in ("iptables", "ip6tables"):
-        if shutil.which(tool) is None:
+        if host_tools.find_tool(tool) is None:
             continue
         for table, chain in TABLE_CHAINS:
             listed = _iptables(tool, "-t", table, "-S", chain)

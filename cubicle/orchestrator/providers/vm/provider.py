@@ -42,6 +42,7 @@ import json
 import logging
 import math
 import os
+import platform
 import secrets
 import shutil
 import socket
@@ -74,10 +75,11 @@ from cubicle.orchestrator.provider import (
     SandboxSpec,
 )
 from cubicle.orchestrator.providers.vm import build as vm_build
+from cubicle.orchestrator.providers.vm import host_tools, run_marks
 from cubicle.orchestrator.providers.vm import image as vm_image
 from cubicle.orchestrator.providers.vm import network as vm_network
-from cubicle.orchestrator.providers.vm import run_marks
 from cubicle.orchestrator.providers.vm.domain import (
+    AARCH64_MACHINES,
     DomainPlan,
     domain_xml,
     labels_from_xml,
@@ -128,6 +130,14 @@ once this old."""
 GONE_POLL_S = 0.01
 """How often a destroy looks whether libvirt has forgotten the domain (one cheap RPC)."""
 _USER_NET_ONLY = sys.platform == "darwin"
+DOCTOR_TOOLS: Final = (
+    "qemu-img",
+    "qemu-system-aarch64" if platform.machine() in AARCH64_MACHINES else "qemu-system-x86_64",
+    *(() if _USER_NET_ONLY else ("iptables", "ip6tables")),
+)
+"""Host programs ``cubicle doctor`` looks for (:mod:`.host_tools`): the overlays' qemu-img, the
+hypervisor of this machine's architecture, and the firewall tools of the bridge networks (not on
+macOS, whose sandboxes use none)."""
 """macOS libvirt has no bridges: ``open`` falls back to QEMU user-mode networking there."""
 
 
@@ -246,16 +256,7 @@ class VmProvider(Provider):
                 "scripts/ensure-host-packages (python3-h11)" if problem else None,
             )
         )
-        for tool in ("qemu-img", "qemu-system-x86_64"):
-            found = shutil.which(tool)
-            checks.append(
-                DoctorCheck(
-                    tool,
-                    found is not None,
-                    found or f"{tool} is not installed",
-                    None if found else "scripts/ensure-host-packages",
-                )
-            )
+        checks += host_tools.tool_checks(DOCTOR_TOOLS)
         return checks
 
     def build_image(self, *, progress: Progress, force: bool = False) -> str:
