@@ -4,7 +4,9 @@ sandbox's disk, files or saved states."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import secrets
 import shutil
 import socket
@@ -173,34 +175,62 @@ def _slot_directory(provider: VmProvider, sandbox_id: str) -> Path:
     return Path(json.loads(done.stdout)["backing-filename"]).parent
 
 
+def _inet_socket_inodes() -> set[str]:
+    """The inodes of every TCP/UDP socket of the host's network namespace (IPv4 and IPv6)."""
+    inodes = set()
+    for table in ("tcp", "tcp6", "udp", "udp6"):
+        with open(f"/proc/net/{table}") as listing:
+            for line in listing.read().splitlines()[1:]:
+                inodes.add(line.split()[9])
+    return inodes
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    """The inodes of the sockets process ``pid`` holds."""
+    found = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                found.add(target[len("socket:[") : -1])
+    return found
+
+
 @pytest.mark.docker
 def test_px3_no_other_sandbox_reaches_a_vm_sandboxs_proxy(
     vm_provider: VmProvider, leak_check: list[str], sandboxes: Tracker
 ) -> None:
-    """PX3: an ``ask:`` VM sandbox's proxy listens on its bridge's host address; another sandbox
-    (an ``open`` Docker container here, through its gateway, as an ``open`` VM would through its
-    own bridge) must not reach it, or it could raise questions in that sandbox's queue. The
-    host itself still does. The VM's network pieces are made without booting its guest."""
+    """PX3: an ``ask:`` VM sandbox's proxy must not be reachable by another sandbox (an ``open``
+    Docker container here, through its gateway, as an ``open`` VM would through its own bridge),
+    or it could raise questions in that sandbox's queue. The proxy listens on no network address
+    at all: only on its channel socket in the sandbox's run folder (QEMU's, root's and QEMU's
+    group's alone) and its root-only control socket. The VM's pieces are made without booting
+    its guest."""
     sandbox_id = "vm-0feedface0"
     leak_check.append(sandbox_id)
     run = vm_provider.home / "run" / sandbox_id
     run.mkdir(parents=True)
     try:
-        network = vm_network.setup(
-            vm_provider.conn,
+        vm_network.setup_channel(
             sandbox_id,
             NetworkPolicy.parse("ask:", ask_timeout=60),
             run,
             proxy_home=vm_provider.home,
+            files=vm_provider.files,
         )
-        target = f"{network.host_address}:{EGRESS_PORT}"
-        socket.create_connection((str(network.host_address), EGRESS_PORT), timeout=10).close()
+        [pid] = [pid for pid, label in vm_network._proxy_processes() if label == sandbox_id]
+        proxy_inet = _socket_inodes(pid) & _inet_socket_inodes()
+        channel = (run / vm_network.CHANNEL_SOCKET).lstat()
+        run_mode = run.lstat().st_mode & 0o777
+        targets = [f"{host}:{EGRESS_PORT}" for host in host_addresses()]
         neighbour = sandboxes.create(network=NetworkPolicy.parse("open"))
-        done = neighbour.exec(["python3", "-c", DIRECT_PROBE, target])
+        done = neighbour.exec(["python3", "-c", DIRECT_PROBE, "GATEWAY:3128", *targets])
         assert done.exit_code == 0, done.stderr
         seen = json.loads(done.stdout)
     finally:
         vm_network.teardown(vm_provider.conn, sandbox_id, run)
         shutil.rmtree(run)
-    assert seen[target] != "connected", seen
-    assert "refused" in seen[target].lower(), seen  # REJECT: refused at once, not a timeout
+    assert proxy_inet == set(), "the proxy holds a TCP/UDP socket: something could reach it"
+    assert channel.st_mode & 0o007 == 0 and run_mode & 0o007 == 0
+    for target in ["GATEWAY:3128", *targets]:
+        assert seen[target] != "connected", (target, seen)

@@ -20,16 +20,17 @@ created.
 Warm starts: see :mod:`cubicle.orchestrator.providers.vm.warm_start` (restore and save) and
 :mod:`cubicle.orchestrator.providers.vm.warm` (saved golden states, one live restore per slot; with
 every slot busy, a restore from a copy of a slot's state made in the run folder, ``state.save``,
-removed once restored; a cold boot when there is no saved state or the network policy needs
-a NIC).
+removed once restored; a cold boot when there is no saved state or the network policy is not
+``none``).
 
 Network: ``none`` (default) → no NIC at all, the guest has only ``lo``. ``open`` → a NIC on a
 per-sandbox NAT'd libvirt network: the guest reaches what the host reaches, never the host's
 loopback (QEMU user-mode networking only on macOS, where libvirt has no bridges).
-``allow:HOST[:PORT],...`` → a NIC on a per-sandbox isolated libvirt network whose only reachable
-peer is a host egress proxy that forwards exactly those origins and logs every decision
-(:mod:`cubicle.orchestrator.providers.vm.network`; :meth:`VmProvider.egress_log`). ``allow:`` and
-``open`` sandboxes always cold-boot (the saved warm states have no NIC).
+``allow:HOST[:PORT],...``, ``block:…``, ``ask:…`` → no NIC either: a second virtio-serial port whose
+host side is the sandbox's egress proxy, which forwards exactly those origins and logs every
+decision (no bridge, no firewall rule: :mod:`cubicle.orchestrator.providers.vm.network`;
+:meth:`VmProvider.egress_log`). Proxied and ``open`` sandboxes always cold-boot (the saved warm
+states have neither the NIC nor the egress port).
 """
 
 from __future__ import annotations
@@ -381,7 +382,7 @@ class VmProvider(Provider):
         spec: SandboxSpec,
         image: vm_image.VmImage,
         labels: dict[str, str],
-        network: vm_network.VmNetwork | None = None,
+        network: vm_network.VmNetwork | vm_network.EgressChannel | None = None,
     ) -> DomainPlan:
         key = self.warm_key(spec)
         return DomainPlan(
@@ -398,7 +399,10 @@ class VmProvider(Provider):
             accelerator=self.accelerator,
             labels=labels,
             user_network=spec.network.mode == "open" and _USER_NET_ONLY,
-            network=network.name if network is not None else None,
+            network=network.name if isinstance(network, vm_network.VmNetwork) else None,
+            egress_channel=(
+                network.socket if isinstance(network, vm_network.EgressChannel) else None
+            ),
             extra_cmdline=network.cmdline() if network is not None else (),
             pids_limit=spec.pids_limit,
         )
@@ -455,8 +459,12 @@ class VmProvider(Provider):
         run = self.new_run_dir(sandbox_id, labels)
         overlay = run / "overlay.qcow2"
         vm_image.create_overlay(image.base, overlay, self.files)
-        network = None
-        if spec.network.proxied or (spec.network.mode == "open" and not _USER_NET_ONLY):
+        network: vm_network.VmNetwork | vm_network.EgressChannel | None = None
+        if spec.network.proxied:
+            network = vm_network.setup_channel(
+                sandbox_id, spec.network, run, proxy_home=self.home, files=self.files
+            )
+        elif spec.network.mode == "open" and not _USER_NET_ONLY:
             network = vm_network.setup(
                 self.conn, sandbox_id, spec.network, run, proxy_home=self.home
             )
