@@ -137,8 +137,8 @@ DOCTOR_TOOLS: Final = (
     *(() if _USER_NET_ONLY else ("iptables", "ip6tables")),
 )
 """Host programs ``cubicle doctor`` looks for (:mod:`.host_tools`): the overlays' qemu-img, the
-hypervisor of this machine's architecture, and the firewall tools of the bridge networks (not on
-macOS, whose sandboxes use none)."""
+hypervisor of this machine's architecture, and the firewall tools of ``open``'s bridge networks
+(not on macOS, whose sandboxes use none)."""
 """macOS libvirt has no bridges: ``open`` falls back to QEMU user-mode networking there."""
 
 
