@@ -75,6 +75,67 @@ def test_row5_open_vm_has_no_path_to_host_loopback(
         assert seen["dns"] == "resolved", seen
 
 
+PROXY_PROBE = """
+import json, os, sys, urllib.error, urllib.request
+proxies = {"http": os.environ["http_proxy"], "https": os.environ["https_proxy"]}
+for name in ("no_proxy", "NO_PROXY"):  # loopback names go to the proxy too (it must refuse them)
+    os.environ.pop(name, None)
+opener = urllib.request.build_opener(urllib.request.ProxyHandler(proxies))
+results = {"env": proxies}
+for url in sys.argv[1:]:
+    try:
+        with opener.open(url, timeout=15) as reply:
+            results[url] = [reply.status, reply.read().decode()]
+    except urllib.error.HTTPError as exc:
+        results[url] = [exc.code, ""]
+    except OSError as exc:
+        results[url] = [0, type(exc).__name__ + ": " + str(exc)]
+print(json.dumps(results))
+"""
+
+
+def test_row5_open_without_bridges_is_the_proxy_and_reaches_no_host_service(
+    vm_provider: VmProvider, leak_check: list[str]
+) -> None:
+    """``open`` where libvirt has no bridges (macOS, ``qemu:///session``; forced here): no NIC,
+    the egress proxy with nothing blocked. Its address guard keeps the host's loopback, private
+    and link-local addresses out (QEMU user networking would show the host's 127.0.0.1 at
+    10.0.2.2); no bridge or firewall rule is made."""
+    portable = VmProvider(home=vm_provider.home, uri=vm_provider.uri, open_bridges=False)
+    portable.image = vm_provider.image
+    loopback = Listener("127.0.0.1")
+    public = Listener("0.0.0.0")
+    hosts = ["127.0.0.1", "localhost", QEMU_SLIRP_HOST, "169.254.169.254", *host_addresses()]
+    try:
+        info = portable.create(SandboxSpec(network=NetworkPolicy.parse("open")))
+        leak_check.append(info.id)
+        try:
+            pieces = sorted(
+                kind for kind, ids in vm_network.leftovers(portable.conn).items() if info.id in ids
+            )
+            wait_ready(portable, info.id, timeout=240)
+            direct = guest_run(
+                portable, info.id, DIRECT_PROBE, f"{QEMU_SLIRP_HOST}:{loopback.port}"
+            )
+            urls = [
+                f"http://{host}:{port}/" for host in hosts for port in (loopback.port, public.port)
+            ]
+            seen = guest_run(portable, info.id, PROXY_PROBE, *urls)
+            log = portable.egress_log(info.id)
+        finally:
+            portable.destroy(info.id)
+    finally:
+        loopback.close()
+        public.close()
+    assert pieces == ["proxy"]  # no libvirt network, no firewall rule
+    assert direct[f"{QEMU_SLIRP_HOST}:{loopback.port}"] != "connected", direct
+    assert direct["gateway"] is None, direct  # no NIC, no route
+    for url in urls:  # refused by the proxy's address guard, never connected
+        assert seen[url][0] in (403, 502), (url, seen)
+    assert loopback.accepted == 0 and public.accepted == 0
+    assert '"policy": "block:invalid"' in log
+
+
 def _host_resolves(name: str) -> bool:
     try:
         socket.getaddrinfo(name, 80)

@@ -3,10 +3,10 @@
 One :class:`DomainPlan` describes a sandbox domain: a transient domain that direct-boots the
 image's PVH ``vmlinux`` + tiny initramfs from a per-sandbox qcow2 overlay, with a virtio-serial
 unix channel to the agent, the serial console in a file, no NIC unless the network policy is
-``open`` (a NIC on the sandbox's own libvirt network,
-:mod:`cubicle.orchestrator.providers.vm.network`; QEMU user networking for ``open`` only on macOS,
-where libvirt has no bridges), for ``allow:``/``block:``/``ask:`` a second virtio-serial channel
-whose host side is the egress proxy's socket (QEMU connects), and the labels of
+``open`` on a host with bridges (a NIC on the sandbox's own libvirt network,
+:mod:`cubicle.orchestrator.providers.vm.network`), for ``allow:``/``block:``/``ask:`` (and ``open``
+without bridges) a second virtio-serial channel whose host side is the egress proxy's socket
+(QEMU connects), and the labels of
 :mod:`cubicle.orchestrator.labels` (owner pid/start/host, expiry …) as
 ``<cubicle:label key=… value=…/>`` elements so ``gc`` finds orphans.
 
@@ -47,9 +47,6 @@ EGRESS_PORT = "org.cubicle.egress"
 """Name of the virtio-serial port to the egress proxy (``cubicle_guest.egress_relay``)."""
 METADATA_NS = "https://cubicle.invalid/xmlns/libvirt/1"
 METADATA_PREFIX = "cubicle"
-USER_NET = ("10.0.2.15/24", "10.0.2.2", "10.0.2.3")
-"""Guest address, gateway and DNS of QEMU user-mode networking (policy ``open`` on macOS only: it
-shows the host's loopback to the guest at 10.0.2.2)."""
 
 AARCH64_MACHINES = ("aarch64", "arm64")
 """The names :func:`platform.machine` gives 64-bit ARM (Linux says aarch64, macOS arm64)."""
@@ -124,8 +121,6 @@ class DomainPlan:
     at once (the agent's start beside the desktop's); the guest's init takes the extra ones
     offline when the boot's work is done (``cubicle.cpus=``, images/vm/cubicle-init)."""
     labels: Mapping[str, str] = field(default_factory=dict)
-    user_network: bool = False
-    """A QEMU user-mode NIC (``open`` on macOS)."""
     network: str | None = None
     """A libvirt network to attach a virtio NIC to (the NAT'd network of ``open`` on Linux)."""
     egress_channel: Path | None = None
@@ -178,8 +173,6 @@ class DomainPlan:
             parts.append(f"cubicle.cpus={self.kept_vcpus}")
         if self.pids_limit > 0:
             parts.append(f"cubicle.pids={self.pids_limit}")
-        if self.user_network:
-            parts.append("cubicle.net=" + ",".join(USER_NET))
         parts.extend(self.extra_cmdline)
         return " ".join(parts)
 
@@ -244,9 +237,6 @@ def domain_xml(plan: DomainPlan) -> str:
     serial = _sub(devices, "serial", type="file")
     _sub(serial, "source", path=str(plan.console_log))
     _sub(serial, "target", port="0")
-    if plan.user_network:
-        interface = _sub(devices, "interface", type="user")
-        _sub(interface, "model", type="virtio")
     if plan.network is not None:
         interface = _sub(devices, "interface", type="network")
         _sub(interface, "source", network=plan.network)

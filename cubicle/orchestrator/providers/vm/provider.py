@@ -67,6 +67,7 @@ from cubicle.orchestrator.errors import (
     SandboxStartError,
 )
 from cubicle.orchestrator.hostdirs import host_folder
+from cubicle.orchestrator.network import NetworkPolicy
 from cubicle.orchestrator.provider import (
     AgentStream,
     DoctorCheck,
@@ -130,11 +131,10 @@ UNLABELLED_GRACE_S = 600.0
 once this old."""
 GONE_POLL_S = 0.01
 """How often a destroy looks whether libvirt has forgotten the domain (one cheap RPC)."""
-_USER_NET_ONLY = sys.platform == "darwin"
 DOCTOR_TOOLS: Final = (
     "qemu-img",
     "qemu-system-aarch64" if platform.machine() in AARCH64_MACHINES else "qemu-system-x86_64",
-    *(() if _USER_NET_ONLY else ("iptables", "ip6tables")),
+    *(("iptables", "ip6tables") if sys.platform == "linux" else ()),
 )
 """Host programs ``cubicle doctor`` looks for (:mod:`.host_tools`): the overlays' qemu-img, the
 hypervisor of this machine's architecture, and the firewall tools of ``open``'s bridge networks
@@ -143,6 +143,12 @@ hypervisor of this machine's architecture, and the firewall tools of ``open``'s 
 
 
 CONSOLE_TAIL_BYTES: Final = 1 << 20
+OPEN_WITHOUT_BRIDGES: Final = NetworkPolicy.parse("block:invalid")
+"""``open`` where there are no bridges (macOS, ``qemu:///session``): the egress proxy with nothing
+blocked (``.invalid`` never resolves, RFC 2606), so HTTP and ``CONNECT`` tunnels to any port of any
+public address — and, by the proxy's address guard, never the host's loopback, a private or
+link-local address (another sandbox, the host's services): QEMU user networking, the only NIC
+there, would show the host's loopback at ``10.0.2.2``."""
 """How much of the end of a console log ``logs`` reads, in bytes."""
 
 
@@ -167,8 +173,16 @@ class VmProvider(Provider):
         home: Path | None = None,
         warm_slots: int | None = None,
         pool_key: str | None = None,
+        open_bridges: bool | None = None,
     ) -> None:
         self.uri = uri or DEFAULT_URI
+        self.open_bridges = (
+            sys.platform == "linux" and os.geteuid() == 0 and self.uri.startswith("qemu:///system")
+            if open_bridges is None
+            else open_bridges
+        )
+        """``open`` as a NIC on a NAT'd bridge (Linux, root, ``qemu:///system``); otherwise
+        ``open`` is the egress proxy with nothing blocked (:data:`OPEN_WITHOUT_BRIDGES`)."""
         self.home = home or vm_image.vm_home()
         self.warm_slots = (
             int(os.environ.get("CUBICLE_VM_WARM_SLOTS", "2")) if warm_slots is None else warm_slots
@@ -398,7 +412,6 @@ class VmProvider(Provider):
             screen=spec.screen,
             accelerator=self.accelerator,
             labels=labels,
-            user_network=spec.network.mode == "open" and _USER_NET_ONLY,
             network=network.name if isinstance(network, vm_network.VmNetwork) else None,
             egress_channel=(
                 network.socket if isinstance(network, vm_network.EgressChannel) else None
@@ -460,11 +473,14 @@ class VmProvider(Provider):
         overlay = run / "overlay.qcow2"
         vm_image.create_overlay(image.base, overlay, self.files)
         network: vm_network.VmNetwork | vm_network.EgressChannel | None = None
-        if spec.network.proxied:
+        proxy_policy = spec.network
+        if spec.network.mode == "open" and not self.open_bridges:
+            proxy_policy = OPEN_WITHOUT_BRIDGES
+        if proxy_policy.proxied:
             network = vm_network.setup_channel(
-                sandbox_id, spec.network, run, proxy_home=self.home, files=self.files
+                sandbox_id, proxy_policy, run, proxy_home=self.home, files=self.files
             )
-        elif spec.network.mode == "open" and not _USER_NET_ONLY:
+        elif spec.network.mode == "open":
             network = vm_network.setup(
                 self.conn, sandbox_id, spec.network, run, proxy_home=self.home
             )
