@@ -24,7 +24,7 @@ rules tagged with the comment ``cubicle-vm-XXXXXXXXXX``:
 
   - never the host's loopback: the kernel does not route ``127.0.0.0/8`` from a bridge, and a
     ``raw``-table rule drops such packets before any DNAT could send them elsewhere. (QEMU
-    user-mode networking maps ``10.0.2.2`` to the host's ``127.0.0.1``: macOS only.)
+    user-mode networking maps ``10.0.2.2`` to the host's ``127.0.0.1``: never used.)
   - ip6tables drops all IPv6 from the bridge (link-local addresses);
   - the host's address on the bridge answers only the sandbox's own bridge and the host itself
     (``INPUT -d 10.231.N.1 ! -i cbvm-… -j REJECT``): no other sandbox reaches its DNS forwarder.

@@ -23,9 +23,10 @@ every slot busy, a restore from a copy of a slot's state made in the run folder,
 removed once restored; a cold boot when there is no saved state or the network policy is not
 ``none``).
 
-Network: ``none`` (default) → no NIC at all, the guest has only ``lo``. ``open`` → a NIC on a
-per-sandbox NAT'd libvirt network: the guest reaches what the host reaches, never the host's
-loopback (QEMU user-mode networking only on macOS, where libvirt has no bridges).
+Network: ``none`` (default) → no NIC at all, the guest has only ``lo``. ``open`` → on Linux as root
+(``qemu:///system``) a NIC on a per-sandbox NAT'd libvirt network: the guest reaches what the host
+reaches, never the host's loopback; elsewhere (no bridges) the egress channel below with nothing
+blocked (:data:`OPEN_WITHOUT_BRIDGES`), never QEMU user networking.
 ``allow:HOST[:PORT],...``, ``block:…``, ``ask:…`` → no NIC either: a second virtio-serial port whose
 host side is the sandbox's egress proxy, which forwards exactly those origins and logs every
 decision (no bridge, no firewall rule: :mod:`cubicle.orchestrator.providers.vm.network`;
@@ -139,7 +140,6 @@ DOCTOR_TOOLS: Final = (
 """Host programs ``cubicle doctor`` looks for (:mod:`.host_tools`): the overlays' qemu-img, the
 hypervisor of this machine's architecture, and the firewall tools of ``open``'s bridge networks
 (not on macOS, whose sandboxes use none)."""
-"""macOS libvirt has no bridges: ``open`` falls back to QEMU user-mode networking there."""
 
 
 CONSOLE_TAIL_BYTES: Final = 1 << 20
