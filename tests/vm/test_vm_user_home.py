@@ -78,3 +78,14 @@ def test_root_builds_in_the_shared_folder_are_used_only_when_only_root_can_chang
     os.chown(shared_other / "manifest.json", 65534, 65534)  # not root's
     with pytest.raises(ImageMissing, match=other):
         vm_image.load_image(other, own)
+
+
+def test_an_image_folder_can_be_pinned_by_path_when_no_one_else_can_change_it(
+    tmp_path: Path,
+) -> None:
+    directory = _built(tmp_path / "elsewhere", "00112233445566ff")
+    image = vm_image.load_image(str(directory), tmp_path / "unused-home")
+    assert (image.ref, image.directory) == ("00112233445566ff", directory)
+    directory.chmod(0o777)
+    with pytest.raises(ConfigError, match="refusing the VM image folder"):
+        vm_image.load_image(str(directory), tmp_path / "unused-home")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cubicle.orchestrator.errors import ImageMissing, ProviderError
+from cubicle.orchestrator.errors import ConfigError, ImageMissing, ProviderError
 from cubicle.orchestrator.providers import guest_build
 from cubicle.orchestrator.providers.vm import host_tools
 from cubicle.orchestrator.providers.vm.files import FileAccess
@@ -103,35 +103,51 @@ SHARED_HOME = Path("/var/lib/cubicle/vm")
 """Root's VM home: a user who has not built ``ref`` uses root's build of it from here."""
 
 
-def _shared_image(ref: str) -> Path | None:
-    """``SHARED_HOME/images/<ref>/`` when it is complete and only root can change it (the
-    manifest, the folder and every parent owned by root, not symlinks, and not writable by group
-    or others — a parent may be a sticky folder such as ``/tmp``), so a user may boot from it;
-    else None."""
-    directory = SHARED_HOME / "images" / ref
+def _trusted(directory: Path) -> bool:
+    """Whether only root (or we) can change the image folder ``directory``: its manifest, the
+    folder and every parent owned by root or us, not symlinks, and not writable by group or
+    others — a parent may be a root-owned sticky folder such as ``/tmp``."""
     manifest = directory / "manifest.json"
     try:
         for path in (manifest, directory, *directory.parents):
             info = path.lstat()
             sticky = path not in (manifest, directory) and info.st_mode & stat.S_ISVTX
-            if info.st_uid != 0 or stat.S_ISLNK(info.st_mode):
-                return None
-            if info.st_mode & 0o022 and not sticky:
-                return None
+            if info.st_uid not in (0, os.geteuid()) or stat.S_ISLNK(info.st_mode):
+                return False
+            if info.st_mode & 0o022 and not (sticky and info.st_uid == 0):
+                return False
     except OSError:
-        return None
-    return directory
+        return False
+    return True
+
+
+def _shared_image(ref: str) -> Path | None:
+    """``SHARED_HOME/images/<ref>/`` when it is complete and :func:`_trusted`; else None."""
+    directory = SHARED_HOME / "images" / ref
+    return directory if _trusted(directory) else None
 
 
 def load_image(ref: str | None = None, home: Path | None = None) -> VmImage:
     """The built image ``ref`` (default: the one matching the current inputs): the build in
     ``home`` (default :func:`vm_home`), else — for a user other than root — root's build in
     :data:`SHARED_HOME` (:func:`_shared_image`: only when no one but root can change it).
+    ``ref`` may also be an image folder's absolute path (``CUBICLE_VM_IMAGE=/…/images/<ref>``),
+    used when :func:`_trusted`.
 
     :raises ImageMissing: it has not been built (hint: the build command).
+    :raises ConfigError: ``ref`` is a path to a folder someone else could change.
     """
-    wanted = ref or image_ref()
-    directory = (home or vm_home()) / "images" / wanted
+    if ref is not None and os.path.isabs(ref):
+        directory = Path(ref)
+        if (directory / "manifest.json").is_file() and not _trusted(directory):
+            raise ConfigError(
+                f"refusing the VM image folder {directory}: someone other than root or you could "
+                "change it (it, a parent or its manifest is theirs or writable by others)"
+            )
+        wanted = directory.name
+    else:
+        wanted = ref or image_ref()
+        directory = (home or vm_home()) / "images" / wanted
     manifest_path = directory / "manifest.json"
     if not manifest_path.is_file() and (shared := _shared_image(wanted)) is not None:
         directory, manifest_path = shared, shared / "manifest.json"
