@@ -17,17 +17,13 @@ from typing import Any
 
 import pytest
 
-from cubicle.egress.proxy import EGRESS_PORT
 from cubicle.orchestrator.network import NetworkPolicy
 from cubicle.orchestrator.provider import SandboxSpec
 from cubicle.orchestrator.providers.vm import VmProvider
 from cubicle.orchestrator.providers.vm import network as vm_network
 from cubicle.orchestrator.sandbox import wait_ready
-from tests.orchestrator.conftest import Tracker, engine, provider, sandboxes
 from tests.support.guest_probes import DIRECT_PROBE
 from tests.support.listener import Listener, host_addresses
-
-__all__ = ["engine", "provider", "sandboxes"]
 
 pytestmark = [pytest.mark.attack, pytest.mark.vm, pytest.mark.slow]
 
@@ -257,20 +253,31 @@ def _socket_inodes(pid: int) -> set[str]:
     return found
 
 
-@pytest.mark.docker
+NOBODY_CONNECT = """
+import socket, sys
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    sock.connect(sys.argv[1])
+    print("connected")
+except OSError as exc:
+    print(type(exc).__name__)
+"""
+
+
 def test_px3_no_other_sandbox_reaches_a_vm_sandboxs_proxy(
-    vm_provider: VmProvider, leak_check: list[str], sandboxes: Tracker
+    vm_provider: VmProvider, leak_check: list[str]
 ) -> None:
     """PX3: an ``ask:`` VM sandbox's proxy must not be reachable by another sandbox (an ``open``
-    Docker container here, through its gateway, as an ``open`` VM would through its own bridge),
-    or it could raise questions in that sandbox's queue. The proxy listens on no network address
-    at all: only on its channel socket in the sandbox's run folder (QEMU's, root's and QEMU's
-    group's alone) and its root-only control socket. The VM's pieces are made without booting
-    its guest."""
+    VM through its bridge, an ``open`` Docker container through its gateway) or another user,
+    or they could raise questions in its queue. The proxy holds no TCP or UDP socket at all: it
+    listens only on its channel socket in the sandbox's run folder (root's and QEMU's group's
+    alone) and its root-only control socket; an unprivileged user cannot connect to either. The
+    VM's pieces are made without booting its guest."""
     sandbox_id = "vm-0feedface0"
     leak_check.append(sandbox_id)
     run = vm_provider.home / "run" / sandbox_id
     run.mkdir(parents=True)
+    vm_provider.files.restrict(run, 0o750)  # as VmProvider.new_run_dir makes it
     try:
         vm_network.setup_channel(
             sandbox_id,
@@ -282,15 +289,14 @@ def test_px3_no_other_sandbox_reaches_a_vm_sandboxs_proxy(
         [pid] = [pid for pid, label in vm_network._proxy_processes() if label == sandbox_id]
         proxy_inet = _socket_inodes(pid) & _inet_socket_inodes()
         channel = (run / vm_network.CHANNEL_SOCKET).lstat()
-        targets = [f"{host}:{EGRESS_PORT}" for host in host_addresses()]
-        neighbour = sandboxes.create(network=NetworkPolicy.parse("open"))
-        done = neighbour.exec(["python3", "-c", DIRECT_PROBE, "GATEWAY:3128", *targets])
-        assert done.exit_code == 0, done.stderr
-        seen = json.loads(done.stdout)
+        tried = {
+            name: _as_nobody("/usr/bin/python3", "-I", "-c", NOBODY_CONNECT, str(run / name))
+            for name in (vm_network.CHANNEL_SOCKET, vm_network.CONTROL_SOCKET)
+        }
     finally:
         vm_network.teardown(vm_provider.conn, sandbox_id, run)
         shutil.rmtree(run)
     assert proxy_inet == set(), "the proxy holds a TCP/UDP socket: something could reach it"
-    assert channel.st_mode & 0o007 == 0  # (the run folder's own mode: test_vm_network's allow test)
-    for target in ["GATEWAY:3128", *targets]:
-        assert seen[target] != "connected", (target, seen)
+    assert channel.st_mode & 0o007 == 0
+    for name, done in tried.items():
+        assert done.stdout.decode().strip() == "PermissionError", (name, done)

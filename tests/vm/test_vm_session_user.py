@@ -205,13 +205,14 @@ def test_a_normal_user_runs_none_and_allow_sandboxes_over_their_session(
             urls = [f"http://127.0.0.1:{allowed.port}/ok", f"http://127.0.0.1:{other.port}/no"]
             probe = session_user.cubicle("exec", proxied, "--", "python3", "-c", PROBE, *urls)
             during = _host_network_lines()
+            logs = session_user.cubicle("logs", proxied)  # console and proxy log, for failures
         finally:
             down = session_user.cubicle("down", proxied)
         assert down.returncode == 0, down.stderr
     assert probe.returncode == 0, probe.stderr
     seen = json.loads(probe.stdout)
     assert seen["interfaces"] == ["lo"]
-    assert seen[urls[0]] == [200, "allowed"], seen
+    assert seen[urls[0]] == [200, "allowed"], (seen, logs.stdout[-6000:])
     assert seen[urls[1]][0] == 403, seen
     assert allowed.paths == ["/ok"] and other.paths == []
     # nothing of either sandbox is left in the user's session or home
