@@ -8,7 +8,8 @@ stream as one client connection of the proxy. The wire is a sequence of frames::
 
     stream id (4 bytes, big-endian) | kind (1 byte) | payload length (4 bytes) | payload
 
-Kinds: ``OPEN`` (the opener's side made stream *id*; ids are only ever opened by the guest),
+Kinds: ``OPEN`` (the opener's side made stream *id*; ids are only ever opened by the guest; an
+``OPEN`` of an id the accepting side still holds ends that old stream first),
 ``DATA`` (payload, at most :data:`MAX_PAYLOAD` bytes), ``EOF`` (the sender will send no more
 data on this stream: a half-close, which HTTP tunnels need), ``CLOSE`` (the stream is gone:
 reset, or both directions ended). A frame for an unknown stream is ignored (it raced a
@@ -61,13 +62,17 @@ class Mux:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         accept: Opener | None = None,
+        *,
+        first_id: int = 1,
     ) -> None:
         self._reader = reader
         self._writer = writer
         self._accept = accept
         self._streams: dict[int, _Stream] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._next_id = 1
+        self.next_id = first_id
+        """The id :meth:`open` gives its next stream (a relay that reopens its port carries it
+        over, so the host never sees an id of a stream it may still hold)."""
 
     def _send(self, stream_id: int, kind: int, payload: bytes = b"") -> None:
         if not self._writer.is_closing():
@@ -76,8 +81,8 @@ class Mux:
     async def open(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Carry the local connection ``reader``/``writer`` as a new stream until it ends (the
         guest side: one call per accepted connection)."""
-        stream_id = self._next_id
-        self._next_id += 1
+        stream_id = self.next_id
+        self.next_id = self.next_id % 0xFFFFFFFF + 1
         self._streams[stream_id] = _Stream(writer)
         self._send(stream_id, OPEN)
         await self._pump(stream_id, reader)
@@ -156,9 +161,11 @@ class Mux:
             self._close(stream_id, tell=True)
 
     async def _accepted(self, stream_id: int) -> None:
-        if self._accept is None or stream_id in self._streams:
+        if self._accept is None:
             self._send(stream_id, CLOSE)
             return
+        # an id still open here: the opener forgot that stream (its end restarted); it is dead
+        self._close(stream_id, tell=False)
         try:
             reader, writer = await self._accept()
         except OSError:

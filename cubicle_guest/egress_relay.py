@@ -32,6 +32,7 @@ __all__ = ["EGRESS_PORT_NAME", "main", "relay"]
 EGRESS_PORT_NAME: Final = "org.cubicle.egress"
 """The virtio-serial port the host's egress proxy is on (the domain's second channel)."""
 REOPEN_S: Final = 1.0
+WAIT_PORT_S: Final = 10.0
 
 
 async def _carrier(device: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -43,17 +44,22 @@ async def _carrier(device: str) -> tuple[asyncio.StreamReader, asyncio.StreamWri
     write_file = os.fdopen(os.dup(fd), "wb", buffering=0)
     reader = asyncio.StreamReader(limit=1 << 20)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), read_file)
-    transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, write_file)
+    flow = asyncio.streams.FlowControlMixin
+    transport, protocol = await loop.connect_write_pipe(flow, write_file)
     writer = asyncio.StreamWriter(transport, protocol, None, loop)
     return reader, writer
 
 
 async def relay(host: str, port: int, device: str) -> None:
-    """Listen on ``host:port`` and carry each connection over ``device``, for ever."""
+    """Listen on ``host:port`` and carry each connection over ``device``, for ever. A connection
+    that arrives while the port is being (re)opened waits for it (up to :data:`WAIT_PORT_S`)."""
     current: list[Mux] = []
+    carried = asyncio.Event()
 
     async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if not current:
+        try:
+            await asyncio.wait_for(carried.wait(), WAIT_PORT_S)
+        except TimeoutError:
             writer.close()
             return
         await current[0].open(reader, writer)
@@ -68,13 +74,19 @@ async def relay(host: str, port: int, device: str) -> None:
                 print(f"cubicle egress relay: {device}: {exc}", file=sys.stderr, flush=True)
                 await asyncio.sleep(REOPEN_S)
                 continue
-            mux = Mux(reader, writer)
+            mux = Mux(reader, writer, first_id=current[0].next_id if current else 1)
             current[:] = [mux]
+            carried.set()
             await mux.run()
-            current.clear()
+            carried.clear()
             with contextlib.suppress(OSError):
                 writer.close()
-            await asyncio.sleep(REOPEN_S)  # the host side went away: wait, then reopen
+            print(
+                f"cubicle egress relay: {device}: the host side closed; reopening",
+                file=sys.stderr,
+                flush=True,
+            )
+            await asyncio.sleep(REOPEN_S)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

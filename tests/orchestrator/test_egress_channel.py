@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from cubicle.egress.bundle import write_bundle
-from cubicle_guest.egress_mux import HEADER, Mux
+from cubicle_guest.egress_mux import DATA, HEADER, OPEN, Mux
 from tests.orchestrator.support import http_server
 
 READY_LINES = 20
@@ -143,3 +143,36 @@ def test_a_malformed_frame_ends_that_channel_connection_only(tmp_path: Path) -> 
         with _guest_relay(channel) as port:  # and still serves a new one
             assert _get(port, f"http://localhost:{allowed.port}/after") == (200, "allowed")
         assert proxy.poll() is None
+
+
+def _frames_until(sock: socket.socket, stream_id: int, needle: bytes) -> bytes:
+    """Read frames from ``sock`` until stream ``stream_id``'s data holds ``needle``."""
+    data = b""
+    while needle not in data:
+        head = sock.recv(HEADER.size, socket.MSG_WAITALL)
+        assert len(head) == HEADER.size, f"the channel ended; got {data!r}"
+        sid, kind, size = HEADER.unpack(head)
+        payload = sock.recv(size, socket.MSG_WAITALL) if size else b""
+        if sid == stream_id and kind == DATA:
+            data += payload
+    return data
+
+
+def test_a_reused_stream_id_replaces_the_stream_the_guest_forgot(tmp_path: Path) -> None:
+    """A relay that reopened its port starts afresh; if it ever sends ``OPEN`` for an id the
+    proxy still holds, the old stream is dropped and the new one served."""
+    with (
+        http_server("allowed") as allowed,
+        _proxy(tmp_path, f"allow:localhost:{allowed.port}") as (channel, _proxy_process),
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as carrier,
+    ):
+        carrier.settimeout(15)
+        carrier.connect(str(channel))
+        for path in ("/first", "/second"):
+            request = (
+                f"GET http://localhost:{allowed.port}{path} HTTP/1.1\r\n"
+                f"Host: localhost:{allowed.port}\r\n\r\n"
+            ).encode()
+            carrier.sendall(HEADER.pack(1, OPEN, 0) + HEADER.pack(1, DATA, len(request)) + request)
+            assert _frames_until(carrier, 1, b"allowed").startswith(b"HTTP/1.1 200")
+    assert allowed.paths == ["/first", "/second"]
