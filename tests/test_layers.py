@@ -160,4 +160,6 @@ def test_a_planted_upward_import_fails_naming_both_modules(tmp_path: Path) -> No
 def test_a_planted_unit_cycle_is_found() -> None:
     graph = {module: set(targets) for module, targets in import_graph().items()}
     graph["cubicle_guest.client"].add("cubicle.drivers.computer")
-    assert {"cubicle_guest", "cubicle.drivers"} in cycles(unit_graph(graph))
+    # the cycle runs through every unit between them (the egress proxy imports the guest's
+    # stream format, and the drivers import the origin grammar)
+    assert any({"cubicle_guest", "cubicle.drivers"} <= cycle for cycle in cycles(unit_graph(graph)))

@@ -1,7 +1,8 @@
 """The egress proxy as one file: a zipapp of :mod:`cubicle.egress` that ``python3 -I`` runs
 without cubicle installed (the egress container's system Python, the VM host's ``nobody``).
 
-The archive holds this package's sources (:data:`_SOURCES`) — a
+The archive holds this package's sources (:data:`_SOURCES`), the guest's stream format of the VM
+channel (:data:`_GUEST_SOURCES`: ``cubicle_guest/__init__.py`` is standard library only) — a
 ``cubicle/__init__.py`` of its own (empty: the real one is the public API, which needs the whole
 of cubicle) and, as its ``__main__.py``, :mod:`cubicle.egress.__main__`. It is deterministic
 (sorted entries, a fixed timestamp, fixed modes), so its bytes — and the Docker image's content
@@ -29,6 +30,7 @@ _SOURCES: Final = (
     "upstream.py",
     "proxy.py",
 )
+_GUEST_SOURCES: Final = ("__init__.py", "egress_mux.py")
 _STAMP: Final = (2000, 1, 1, 0, 0, 0)
 _TOP_INIT: Final = b'"""cubicle\'s egress proxy, bundled alone (cubicle.egress.bundle)."""\n'
 
@@ -38,6 +40,9 @@ def bundle_bytes() -> bytes:
     here = Path(__file__).resolve().parent
     entries = {f"cubicle/egress/{name}": (here / name).read_bytes() for name in _SOURCES}
     entries["cubicle/__init__.py"] = _TOP_INIT
+    guest = here.parent.parent / "cubicle_guest"
+    for name in _GUEST_SOURCES:  # the VM channel's stream format (cubicle_guest.egress_mux)
+        entries[f"cubicle_guest/{name}"] = (guest / name).read_bytes()
     entries["__main__.py"] = (here / "__main__.py").read_bytes()
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:

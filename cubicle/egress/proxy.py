@@ -88,7 +88,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from html import escape as html_escape
 from typing import Final
@@ -129,6 +129,7 @@ from cubicle.egress.upstream import (
     open_upstream,
     system_resolver,
 )
+from cubicle_guest.egress_mux import Mux, MuxError
 
 __all__ = ["EGRESS_PORT", "MAX_HEAD_BYTES", "Proxy", "main", "relay", "serve"]
 
@@ -443,7 +444,7 @@ def _print_json(record: dict[str, object]) -> None:
 
 
 async def serve(
-    host: str,
+    host: str | None,
     port: int,
     policy: Policy | Sequence[Origin],
     label: str = "",
@@ -452,10 +453,15 @@ async def serve(
     control: str | socket.socket | None = None,
     permit: Sequence[IPNetwork] = (),
     resolve: Resolver | None = None,
+    channel: socket.socket | None = None,
 ) -> None:
-    """Listen on ``host:port`` and judge by ``policy`` until cancelled. In ask mode the
-    control socket (a path to create, or a listening unix socket) takes the answers.
-    ``permit`` and ``resolve``: see :class:`Proxy`."""
+    """Listen on ``host:port`` (none when ``host`` is None) and judge by ``policy`` until
+    cancelled. In ask mode the control socket (a path to create, or a listening unix socket)
+    takes the answers. ``channel``: a listening unix socket whose every connection carries many
+    client connections as :mod:`cubicle_guest.egress_mux` streams (a VM guest's virtio-serial
+    port: the hypervisor connects to it). ``permit`` and ``resolve``: see :class:`Proxy`."""
+    if host is None and channel is None:
+        raise ValueError("serve needs a TCP address or a channel socket to listen on")
     rules = policy if isinstance(policy, Policy) else Policy("allow", tuple(policy))
     questions: Questions | None = None
     judge: Judge = PolicyJudge(rules)
@@ -482,12 +488,18 @@ async def serve(
             finally:
                 os.umask(old)
     proxy = Proxy(judge, permit=permit, resolve=resolve)
-    server = await asyncio.start_server(proxy.handle, host, port, limit=MAX_HEAD_BYTES)
+    servers: list[asyncio.AbstractServer] = []
+    if host is not None:
+        servers.append(await asyncio.start_server(proxy.handle, host, port, limit=MAX_HEAD_BYTES))
+    if channel is not None:
+        servers.append(await asyncio.start_unix_server(_channel_handler(proxy), sock=channel))
+    if control_server is not None:
+        servers.append(control_server)
     _print_json(
         {
             "ts": round(time.time(), 3),
             "event": "listening",
-            "listen": f"{host}:{port}",
+            "listen": f"{host}:{port}" if host is not None else "channel",
             "policy": str(rules),
             "allow": ", ".join(f"{o.host}:{o.port or '80/443'}" for o in rules.origins),
             **({"ask_timeout": ask_timeout} if rules.mode == "ask" else {}),
@@ -495,12 +507,40 @@ async def serve(
             **({"label": label} if label else {}),
         }
     )
-    async with server:
-        if control_server is None:
-            await server.serve_forever()
-        else:
-            async with control_server:
-                await server.serve_forever()
+    async with contextlib.AsyncExitStack() as stack:
+        for server in servers:
+            await stack.enter_async_context(server)
+        await asyncio.gather(*(server.serve_forever() for server in servers))
+
+
+def _channel_handler(
+    proxy: Proxy,
+) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+    """Serve one channel connection: each stream the guest opens becomes a client connection of
+    ``proxy`` (one end of a socket pair; the other end is the stream's)."""
+
+    async def accept() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        ours, theirs = socket.socketpair()
+        reader, writer = await asyncio.open_connection(sock=ours, limit=MAX_HEAD_BYTES)
+        client_reader, client_writer = await asyncio.open_connection(sock=theirs)
+        task = asyncio.ensure_future(proxy.handle(client_reader, client_writer))
+        _CHANNEL_TASKS.add(task)
+        task.add_done_callback(_CHANNEL_TASKS.discard)
+        return reader, writer
+
+    async def on_channel(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await Mux(reader, writer, accept).run()
+        except MuxError as exc:
+            _print_json({"ts": round(time.time(), 3), "event": "channel_error", "error": str(exc)})
+        finally:
+            writer.close()
+
+    return on_channel
+
+
+_CHANNEL_TASKS: set[asyncio.Task[None]] = set()
+"""Client connections served from channel streams (kept so they are not collected mid-run)."""
 
 
 def relay(path: str) -> int:
@@ -529,7 +569,15 @@ def relay(path: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="cubicle egress proxy")
-    parser.add_argument("--listen", default=f"0.0.0.0:{EGRESS_PORT}", help="HOST:PORT")
+    parser.add_argument(
+        "--listen", help=f"HOST:PORT (default 0.0.0.0:{EGRESS_PORT}; none with only --channel-fd)"
+    )
+    parser.add_argument(
+        "--channel-fd",
+        type=int,
+        help="an inherited listening unix socket whose connections carry many client "
+        "connections each (cubicle_guest.egress_mux: a VM guest's virtio-serial port)",
+    )
     parser.add_argument("--allow", action="append", default=[], help="allowed HOST[:PORT]")
     parser.add_argument(
         "--policy", help="allow:ENTRY,... | block:NAME,... | ask:[ENTRY,...] (not with --allow)"
@@ -567,8 +615,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.relay:
         return relay(args.relay)
     try:
-        host, port_text = split_authority(args.listen)
-        port = parse_port(port_text or "")
+        host: str | None = None
+        port = EGRESS_PORT
+        if args.listen is not None or args.channel_fd is None:
+            host, port_text = split_authority(args.listen or f"0.0.0.0:{EGRESS_PORT}")
+            port = parse_port(port_text or "")
         if args.policy is not None and args.allow:
             parser.error("give --policy or --allow, not both")
         if args.policy is not None:
@@ -583,6 +634,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--hosts {args.hosts}: {exc.strerror or exc}")
     if not 0 < args.ask_timeout <= 86400:
         parser.error(f"--ask-timeout must be within (0, 86400] seconds, got {args.ask_timeout}")
+    channel = None if args.channel_fd is None else socket.socket(fileno=args.channel_fd)
     control: str | socket.socket | None = args.control
     if args.control_fd is not None:
         control = socket.socket(fileno=args.control_fd)
@@ -590,7 +642,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("ask mode needs --control PATH or --control-fd N")
     try:
         asyncio.run(serve(host, port, policy, args.label, ask_timeout=args.ask_timeout,
-                          control=control, permit=permit, resolve=resolve))  # fmt: skip
+                          control=control, permit=permit, resolve=resolve,
+                          channel=channel))  # fmt: skip
     except KeyboardInterrupt:
         return 0
     return 0

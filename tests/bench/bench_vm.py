@@ -7,9 +7,9 @@ domain runs (another sandbox holds the slot): restored from a copy of the state 
 where it used to cold-boot. "pool claim" and "allow: pool claim" are claims from warm pools
 (``cubicle pool fill --backend vm``, in a private pool folder) of ``none`` and ``allow:``
 members: an ``allow:`` sandbox always cold-boots, so its pool is what makes it fast. An
-``allow:`` sandbox (its own libvirt network, firewall rules and egress proxy; always a cold boot)
-is measured too, for its teardown. Teardown is the
-time until everything of the sandbox is gone (domain, QEMU, overlay, network, rules, proxy):
+``allow:`` sandbox (its egress proxy on a virtio-serial channel; always a cold boot) is measured
+too, for its teardown. Teardown is the time until everything of the sandbox is gone (domain,
+QEMU, overlay, proxy; for ``open`` also the network and the rules):
 ``destroy`` returns only then. The accelerator used (kvm/tcg/hvf) and why is printed first.
 
 Targets (issue 19, under TCG): warm restore -> painted screenshot p50 <= 1.0 s, cold <= 10 s,

@@ -31,10 +31,13 @@ def test_the_bundle_holds_the_package_and_its_own_empty_top() -> None:
             "__main__.py",
             "cubicle/__init__.py",
             *(f"cubicle/egress/{name}" for name in modules),
+            "cubicle_guest/__init__.py",  # the VM channel's stream format, standard library only
+            "cubicle_guest/egress_mux.py",
         ]
         for name in modules:
             assert packed.read(f"cubicle/egress/{name}") == (SOURCES / name).read_bytes()
         assert b"import" not in packed.read("cubicle/__init__.py")
+        assert b"\nimport" not in packed.read("cubicle_guest/__init__.py")
 
 
 def test_write_bundle_writes_once_per_content_readable_by_others(tmp_path: Path) -> None:

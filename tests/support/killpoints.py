@@ -141,6 +141,14 @@ else:
         return made
 
     vm_network.setup = network_setup
+    vm_setup_channel = vm_network.setup_channel
+
+    def setup_channel(sandbox_id, *args, **kwargs):
+        made = vm_setup_channel(sandbox_id, *args, **kwargs)
+        pause("proxy", sandbox_id)
+        return made
+
+    vm_network.setup_channel = setup_channel
     vm_cold = VmProvider._create_cold
 
     def create_cold(self, sandbox_id, *args, **kwargs):

@@ -62,6 +62,9 @@ def vm_provider() -> Iterator[VmProvider]:
     started = time.monotonic()
     ref = provider.build_image(progress=lambda line: print(f"[vm image] {line}", flush=True))
     BUILD_TIMES["vm image build (incl. warm state)"] = time.monotonic() - started
+    # the build's golden guests are transient domains: none stays defined after it
+    defined = [n for n in provider.conn.listDefinedDomains() if n.startswith("cubicle-")]
+    assert defined == [], f"the image build left defined domains: {defined}"
     previous = os.environ.get("CUBICLE_VM_IMAGE")
     os.environ["CUBICLE_VM_IMAGE"] = provider.image = ref
     yield provider

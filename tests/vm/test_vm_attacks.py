@@ -4,7 +4,9 @@ sandbox's disk, files or saved states."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import secrets
 import shutil
 import socket
@@ -15,17 +17,13 @@ from typing import Any
 
 import pytest
 
-from cubicle.egress.proxy import EGRESS_PORT
 from cubicle.orchestrator.network import NetworkPolicy
 from cubicle.orchestrator.provider import SandboxSpec
 from cubicle.orchestrator.providers.vm import VmProvider
 from cubicle.orchestrator.providers.vm import network as vm_network
 from cubicle.orchestrator.sandbox import wait_ready
-from tests.orchestrator.conftest import Tracker, engine, provider, sandboxes
 from tests.support.guest_probes import DIRECT_PROBE
 from tests.support.listener import Listener, host_addresses
-
-__all__ = ["engine", "provider", "sandboxes"]
 
 pytestmark = [pytest.mark.attack, pytest.mark.vm, pytest.mark.slow]
 
@@ -71,6 +69,67 @@ def test_row5_open_vm_has_no_path_to_host_loopback(
     assert public.accepted == 1
     if _host_resolves("deb.debian.org"):  # names resolve as on the host (libvirt's forwarder)
         assert seen["dns"] == "resolved", seen
+
+
+PROXY_PROBE = """
+import json, os, sys, urllib.error, urllib.request
+proxies = {"http": os.environ["http_proxy"], "https": os.environ["https_proxy"]}
+for name in ("no_proxy", "NO_PROXY"):  # loopback names go to the proxy too (it must refuse them)
+    os.environ.pop(name, None)
+opener = urllib.request.build_opener(urllib.request.ProxyHandler(proxies))
+results = {"env": proxies}
+for url in sys.argv[1:]:
+    try:
+        with opener.open(url, timeout=15) as reply:
+            results[url] = [reply.status, reply.read().decode()]
+    except urllib.error.HTTPError as exc:
+        results[url] = [exc.code, ""]
+    except OSError as exc:
+        results[url] = [0, type(exc).__name__ + ": " + str(exc)]
+print(json.dumps(results))
+"""
+
+
+def test_row5_open_without_bridges_is_the_proxy_and_reaches_no_host_service(
+    vm_provider: VmProvider, leak_check: list[str]
+) -> None:
+    """``open`` where libvirt has no bridges (macOS, ``qemu:///session``; forced here): no NIC,
+    the egress proxy with nothing blocked. Its address guard keeps the host's loopback, private
+    and link-local addresses out (QEMU user networking would show the host's 127.0.0.1 at
+    10.0.2.2); no bridge or firewall rule is made."""
+    portable = VmProvider(home=vm_provider.home, uri=vm_provider.uri, open_bridges=False)
+    portable.image = vm_provider.image
+    loopback = Listener("127.0.0.1")
+    public = Listener("0.0.0.0")
+    hosts = ["127.0.0.1", "localhost", QEMU_SLIRP_HOST, "169.254.169.254", *host_addresses()]
+    try:
+        info = portable.create(SandboxSpec(network=NetworkPolicy.parse("open")))
+        leak_check.append(info.id)
+        try:
+            pieces = sorted(
+                kind for kind, ids in vm_network.leftovers(portable.conn).items() if info.id in ids
+            )
+            wait_ready(portable, info.id, timeout=240)
+            direct = guest_run(
+                portable, info.id, DIRECT_PROBE, f"{QEMU_SLIRP_HOST}:{loopback.port}"
+            )
+            urls = [
+                f"http://{host}:{port}/" for host in hosts for port in (loopback.port, public.port)
+            ]
+            seen = guest_run(portable, info.id, PROXY_PROBE, *urls)
+            log = portable.egress_log(info.id)
+        finally:
+            portable.destroy(info.id)
+    finally:
+        loopback.close()
+        public.close()
+    assert pieces == ["proxy"]  # no libvirt network, no firewall rule
+    assert direct[f"{QEMU_SLIRP_HOST}:{loopback.port}"] != "connected", direct
+    assert direct["gateway"] is None, direct  # no NIC, no route
+    for url in urls:  # refused by the proxy's address guard, never connected
+        assert seen[url][0] in (403, 502), (url, seen)
+    assert loopback.accepted == 0 and public.accepted == 0
+    assert '"policy": "block:invalid"' in log
 
 
 def _host_resolves(name: str) -> bool:
@@ -173,34 +232,71 @@ def _slot_directory(provider: VmProvider, sandbox_id: str) -> Path:
     return Path(json.loads(done.stdout)["backing-filename"]).parent
 
 
-@pytest.mark.docker
+def _inet_socket_inodes() -> set[str]:
+    """The inodes of every TCP/UDP socket of the host's network namespace (IPv4 and IPv6)."""
+    inodes = set()
+    for table in ("tcp", "tcp6", "udp", "udp6"):
+        with open(f"/proc/net/{table}") as listing:
+            for line in listing.read().splitlines()[1:]:
+                inodes.add(line.split()[9])
+    return inodes
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    """The inodes of the sockets process ``pid`` holds."""
+    found = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                found.add(target[len("socket:[") : -1])
+    return found
+
+
+NOBODY_CONNECT = """
+import socket, sys
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    sock.connect(sys.argv[1])
+    print("connected")
+except OSError as exc:
+    print(type(exc).__name__)
+"""
+
+
 def test_px3_no_other_sandbox_reaches_a_vm_sandboxs_proxy(
-    vm_provider: VmProvider, leak_check: list[str], sandboxes: Tracker
+    vm_provider: VmProvider, leak_check: list[str]
 ) -> None:
-    """PX3: an ``ask:`` VM sandbox's proxy listens on its bridge's host address; another sandbox
-    (an ``open`` Docker container here, through its gateway, as an ``open`` VM would through its
-    own bridge) must not reach it, or it could raise questions in that sandbox's queue. The
-    host itself still does. The VM's network pieces are made without booting its guest."""
+    """PX3: an ``ask:`` VM sandbox's proxy must not be reachable by another sandbox (an ``open``
+    VM through its bridge, an ``open`` Docker container through its gateway) or another user,
+    or they could raise questions in its queue. The proxy holds no TCP or UDP socket at all: it
+    listens only on its channel socket in the sandbox's run folder (root's and QEMU's group's
+    alone) and its root-only control socket; an unprivileged user cannot connect to either. The
+    VM's pieces are made without booting its guest."""
     sandbox_id = "vm-0feedface0"
     leak_check.append(sandbox_id)
     run = vm_provider.home / "run" / sandbox_id
     run.mkdir(parents=True)
+    vm_provider.files.restrict(run, 0o750)  # as VmProvider.new_run_dir makes it
     try:
-        network = vm_network.setup(
-            vm_provider.conn,
+        vm_network.setup_channel(
             sandbox_id,
             NetworkPolicy.parse("ask:", ask_timeout=60),
             run,
             proxy_home=vm_provider.home,
+            files=vm_provider.files,
         )
-        target = f"{network.host_address}:{EGRESS_PORT}"
-        socket.create_connection((str(network.host_address), EGRESS_PORT), timeout=10).close()
-        neighbour = sandboxes.create(network=NetworkPolicy.parse("open"))
-        done = neighbour.exec(["python3", "-c", DIRECT_PROBE, target])
-        assert done.exit_code == 0, done.stderr
-        seen = json.loads(done.stdout)
+        [pid] = [pid for pid, label in vm_network._proxy_processes() if label == sandbox_id]
+        proxy_inet = _socket_inodes(pid) & _inet_socket_inodes()
+        channel = (run / vm_network.CHANNEL_SOCKET).lstat()
+        tried = {
+            name: _as_nobody("/usr/bin/python3", "-I", "-c", NOBODY_CONNECT, str(run / name))
+            for name in (vm_network.CHANNEL_SOCKET, vm_network.CONTROL_SOCKET)
+        }
     finally:
         vm_network.teardown(vm_provider.conn, sandbox_id, run)
         shutil.rmtree(run)
-    assert seen[target] != "connected", seen
-    assert "refused" in seen[target].lower(), seen  # REJECT: refused at once, not a timeout
+    assert proxy_inet == set(), "the proxy holds a TCP/UDP socket: something could reach it"
+    assert channel.st_mode & 0o007 == 0
+    for name, done in tried.items():
+        assert done.stdout.decode().strip() == "PermissionError", (name, done)

@@ -1,6 +1,7 @@
-"""``allow:`` on the VM backend, proven from inside a real guest: the guest reaches only the host
-egress proxy, which forwards exactly the allowed origins and logs every decision; destroy and
-gc (after the creator is SIGKILLed) leave no network, firewall rule or proxy process."""
+"""``allow:`` on the VM backend, proven from inside a real guest: the guest has no network card,
+its only way out is the host egress proxy on a virtio-serial channel, which forwards exactly the
+allowed origins and logs every decision; no bridge, libvirt network or firewall rule is made at any
+time; destroy and gc (after the creator is SIGKILLed) leave no proxy process."""
 
 from __future__ import annotations
 
@@ -60,50 +61,63 @@ def _network_leftovers(provider: VmProvider, sandbox_id: str) -> list[str]:
     return [kind for kind, ids in vm_network.leftovers(provider.conn).items() if sandbox_id in ids]
 
 
-def _ipv6_addresses(device: str) -> list[str]:
-    """The host's IPv6 addresses on ``device`` (libvirt disables IPv6 on a bridge whose network
-    has no IPv6 address; the ip6tables DROP rules are a second line)."""
-    done = subprocess.run(
-        ["ip", "-6", "-j", "addr", "show", "dev", device],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return [a["local"] for link in json.loads(done.stdout or "[]") for a in link["addr_info"]]
+INTERFACES_PROBE = """
+import json, os
+print(json.dumps({"interfaces": sorted(os.listdir("/sys/class/net"))}))
+"""
+
+
+def _host_network_lines() -> set[str]:
+    """The host's firewall rules (iptables-save, ip6tables-save) and network links, one per
+    line."""
+    lines = set()
+    for argv in (["iptables-save"], ["ip6tables-save"], ["ip", "-o", "link"]):
+        done = subprocess.run(argv, capture_output=True, text=True, check=True)
+        for line in done.stdout.splitlines():
+            if not line.startswith("#"):  # iptables-save's dated comments
+                lines.add(line.split("@")[0] if argv[0] == "ip" else line)
+    return lines
+
+
+def _ours(lines: set[str], sandbox_id: str) -> list[str]:
+    """Lines that name the sandbox (its id, its would-be bridge ``cbvm-…``)."""
+    tags = (sandbox_id, sandbox_id.removeprefix("vm-"), vm_network.bridge_name(sandbox_id))
+    return sorted(line for line in lines if any(tag in line for tag in tags))
 
 
 def test_allow_forwards_exactly_the_allowed_origins(
     vm_provider: VmProvider, leak_check: list[str]
 ) -> None:
+    before = _host_network_lines()
     with http_server("allowed") as allowed, http_server("other") as other:
-        policy = NetworkPolicy.parse(f"allow:localhost:{allowed.port},allowed.test")
+        p = allowed.port
+        policy = NetworkPolicy.parse(f"allow:localhost:{p},127.0.0.1:{p},allowed.test")
         info = vm_provider.create(SandboxSpec(network=policy))
         leak_check.append(info.id)
         try:
-            assert info.detail["start"] == "cold"  # warm states have no NIC
-            assert sorted(_network_leftovers(vm_provider, info.id)) == [
-                "network",
-                "proxy",
-                "rule",
-            ]
+            assert info.detail["start"] == "cold"  # warm states have no egress port
+            assert _network_leftovers(vm_provider, info.id) == ["proxy"]  # no network, no rule
+            domain_xml = vm_provider.conn.lookupByName(f"cubicle-{info.id}").XMLDesc(0)
             wait_ready(vm_provider, info.id, timeout=240)
-            listening = json.loads(vm_provider.egress_log(info.id).splitlines()[0])
-            bridge_host = listening["listen"].rsplit(":", 1)[0]
+            interfaces = _run(vm_provider, info.id, INTERFACES_PROBE)
+            hosts = [*host_addresses(), "10.0.2.2", "169.254.169.254", "192.168.122.1"]
             direct = _run(
                 vm_provider,
                 info.id,
                 DIRECT_PROBE,
-                f"{bridge_host}:{EGRESS_PORT}",  # control: the proxy is reachable
-                f"{bridge_host}:{allowed.port}",
-                f"{bridge_host}:{other.port}",
-                f"{bridge_host}:22",
-                f"127.0.0.1:{allowed.port}",  # the guest's own loopback, not the host's
+                *(f"{host}:{port}" for host in hosts for port in (p, other.port, EGRESS_PORT)),
+                f"127.0.0.1:{p}",  # the guest's own loopback, not the host's
+                f"::1:{p}",
+                f"fe80::1:{p}",
+                f"GATEWAY:{p}",
             )
             urls = {
-                "allowed": f"http://localhost:{allowed.port}/ok",
+                "allowed": f"http://localhost:{p}/ok",
+                "allowed address": f"http://127.0.0.1:{p}/ip",
                 "other port": f"http://localhost:{other.port}/no",
-                "suffix": f"http://localhost.evil.test:{allowed.port}/no",
-                "path": f"http://evil.test/localhost:{allowed.port}/no",
+                "other port by address": f"http://127.0.0.1:{other.port}/no",
+                "suffix": f"http://localhost.evil.test:{p}/no",
+                "path": f"http://evil.test/localhost:{p}/no",
                 "default port": "http://localhost/no",
                 "name suffix": "http://allowed.test.evil.test/no",
                 "name path": "http://evil.test/allowed.test",
@@ -111,7 +125,7 @@ def test_allow_forwards_exactly_the_allowed_origins(
                 "https tunnel to other port": f"https://localhost:{other.port}/no",
             }
             seen = _run(vm_provider, info.id, PROXY_PROBE, *urls.values())
-            bridge_v6 = _ipv6_addresses(vm_network.bridge_name(info.id))
+            during = _host_network_lines()
             logs = subprocess.run(
                 [sys.executable, "-m", "cubicle.orchestrator.cli", "logs", info.id],
                 cwd=REPO,
@@ -125,31 +139,42 @@ def test_allow_forwards_exactly_the_allowed_origins(
             open_to_others = [p.name for p in [run, *run.iterdir()] if p.lstat().st_mode & 0o007]
         finally:
             vm_provider.destroy(info.id)
-    proxy_url = f"http://{bridge_host}:{EGRESS_PORT}"
+    after = _host_network_lines()
+    # no bridge, no libvirt network, no firewall rule, no NIC: at no time
+    assert "<interface" not in domain_xml
+    assert f"mode='connect' path='{run / vm_network.CHANNEL_SOCKET}'" in domain_xml
+    assert interfaces == {"interfaces": ["lo"]}
+    assert _ours(during - before, info.id) == [] and _ours(after, info.id) == []
+    proxy_url = f"http://127.0.0.1:{EGRESS_PORT}"  # the guest's relay, on its own loopback
     assert seen["env"] == {"http": proxy_url, "https": proxy_url}
     assert seen["no_proxy"] == ["localhost,127.0.0.1,::1"] * 2
-    # no direct route: only the proxy's port answers on the host side of the bridge
-    assert direct.pop(f"{bridge_host}:{EGRESS_PORT}") == "connected", direct
     assert str(direct.pop("dns")).startswith("gaierror"), direct
+    assert direct.pop("gateway") is None
+    # the relay listens on the guest's own loopback (its only listener there): the rest is refused
+    relay = direct.pop(f"127.0.0.1:{p}")
+    assert relay != "connected", relay
     for target, outcome in direct.items():
         assert outcome != "connected", (target, direct)
     # through the proxy: exactly the allowed origins
     assert seen[urls["allowed"]] == [200, "allowed"], seen
-    for name in ("other port", "suffix", "path", "default port", "name suffix", "name path"):
+    assert seen[urls["allowed address"]] == [200, "allowed"], seen
+    for name in ("other port", "other port by address", "suffix", "path", "default port"):
+        assert seen[urls[name]][0] == 403, (name, seen)
+    for name in ("name suffix", "name path"):
         assert seen[urls[name]][0] == 403, (name, seen)
     assert seen[urls["allowed name"]][0] == 502, seen  # allowed, but it resolves nowhere here
     assert "403" in str(seen[urls["https tunnel to other port"]][1]), seen
-    assert bridge_v6 == [], "the host has an IPv6 address on the isolated bridge"
-    assert open_to_others == [], "other users may use these files of the sandbox (proxy log …)"
-    assert allowed.paths == ["/ok"]
+    assert open_to_others == [], "other users may use these files (proxy log, its channel …)"
+    assert sorted(allowed.paths) == ["/ip", "/ok"]
     assert other.paths == []
     decisions = [json.loads(line) for line in log.splitlines() if '"decision"' in line]
     allowed_entries = {(d["host"], d["port"]) for d in decisions if d["decision"] == "allow"}
     refused_entries = {(d["host"], d["port"]) for d in decisions if d["decision"] == "refuse"}
-    assert allowed_entries == {("localhost", allowed.port), ("allowed.test", 80)}
+    assert allowed_entries == {("localhost", p), ("127.0.0.1", p), ("allowed.test", 80)}
     assert refused_entries >= {
         ("localhost", other.port),
-        ("localhost.evil.test", allowed.port),
+        ("127.0.0.1", other.port),
+        ("localhost.evil.test", p),
         ("evil.test", 80),
         ("localhost", 80),
         ("allowed.test.evil.test", 80),
@@ -191,8 +216,8 @@ def test_sigkill_of_an_allow_creator_then_gc_leaves_no_network_rule_or_proxy(
         creator.wait(timeout=30)
         if creator.stdout is not None:
             creator.stdout.close()
-    # everything outlives the creator until gc
-    assert sorted(_network_leftovers(vm_provider, sandbox_id)) == ["network", "proxy", "rule"]
+    # everything outlives the creator until gc (the proxy: no network, no rule was ever made)
+    assert _network_leftovers(vm_provider, sandbox_id) == ["proxy"]
     removed = vm_provider.gc()
     assert sandbox_id in removed
     assert_gone(vm_provider, sandbox_id)
@@ -202,21 +227,21 @@ def test_sigkill_of_an_allow_creator_then_gc_leaves_no_network_rule_or_proxy(
 def test_gc_removes_network_pieces_whose_run_directory_is_gone(
     vm_provider: VmProvider, leak_check: list[str]
 ) -> None:
-    """A creator killed between making the network and starting the domain, whose run
-    directory was then removed, leaves pieces that only gc's scan by id can find."""
+    """A creator killed between starting the proxy and starting the domain, whose run
+    directory was then removed, leaves a proxy that only gc's scan by id can find."""
     sandbox_id = "vm-0deadbeef0"
     leak_check.append(sandbox_id)
     run = vm_provider.home / "run" / sandbox_id
     run.mkdir(parents=True)
     try:
-        vm_network.setup(
-            vm_provider.conn,
+        vm_network.setup_channel(
             sandbox_id,
             NetworkPolicy.parse("allow:example.com"),
             run,
             proxy_home=vm_provider.home,
+            files=vm_provider.files,
         )
-        assert sorted(_network_leftovers(vm_provider, sandbox_id)) == ["network", "proxy", "rule"]
+        assert _network_leftovers(vm_provider, sandbox_id) == ["proxy"]
     finally:
         for name in os.listdir(run):
             (run / name).unlink()

@@ -15,7 +15,6 @@ import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Literal
 
 import pytest
 
@@ -26,6 +25,7 @@ from cubicle.orchestrator.provider import SandboxSpec
 from cubicle.orchestrator.providers.vm import VmProvider
 from cubicle.orchestrator.providers.vm.domain import (
     AGENT_PORT,
+    EGRESS_PORT,
     Accelerator,
     DomainPlan,
     domain_xml,
@@ -35,7 +35,12 @@ from cubicle.orchestrator.providers.vm.domain import (
 )
 from cubicle.orchestrator.providers.vm.files import FileAccess
 from cubicle.orchestrator.providers.vm.image import VmImage, image_ref, load_image
-from cubicle.orchestrator.providers.vm.network import VmNetwork, bridge_name, network_name
+from cubicle.orchestrator.providers.vm.network import (
+    EgressChannel,
+    VmNetwork,
+    bridge_name,
+    network_name,
+)
 from cubicle.orchestrator.providers.vm.qemu_process import end_qemu, find_qemu
 from cubicle.orchestrator.providers.vm.virt import SANDBOX_STATES, DomainState
 from cubicle.orchestrator.providers.vm.warm import WarmKey, slots_for
@@ -102,14 +107,12 @@ def test_x86_guests_route_pci_interrupts_without_acpi(tmp_path: Path) -> None:
     assert "acpi=noirq" not in arm.findtext("os/cmdline", "").split()
 
 
-def test_open_network_adds_a_user_mode_nic_and_kvm_uses_the_host_cpu(tmp_path: Path) -> None:
-    root = ET.fromstring(
-        domain_xml(_plan(tmp_path, user_network=True, accelerator=Accelerator("kvm", "test")))
-    )
+def test_kvm_uses_the_host_cpu_and_no_plan_has_a_user_mode_nic(tmp_path: Path) -> None:
+    root = ET.fromstring(domain_xml(_plan(tmp_path, accelerator=Accelerator("kvm", "test"))))
     assert root.get("type") == "kvm"
-    assert root.find("devices/interface").get("type") == "user"  # type: ignore[union-attr]
     assert root.find("cpu").get("mode") == "host-passthrough"  # type: ignore[union-attr]
-    assert "cubicle.net=" in root.findtext("os/cmdline", "")
+    # QEMU user networking shows the host's loopback at 10.0.2.2: no plan uses it any more
+    assert root.findall("devices/interface") == []
 
 
 def test_hvf_plan_targets_aarch64_virt(tmp_path: Path) -> None:
@@ -192,39 +195,43 @@ def test_bad_specs_are_refused_before_anything_is_created(
     assert not (tmp_path / "run").exists()
 
 
-def test_allow_network_gives_the_domain_a_nic_and_the_guest_its_address_and_proxy(
+def test_proxied_networks_give_the_domain_no_nic_but_a_channel_to_the_proxy(
     tmp_path: Path,
 ) -> None:
-    sandbox_id = "vm-0123456789"
-    network = _vm_network(sandbox_id, "10.231.7.0/24", "allow")
+    """allow:/block:/ask: need no network card: the egress proxy is a second virtio-serial port
+    whose host side QEMU connects to; the guest is told to start its relay."""
+    channel = EgressChannel("vm-0123456789", tmp_path / "egress-channel.sock")
     root = ET.fromstring(
-        domain_xml(_plan(tmp_path, network=network.name, extra_cmdline=network.cmdline()))
+        domain_xml(_plan(tmp_path, egress_channel=channel.socket, extra_cmdline=channel.cmdline()))
     )
-    nics = [
-        (nic.get("type"), nic.findtext("model"), nic.find("source"))
-        for nic in root.findall("devices/interface")
+    assert root.findall("devices/interface") == []
+    channels = [
+        (t.get("name"), s.get("mode"), s.get("path"))
+        for element in root.findall("devices/channel")
+        if (t := element.find("target")) is not None and (s := element.find("source")) is not None
     ]
-    assert len(nics) == 1 and nics[0][0] == "network"
-    source = nics[0][2]
-    assert source is not None and source.get("network") == "cubicle-vm-0123456789"
+    assert channels == [
+        (AGENT_PORT, "bind", str(tmp_path / "agent.sock")),
+        (EGRESS_PORT, "connect", str(tmp_path / "egress-channel.sock")),
+    ]
     words = (root.findtext("os/cmdline") or "").split()
-    assert "cubicle.net=10.231.7.2/24,,127.0.0.1" in words  # no gateway, a dead resolver
-    assert "cubicle.proxy=http://10.231.7.1:3128" in words
-    assert bridge_name(sandbox_id) == "cbvm-0123456789"  # Linux allows 15 characters
+    assert "cubicle.egress=3128" in words
+    assert not any(w.startswith(("cubicle.net=", "cubicle.proxy=")) for w in words)
+    assert channel.proxy_url == "http://127.0.0.1:3128"
+    assert bridge_name("vm-0123456789") == "cbvm-0123456789"  # Linux allows 15 characters
 
 
-def _vm_network(sandbox_id: str, subnet: str, mode: Literal["allow", "open"]) -> VmNetwork:
+def _vm_network(sandbox_id: str, subnet: str) -> VmNetwork:
     return VmNetwork(
         sandbox_id,
         network_name(sandbox_id),
         bridge_name(sandbox_id),
         ipaddress.IPv4Network(subnet),
-        mode,
     )
 
 
 def test_open_network_routes_and_resolves_through_the_host_side_of_its_bridge() -> None:
-    network = _vm_network("vm-0123456789", "10.231.9.0/24", "open")
+    network = _vm_network("vm-0123456789", "10.231.9.0/24")
     assert network.cmdline() == ("cubicle.net=10.231.9.2/24,10.231.9.1,10.231.9.1",)
 
 

@@ -43,6 +43,7 @@ from cubicle.orchestrator.hostdirs import host_folder
 from cubicle.orchestrator.provider import ExecResult, Progress
 from cubicle.orchestrator.providers import guest_build
 from cubicle.orchestrator.providers.guest_build import DEBIAN_MIRROR, REPO_ROOT, SUITE
+from cubicle.orchestrator.providers.vm import host_tools
 from cubicle.orchestrator.providers.vm.domain import AARCH64_MACHINES
 from cubicle.orchestrator.providers.vm.files import HOME_MODE
 from cubicle.orchestrator.providers.vm.image import (
@@ -405,7 +406,7 @@ def _disk(rootfs: Path, work: Path, target: Path) -> None:
     run_step(
         "mkfs.ext4",
         [
-            "mkfs.ext4",
+            host_tools.require_tool("mkfs.ext4", needed_for="the VM image's root file system"),
             "-q",
             "-F",
             "-L",
@@ -418,7 +419,8 @@ def _disk(rootfs: Path, work: Path, target: Path) -> None:
             f"{size_mb}M",
         ],
     )
-    run_step("qemu-img convert", ["qemu-img", "convert", "-O", "qcow2", raw, target])
+    qemu_img = host_tools.require_tool("qemu-img", needed_for="the VM image's base disk")
+    run_step("qemu-img convert", [qemu_img, "convert", "-O", "qcow2", raw, target])
     raw.unlink()
 
 
@@ -545,10 +547,11 @@ def build(*, progress: Progress, force: bool = False, home: Path | None = None) 
             hint="run: sudo cubicle image build --backend vm",
         )
     for tool in ("debootstrap", "qemu-img", "mkfs.ext4", "dpkg-deb", "apt-get", "tar"):
-        if shutil.which(tool) is None:
+        if host_tools.find_tool(tool) is None:  # PATH, then /usr/sbin, /sbin, Homebrew kegs
             raise ImageBuildError(
                 f"building the VM image needs {tool}, which is not installed",
-                hint="run: scripts/ensure-host-packages (see scripts/host-packages/vm.txt)",
+                hint=host_tools.install_line(tool)
+                + " (or run scripts/ensure-host-packages: scripts/host-packages/vm.txt)",
             )
     host_folder(home, mode=HOME_MODE)  # refused when another user could write it or a parent
     if home.parent.is_dir():

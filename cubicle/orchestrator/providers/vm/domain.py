@@ -3,10 +3,12 @@
 One :class:`DomainPlan` describes a sandbox domain: a transient domain that direct-boots the
 image's PVH ``vmlinux`` + tiny initramfs from a per-sandbox qcow2 overlay, with a virtio-serial
 unix channel to the agent, the serial console in a file, no NIC unless the network policy is
-``open`` or ``allow:`` (a NIC on the sandbox's own libvirt network,
-:mod:`cubicle.orchestrator.providers.vm.network`; QEMU user networking for ``open`` only on macOS,
-where libvirt has no bridges), and the labels of :mod:`cubicle.orchestrator.labels` (owner
-pid/start/host, expiry …) as ``<cubicle:label key=… value=…/>`` elements so ``gc`` finds orphans.
+``open`` on a host with bridges (a NIC on the sandbox's own libvirt network,
+:mod:`cubicle.orchestrator.providers.vm.network`), for ``allow:``/``block:``/``ask:`` (and ``open``
+without bridges) a second virtio-serial channel whose host side is the egress proxy's socket
+(QEMU connects), and the labels of
+:mod:`cubicle.orchestrator.labels` (owner pid/start/host, expiry …) as
+``<cubicle:label key=… value=…/>`` elements so ``gc`` finds orphans.
 
 Accelerator (:func:`probe_accelerator`): KVM only when the host has real VT-x/AMD-V
 (``kvm_intel``/``kvm_amd`` loaded and ``/dev/kvm`` usable); a PVM ``/dev/kvm`` (``kvm_pvm``, as on
@@ -29,6 +31,7 @@ from typing import Literal
 __all__ = [
     "AARCH64_MACHINES",
     "AGENT_PORT",
+    "EGRESS_PORT",
     "METADATA_NS",
     "Accelerator",
     "DomainPlan",
@@ -40,11 +43,10 @@ __all__ = [
 
 AGENT_PORT = "org.cubicle.agent"
 """Name of the virtio-serial port the guest agent listens on (images/vm/cubicle-init)."""
+EGRESS_PORT = "org.cubicle.egress"
+"""Name of the virtio-serial port to the egress proxy (``cubicle_guest.egress_relay``)."""
 METADATA_NS = "https://cubicle.invalid/xmlns/libvirt/1"
 METADATA_PREFIX = "cubicle"
-USER_NET = ("10.0.2.15/24", "10.0.2.2", "10.0.2.3")
-"""Guest address, gateway and DNS of QEMU user-mode networking (policy ``open`` on macOS only: it
-shows the host's loopback to the guest at 10.0.2.2)."""
 
 AARCH64_MACHINES = ("aarch64", "arm64")
 """The names :func:`platform.machine` gives 64-bit ARM (Linux says aarch64, macOS arm64)."""
@@ -119,12 +121,13 @@ class DomainPlan:
     at once (the agent's start beside the desktop's); the guest's init takes the extra ones
     offline when the boot's work is done (``cubicle.cpus=``, images/vm/cubicle-init)."""
     labels: Mapping[str, str] = field(default_factory=dict)
-    user_network: bool = False
-    """A QEMU user-mode NIC (``open`` on macOS)."""
     network: str | None = None
-    """A libvirt network to attach a virtio NIC to (the isolated network of ``allow:``)."""
+    """A libvirt network to attach a virtio NIC to (the NAT'd network of ``open`` on Linux)."""
+    egress_channel: Path | None = None
+    """``allow:``/``block:``/``ask:``: the unix socket of the sandbox's egress proxy, which
+    QEMU connects to as the host side of the virtio-serial port :data:`EGRESS_PORT` (no NIC)."""
     extra_cmdline: tuple[str, ...] = ()
-    """More kernel command line items (``allow:``'s guest address and proxy)."""
+    """More kernel command line items (``open``'s guest address, the egress relay's port)."""
     pids_limit: int = 0
     arch: str = field(default_factory=platform.machine)
 
@@ -170,8 +173,6 @@ class DomainPlan:
             parts.append(f"cubicle.cpus={self.kept_vcpus}")
         if self.pids_limit > 0:
             parts.append(f"cubicle.pids={self.pids_limit}")
-        if self.user_network:
-            parts.append("cubicle.net=" + ",".join(USER_NET))
         parts.extend(self.extra_cmdline)
         return " ".join(parts)
 
@@ -229,12 +230,13 @@ def domain_xml(plan: DomainPlan) -> str:
     channel = _sub(devices, "channel", type="unix")
     _sub(channel, "source", mode="bind", path=str(plan.agent_socket))
     _sub(channel, "target", type="virtio", name=AGENT_PORT)
+    if plan.egress_channel is not None:
+        egress = _sub(devices, "channel", type="unix")
+        _sub(egress, "source", mode="connect", path=str(plan.egress_channel))
+        _sub(egress, "target", type="virtio", name=EGRESS_PORT)
     serial = _sub(devices, "serial", type="file")
     _sub(serial, "source", path=str(plan.console_log))
     _sub(serial, "target", port="0")
-    if plan.user_network:
-        interface = _sub(devices, "interface", type="user")
-        _sub(interface, "model", type="virtio")
     if plan.network is not None:
         interface = _sub(devices, "interface", type="network")
         _sub(interface, "source", network=plan.network)

@@ -15,17 +15,20 @@ from __future__ import annotations
 import json
 import os
 import platform
+import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cubicle.orchestrator.errors import ImageMissing, ProviderError
+from cubicle.orchestrator.errors import ConfigError, ImageMissing, ProviderError
 from cubicle.orchestrator.providers import guest_build
+from cubicle.orchestrator.providers.vm import host_tools
 from cubicle.orchestrator.providers.vm.files import FileAccess
 
 __all__ = [
     "RECIPE_VERSION",
+    "SHARED_HOME",
     "VmImage",
     "create_overlay",
     "guest_packages",
@@ -55,14 +58,19 @@ class VmImage:
 def vm_home() -> Path:
     """Where the VM backend keeps images, warm states and per-sandbox files.
 
-    ``$CUBICLE_HOME/vm`` if set; ``/var/lib/cubicle/vm`` for root; else ``~/.cache/cubicle/vm``.
-    The directories must be readable by the QEMU user (libvirt-qemu), so they are mode 0755.
+    ``$CUBICLE_HOME/vm`` if set; ``/var/lib/cubicle/vm`` for root; else the user's own
+    ``$XDG_CACHE_HOME/cubicle/vm`` (``~/.cache/cubicle/vm`` when unset or not absolute, as the XDG
+    base directory spec says). The directories must be readable by the QEMU user (libvirt-qemu),
+    so they are mode 0755; :func:`cubicle.orchestrator.hostdirs.host_folder` refuses them (and
+    any parent) when another user could write them.
     """
     if os.environ.get("CUBICLE_HOME"):
         return Path(os.environ["CUBICLE_HOME"]) / "vm"
     if os.geteuid() == 0:
         return Path("/var/lib/cubicle/vm")
-    return Path.home() / ".cache" / "cubicle" / "vm"
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(cache) if os.path.isabs(cache) else Path.home() / ".cache"
+    return base / "cubicle" / "vm"
 
 
 def guest_packages(root: Path = guest_build.REPO_ROOT) -> list[str]:
@@ -91,18 +99,63 @@ def image_ref(root: Path = guest_build.REPO_ROOT) -> str:
     )
 
 
+SHARED_HOME = Path("/var/lib/cubicle/vm")
+"""Root's VM home: a user who has not built ``ref`` uses root's build of it from here."""
+
+
+def _trusted(directory: Path) -> bool:
+    """Whether only root (or we) can change the image folder ``directory``: its manifest, the
+    folder and every parent owned by root or us, not symlinks, and not writable by group or
+    others — a parent may be a root-owned sticky folder such as ``/tmp``."""
+    manifest = directory / "manifest.json"
+    try:
+        for path in (manifest, directory, *directory.parents):
+            info = path.lstat()
+            sticky = path not in (manifest, directory) and info.st_mode & stat.S_ISVTX
+            if info.st_uid not in (0, os.geteuid()) or stat.S_ISLNK(info.st_mode):
+                return False
+            if info.st_mode & 0o022 and not (sticky and info.st_uid == 0):
+                return False
+    except OSError:
+        return False
+    return True
+
+
+def _shared_image(ref: str) -> Path | None:
+    """``SHARED_HOME/images/<ref>/`` when it is complete and :func:`_trusted`; else None."""
+    directory = SHARED_HOME / "images" / ref
+    return directory if _trusted(directory) else None
+
+
 def load_image(ref: str | None = None, home: Path | None = None) -> VmImage:
-    """The built image ``ref`` (default: the one matching the current inputs).
+    """The built image ``ref`` (default: the one matching the current inputs): the build in
+    ``home`` (default :func:`vm_home`), else — for a user other than root — root's build in
+    :data:`SHARED_HOME` (:func:`_shared_image`: only when no one but root can change it).
+    ``ref`` may also be an image folder's absolute path (``CUBICLE_VM_IMAGE=/…/images/<ref>``),
+    used when :func:`_trusted`.
 
     :raises ImageMissing: it has not been built (hint: the build command).
+    :raises ConfigError: ``ref`` is a path to a folder someone else could change.
     """
-    wanted = ref or image_ref()
-    directory = (home or vm_home()) / "images" / wanted
+    if ref is not None and os.path.isabs(ref):
+        directory = Path(ref)
+        if (directory / "manifest.json").is_file() and not _trusted(directory):
+            raise ConfigError(
+                f"refusing the VM image folder {directory}: someone other than root or you could "
+                "change it (it, a parent or its manifest is theirs or writable by others)"
+            )
+        wanted = directory.name
+    else:
+        wanted = ref or image_ref()
+        directory = (home or vm_home()) / "images" / wanted
     manifest_path = directory / "manifest.json"
+    if not manifest_path.is_file() and (shared := _shared_image(wanted)) is not None:
+        directory, manifest_path = shared, shared / "manifest.json"
     if not manifest_path.is_file():
         raise ImageMissing(
-            f"VM image {wanted} is not built (no {manifest_path})",
-            hint="build it with: cubicle image build --backend vm",
+            f"VM image {wanted} is not built (no {manifest_path}, nor a build of root's in "
+            f"{SHARED_HOME / 'images' / wanted})",
+            hint="build it with: cubicle image build --backend vm (as root, to share it)",
         )
     manifest = json.loads(manifest_path.read_text())
     return VmImage(
@@ -124,7 +177,7 @@ def create_overlay(backing: Path, overlay: Path, access: FileAccess) -> None:
     """
     done = subprocess.run(
         [
-            "qemu-img",
+            host_tools.require_tool("qemu-img", needed_for="per-sandbox disk overlays"),
             "create",
             "-q",
             "-f",

@@ -1,37 +1,33 @@
-"""The network of an ``allow:`` or ``open`` VM sandbox: its own libvirt network and host firewall
-rules (and for ``allow:`` a host egress proxy, :mod:`cubicle.egress.proxy`), created per
-sandbox and removed by name.
+"""The network pieces of a VM sandbox that is not ``none``, created per sandbox and removed by id.
 
-Per sandbox ``vm-XXXXXXXXXX``, a transient libvirt network ``cubicle-vm-XXXXXXXXXX`` on bridge
-``cbvm-XXXXXXXXXX`` with the host at ``10.231.N.1/24`` (a free ``/24`` of :data:`SUBNET_POOL`)
-and the guest at ``10.231.N.2`` (set by its init from the kernel command line; no DHCP), and
-iptables rules tagged with the comment ``cubicle-vm-XXXXXXXXXX``:
+``allow:``, ``block:`` and ``ask:`` — **no network card, no bridge, no firewall rule**
+(:func:`setup_channel`): the guest's only way out is a second virtio-serial port,
+``org.cubicle.egress``, beside the agent's. Its host side is ``<run>/egress-channel.sock``, a
+unix socket root binds (root:QEMU ``0660`` in the root:QEMU ``0750`` run folder) and hands, as a
+listening descriptor, to the sandbox's egress proxy (``python3 -I <home>/proxy/<hash>/egress.pyz
+--channel-fd N --label vm-XXXXXXXXXX …``, a host process, as ``nobody`` when started by root,
+in its own session, its decisions in ``<run>/egress.log`` and its pid + start time in
+``<run>/egress.json``); QEMU connects to it when the domain starts. In the guest,
+``cubicle_guest.egress_relay`` listens on ``127.0.0.1:3128`` (the guest's ``HTTP(S)_PROXY``)
+and carries every connection to the proxy as one stream of :mod:`cubicle_guest.egress_mux`.
+The guest has only ``lo``: no DNS, no route, no address of the host or of another sandbox; no
+other process on the host can reach the proxy (its only listener is that socket). In ask mode
+root also binds the proxy's control socket (``<run>/egress-control.sock``, ``0600``).
 
-``allow:``
-  - the network is isolated (no ``<forward>``) with no DNS; the guest has no default route and a
-    resolver that does not answer (``127.0.0.1``);
-  - at the top of ``INPUT``/``FORWARD``: from the bridge the host accepts only TCP to the
-    proxy's address and port and rejects the rest (an isolated libvirt network alone still lets
-    the guest reach every host service on the bridge address); nothing is forwarded to or from
-    the bridge;
-  - the egress proxy: ``python3 -I <home>/proxy/<hash>/egress.pyz --listen 10.231.N.1:3128
-    --allow … --label vm-XXXXXXXXXX``, a host process (as ``nobody`` when started by root) in
-    its own session, its decisions in ``<run>/egress.log`` and its pid + start time in
-    ``<run>/egress.json``.
-``open``
-  - the network NATs to the host's uplinks (``<forward mode='nat'>``, libvirt's own rules) with
-    libvirt's DNS forwarder on ``10.231.N.1``; the guest's default route and resolver are
-    ``10.231.N.1``: it reaches what the host reaches, and host services listening on a
-    non-loopback address (as a Docker ``open`` container does through its bridge gateway);
+``open`` (Linux as root, :func:`setup`) — the bridge path, kept for ``open`` only because it
+gives the guest the real network (any TCP/UDP, DNS), which no proxy does: a transient libvirt
+network ``cubicle-vm-XXXXXXXXXX`` on bridge ``cbvm-XXXXXXXXXX`` with the host at
+``10.231.N.1/24`` (a free ``/24`` of :data:`SUBNET_POOL`) and the guest at ``10.231.N.2`` (set by
+its init from the kernel command line; no DHCP), NAT'd to the host's uplinks (``<forward
+mode='nat'>``, libvirt's own rules) with libvirt's DNS forwarder on ``10.231.N.1``; and iptables
+rules tagged with the comment ``cubicle-vm-XXXXXXXXXX``:
+
   - never the host's loopback: the kernel does not route ``127.0.0.0/8`` from a bridge, and a
     ``raw``-table rule drops such packets before any DNAT could send them elsewhere. (QEMU
-    user-mode networking, the old ``open``, maps ``10.0.2.2`` to the host's ``127.0.0.1``.)
-
-Both: ip6tables drops all IPv6 from the bridge (link-local addresses); and the host's address
-on the bridge answers only the sandbox's own bridge and the host itself (``INPUT -d 10.231.N.1
-! -i cbvm-… -j REJECT``): no other sandbox — another VM through its bridge, a Docker container
-through its gateway — reaches this sandbox's proxy (and raises questions in its ask queue) or its
-DNS forwarder.
+    user-mode networking maps ``10.0.2.2`` to the host's ``127.0.0.1``: never used.)
+  - ip6tables drops all IPv6 from the bridge (link-local addresses);
+  - the host's address on the bridge answers only the sandbox's own bridge and the host itself
+    (``INPUT -d 10.231.N.1 ! -i cbvm-… -j REJECT``): no other sandbox reaches its DNS forwarder.
 
 Who cleans up: :func:`teardown` (called by ``VmProvider.destroy``) and :func:`collect` (called by
 ``VmProvider.gc`` with the ids still in use) find every piece by the sandbox id alone — the
@@ -50,7 +46,6 @@ import pwd
 import random
 import re
 import shlex
-import shutil
 import signal
 import socket
 import subprocess
@@ -59,18 +54,23 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from cubicle.egress.bundle import BUNDLE_NAME, bundle_bytes
 from cubicle.egress.proxy import EGRESS_PORT
 from cubicle.orchestrator.errors import ProviderError
 from cubicle.orchestrator.hostprocs import processes
 from cubicle.orchestrator.network import NetworkPolicy
+from cubicle.orchestrator.providers.vm import host_tools
+from cubicle.orchestrator.providers.vm.files import FileAccess
 from cubicle.orchestrator.providers.vm.virt import libvirt_module, map_libvirt_errors
 from cubicle_guest.waiting import Deadline, poll
 
 __all__ = [
+    "CHANNEL_SOCKET",
+    "EGRESS_PORT_NAME",
     "SUBNET_POOL",
+    "EgressChannel",
     "VmNetwork",
     "bridge_name",
     "collect",
@@ -80,15 +80,21 @@ __all__ = [
     "remove_rules",
     "rule_comment",
     "setup",
+    "setup_channel",
     "stop_proxy",
     "teardown",
 ]
 
 SUBNET_POOL: Final = ipaddress.IPv4Network("10.231.0.0/16")
-"""Where the per-sandbox ``/24`` subnets come from (one per ``allow:`` sandbox)."""
+"""Where the per-sandbox ``/24`` subnets come from (one per ``open`` sandbox)."""
 NAME_PREFIX: Final = "cubicle-"
 PROXY_READY_S: Final = 10.0
 PROXY_STOP_S: Final = 5.0
+CHANNEL_SOCKET: Final = "egress-channel.sock"
+"""Proxied modes: the proxy's listening socket in the run folder; QEMU connects to it (the host
+side of the guest's virtio-serial port :data:`EGRESS_PORT_NAME`)."""
+EGRESS_PORT_NAME: Final = "org.cubicle.egress"
+"""The guest's virtio-serial port to the egress proxy (``cubicle_guest.egress_relay``)."""
 CONTROL_SOCKET: Final = "egress-control.sock"
 """Ask mode: the proxy's control socket in the run folder (root's alone, 0600)."""
 LIBVIRT_DNSMASQ_DIR: Final = Path("/var/lib/libvirt/dnsmasq")
@@ -113,13 +119,13 @@ def bridge_name(sandbox_id: str) -> str:
 
 @dataclass(frozen=True)
 class VmNetwork:
-    """What the domain and the guest need: the libvirt network and the guest's settings."""
+    """What the domain and the guest need: the ``open`` sandbox's libvirt network and the
+    guest's settings."""
 
     sandbox_id: str
     name: str
     bridge: str
     subnet: ipaddress.IPv4Network
-    mode: Literal["allow", "open"] = "allow"
 
     @property
     def host_address(self) -> ipaddress.IPv4Address:
@@ -129,43 +135,86 @@ class VmNetwork:
     def guest_address(self) -> ipaddress.IPv4Address:
         return self.subnet.network_address + 2
 
-    @property
-    def proxy_url(self) -> str:
-        return f"http://{self.host_address}:{EGRESS_PORT}"
-
     def cmdline(self) -> tuple[str, ...]:
-        """Kernel command line items read by ``images/vm/cubicle-init``: address/prefix,
-        gateway, resolver and (``allow:``) the proxy URL for HTTP(S)_PROXY. ``allow:`` has no
-        gateway and a resolver that does not answer; ``open`` routes and resolves through the
-        host's address on the bridge."""
+        """Kernel command line item read by ``images/vm/cubicle-init``: address/prefix,
+        gateway and resolver (both the host's address on the bridge)."""
         address = f"{self.guest_address}/{self.subnet.prefixlen}"
-        if self.mode == "open":
-            return (f"cubicle.net={address},{self.host_address},{self.host_address}",)
-        return (f"cubicle.net={address},,127.0.0.1", f"cubicle.proxy={self.proxy_url}")
+        return (f"cubicle.net={address},{self.host_address},{self.host_address}",)
 
 
 # --------------------------------------------------------------------------- setup
 
 
+@dataclass(frozen=True)
+class EgressChannel:
+    """The way out of an ``allow:``/``block:``/``ask:`` sandbox: no network card, a second
+    virtio-serial port (:data:`EGRESS_PORT_NAME`) whose host side is the unix socket ``socket``
+    in the run folder, where the sandbox's egress proxy listens (QEMU connects to it). In the
+    guest, ``cubicle_guest.egress_relay`` listens on ``127.0.0.1:3128`` and carries every
+    connection to the proxy over the port (:mod:`cubicle_guest.egress_mux`)."""
+
+    sandbox_id: str
+    socket: Path
+
+    @property
+    def proxy_url(self) -> str:
+        """The guest's ``HTTP(S)_PROXY``: the relay on its own loopback."""
+        return f"http://127.0.0.1:{EGRESS_PORT}"
+
+    def cmdline(self) -> tuple[str, ...]:
+        """Kernel command line item read by ``images/vm/cubicle-init``: start the relay on this
+        port and point the proxy variables at it."""
+        return (f"cubicle.egress={EGRESS_PORT}",)
+
+
 def setup(
     conn: Any, sandbox_id: str, policy: NetworkPolicy, run: Path, *, proxy_home: Path
 ) -> VmNetwork:
-    """Create the network and the firewall rules of an ``allow:`` or ``open`` sandbox, and the
-    proxy of an ``allow:`` one.
+    """Create the NAT'd network and the firewall rules of an ``open`` sandbox (Linux, root:
+    the bridge path, kept for ``open`` only; ``allow:``/``block:``/``ask:`` use
+    :func:`setup_channel`).
 
-    ``run`` is the sandbox's run directory (it must exist); ``proxy_home`` is where the proxy
-    script is copied for ``nobody`` to read (:func:`proxy_script`). On failure the caller tears
-    down (:func:`teardown` finds every piece by ``sandbox_id``).
+    ``run`` is the sandbox's run directory (it must exist); ``proxy_home`` is unused here (kept
+    for the callers of the bridge path). On failure the caller tears down (:func:`teardown`
+    finds every piece by ``sandbox_id``).
 
     :raises ProviderError: naming the piece that could not be made.
     """
-    if not (policy.proxied or policy.mode == "open"):
-        raise ValueError(f"vm_network.setup is for proxied and open policies, got {policy}")
-    network = _create_network(conn, sandbox_id, "open" if policy.mode == "open" else "allow")
+    del proxy_home
+    if policy.mode != "open":
+        raise ValueError(f"vm_network.setup is for the open policy, got {policy}")
+    network = _create_network(conn, sandbox_id)
     _add_rules(network)
-    if network.mode == "allow":
-        _start_proxy(network, policy, run, proxy_script(proxy_home))
     return network
+
+
+def setup_channel(
+    sandbox_id: str, policy: NetworkPolicy, run: Path, *, proxy_home: Path, files: FileAccess
+) -> EgressChannel:
+    """Start the egress proxy of an ``allow:``/``block:``/``ask:`` sandbox on its channel: no
+    libvirt network, no bridge, no firewall rule.
+
+    Root (or we, on ``qemu:///session``) binds ``run/egress-channel.sock`` (root:QEMU ``0660``:
+    ``files``; the run folder admits nobody else) and hands the listening descriptor to the
+    proxy, which runs as ``nobody`` when started by root; QEMU connects to it when the domain
+    starts. ``proxy_home``: where the proxy script is copied (:func:`proxy_script`). On failure
+    the caller tears down (:func:`teardown` finds the proxy by ``sandbox_id``).
+
+    :raises ProviderError: the proxy did not start.
+    """
+    if not policy.proxied:
+        raise ValueError(f"vm_network.setup_channel is for proxied policies, got {policy}")
+    path = run / CHANNEL_SOCKET
+    path.unlink(missing_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(str(path))
+        files.restrict(path, 0o660)
+        listener.listen(4)
+        _start_proxy(sandbox_id, policy, run, proxy_script(proxy_home), channel=listener)
+    finally:
+        listener.close()
+    return EgressChannel(sandbox_id, path)
 
 
 def _used_subnets(conn: Any) -> set[ipaddress.IPv4Network]:
@@ -183,9 +232,7 @@ def _used_subnets(conn: Any) -> set[ipaddress.IPv4Network]:
     return {n for n in used if isinstance(n, ipaddress.IPv4Network)}
 
 
-def _create_network(
-    conn: Any, sandbox_id: str, mode: Literal["allow", "open"], attempts: int = 8
-) -> VmNetwork:
+def _create_network(conn: Any, sandbox_id: str, attempts: int = 8) -> VmNetwork:
     libvirt = libvirt_module()
     name, bridge = network_name(sandbox_id), bridge_name(sandbox_id)
     if os.geteuid() == 0:  # libvirt writes <bridge>.macs here; Debian makes it only for 'default'
@@ -194,13 +241,12 @@ def _create_network(
     free = [s for s in SUBNET_POOL.subnets(new_prefix=24) if s not in used]
     last = "no free /24 left"
     for subnet in random.sample(free, min(attempts, len(free))):
-        network = VmNetwork(sandbox_id, name, bridge, subnet, mode)
+        network = VmNetwork(sandbox_id, name, bridge, subnet)
         root = ET.Element("network")
         ET.SubElement(root, "name").text = name
-        if mode == "open":
-            ET.SubElement(root, "forward", mode="nat")
+        ET.SubElement(root, "forward", mode="nat")
         ET.SubElement(root, "bridge", name=bridge, stp="off", delay="0")
-        ET.SubElement(root, "dns", enable="yes" if mode == "open" else "no")
+        ET.SubElement(root, "dns", enable="yes")
         ET.SubElement(root, "ip", address=str(network.host_address), prefix="24")
         try:
             conn.networkCreateXML(ET.tostring(root, encoding="unicode"))
@@ -210,17 +256,13 @@ def _create_network(
             continue
         return network
     raise ProviderError(
-        f"could not create the isolated network {name} of {sandbox_id} in {SUBNET_POOL} "
+        f"could not create the network {name} of {sandbox_id} in {SUBNET_POOL} "
         f"after {attempts} subnets: {last}"
     )
 
 
 def _iptables(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
-    path = shutil.which(tool)
-    if path is None:
-        raise ProviderError(
-            f"{tool} is not installed; allow: VM sandboxes need it (scripts/host-packages/vm.txt)"
-        )
+    path = host_tools.require_tool(tool, needed_for="open VM sandboxes")
     return subprocess.run([path, "-w", *args], capture_output=True, text=True, check=False)
 
 
@@ -239,28 +281,16 @@ def _rules(network: VmNetwork) -> list[Rule]:
         ("ip6tables", "filter", "FORWARD", ["-i", bridge, *tag, "-j", "DROP"]),
         ("ip6tables", "filter", "FORWARD", ["-o", bridge, *tag, "-j", "DROP"]),
     ]
-    # the host's address on this bridge (the proxy of allow:/ask:, libvirt's DNS of open) is
-    # this sandbox's alone: the host itself reaches it (lo); any other interface — another
-    # sandbox's bridge, Docker's, the LAN — is refused
+    # the host's address on this bridge (libvirt's DNS forwarder) is this sandbox's alone: the
+    # host itself reaches it (lo); any other interface — another sandbox's bridge, Docker's, the
+    # LAN — is refused
     host = ["-d", str(network.host_address)]
     own_address = [
         ("iptables", "filter", "INPUT", [*host, "-i", "lo", *tag, "-j", "ACCEPT"]),
         ("iptables", "filter", "INPUT", [*host, "!", "-i", bridge, *tag, "-j", "REJECT"]),
     ]
-    if network.mode == "open":
-        loopback = ["-i", bridge, "-d", "127.0.0.0/8", *tag, "-j", "DROP"]
-        return [("iptables", "raw", "PREROUTING", loopback), *own_address, *ipv6]
-    proxy = [
-        "-d", str(network.host_address), "-p", "tcp", "--dport", str(EGRESS_PORT),
-    ]  # fmt: skip
-    return [
-        ("iptables", "filter", "INPUT", ["-i", bridge, *proxy, *tag, "-j", "ACCEPT"]),
-        ("iptables", "filter", "INPUT", ["-i", bridge, *tag, "-j", "REJECT"]),
-        ("iptables", "filter", "FORWARD", ["-i", bridge, *tag, "-j", "REJECT"]),
-        ("iptables", "filter", "FORWARD", ["-o", bridge, *tag, "-j", "REJECT"]),
-        *own_address,
-        *ipv6,
-    ]
+    loopback = ["-i", bridge, "-d", "127.0.0.0/8", *tag, "-j", "DROP"]
+    return [("iptables", "raw", "PREROUTING", loopback), *own_address, *ipv6]
 
 
 def _add_rules(network: VmNetwork) -> None:
@@ -293,7 +323,7 @@ def proxy_python_check() -> str | None:
     )
     if done.returncode == 0:
         return None
-    return f"{python} cannot import h11, which the allow: egress proxy needs"
+    return f"{python} cannot import h11, which the egress proxy (allow:, block:, ask:) needs"
 
 
 def _proxy_python() -> str:
@@ -327,17 +357,11 @@ def _private_file(path: Path) -> int:
     return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
 
 
-def _start_proxy(network: VmNetwork, policy: NetworkPolicy, run: Path, script: Path) -> None:
-    argv = [
-        _proxy_python(),
-        "-I",
-        str(script),
-        "--listen",
-        f"{network.host_address}:{EGRESS_PORT}",
-        "--label",
-        network.sandbox_id,
-    ]
-    argv += policy.proxy_arguments
+def _start_proxy(
+    sandbox_id: str, policy: NetworkPolicy, run: Path, script: Path, *, channel: socket.socket
+) -> None:
+    argv = [_proxy_python(), "-I", str(script), "--channel-fd", str(channel.fileno())]
+    argv += ["--label", sandbox_id, *policy.proxy_arguments]
     control = None
     if policy.mode == "ask":
         # root binds the control socket (0600, in the root-only run folder) and hands the
@@ -359,7 +383,7 @@ def _start_proxy(network: VmNetwork, policy: NetworkPolicy, run: Path, script: P
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # outlives its creator until destroy/gc, like the domain
                 close_fds=True,
-                pass_fds=() if control is None else (control.fileno(),),
+                pass_fds=(channel.fileno(),) + (() if control is None else (control.fileno(),)),
                 **_proxy_user(),
             )
     finally:
@@ -375,8 +399,8 @@ def _start_proxy(network: VmNetwork, policy: NetworkPolicy, run: Path, script: P
             break
     tail = log_path.read_text(errors="replace").strip().splitlines()[-10:]
     raise ProviderError(
-        f"the egress proxy of {network.sandbox_id} did not listen on "
-        f"{network.host_address}:{EGRESS_PORT} within {PROXY_READY_S:.0f} s "
+        f"the egress proxy of {sandbox_id} did not listen on its channel "
+        f"{run / CHANNEL_SOCKET} within {PROXY_READY_S:.0f} s "
         f"(exit code {proxy.poll()}): " + " | ".join(tail)
     )
 
@@ -448,7 +472,7 @@ def _tagged_rules() -> Iterator[tuple[str, str, str, list[str]]]:
     """(tool, sandbox id, table, rule spec for ``-D``) of every cubicle VM rule in the chains of
     :data:`TABLE_CHAINS`."""
     for tool in ("iptables", "ip6tables"):
-        if shutil.which(tool) is None:
+        if host_tools.find_tool(tool) is None:
             continue
         for table, chain in TABLE_CHAINS:
             listed = _iptables(tool, "-t", table, "-S", chain)
@@ -514,7 +538,7 @@ def remove_network(conn: Any, sandbox_id: str) -> None:
 
 def teardown(conn: Any, sandbox_id: str, run: Path | None) -> None:
     """Stop the proxy, remove the rules and the network of ``sandbox_id``, one after the other
-    (idempotent; a sandbox without an ``allow:`` network costs a network lookup, an iptables
+    (idempotent; a sandbox without a bridge network costs a network lookup, an iptables
     listing and a /proc scan)."""
     stop_proxy(sandbox_id, run)
     remove_rules(sandbox_id)

@@ -20,16 +20,18 @@ created.
 Warm starts: see :mod:`cubicle.orchestrator.providers.vm.warm_start` (restore and save) and
 :mod:`cubicle.orchestrator.providers.vm.warm` (saved golden states, one live restore per slot; with
 every slot busy, a restore from a copy of a slot's state made in the run folder, ``state.save``,
-removed once restored; a cold boot when there is no saved state or the network policy needs
-a NIC).
+removed once restored; a cold boot when there is no saved state or the network policy is not
+``none``).
 
-Network: ``none`` (default) → no NIC at all, the guest has only ``lo``. ``open`` → a NIC on a
-per-sandbox NAT'd libvirt network: the guest reaches what the host reaches, never the host's
-loopback (QEMU user-mode networking only on macOS, where libvirt has no bridges).
-``allow:HOST[:PORT],...`` → a NIC on a per-sandbox isolated libvirt network whose only reachable
-peer is a host egress proxy that forwards exactly those origins and logs every decision
-(:mod:`cubicle.orchestrator.providers.vm.network`; :meth:`VmProvider.egress_log`). ``allow:`` and
-``open`` sandboxes always cold-boot (the saved warm states have no NIC).
+Network: ``none`` (default) → no NIC at all, the guest has only ``lo``. ``open`` → on Linux as root
+(``qemu:///system``) a NIC on a per-sandbox NAT'd libvirt network: the guest reaches what the host
+reaches, never the host's loopback; elsewhere (no bridges) the egress channel below with nothing
+blocked (:data:`OPEN_WITHOUT_BRIDGES`), never QEMU user networking.
+``allow:HOST[:PORT],...``, ``block:…``, ``ask:…`` → no NIC either: a second virtio-serial port whose
+host side is the sandbox's egress proxy, which forwards exactly those origins and logs every
+decision (no bridge, no firewall rule: :mod:`cubicle.orchestrator.providers.vm.network`;
+:meth:`VmProvider.egress_log`). Proxied and ``open`` sandboxes always cold-boot (the saved warm
+states have neither the NIC nor the egress port).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import json
 import logging
 import math
 import os
+import platform
 import secrets
 import shutil
 import socket
@@ -65,6 +68,7 @@ from cubicle.orchestrator.errors import (
     SandboxStartError,
 )
 from cubicle.orchestrator.hostdirs import host_folder
+from cubicle.orchestrator.network import NetworkPolicy
 from cubicle.orchestrator.provider import (
     AgentStream,
     DoctorCheck,
@@ -74,10 +78,11 @@ from cubicle.orchestrator.provider import (
     SandboxSpec,
 )
 from cubicle.orchestrator.providers.vm import build as vm_build
+from cubicle.orchestrator.providers.vm import host_tools, run_marks
 from cubicle.orchestrator.providers.vm import image as vm_image
 from cubicle.orchestrator.providers.vm import network as vm_network
-from cubicle.orchestrator.providers.vm import run_marks
 from cubicle.orchestrator.providers.vm.domain import (
+    AARCH64_MACHINES,
     DomainPlan,
     domain_xml,
     labels_from_xml,
@@ -127,11 +132,23 @@ UNLABELLED_GRACE_S = 600.0
 once this old."""
 GONE_POLL_S = 0.01
 """How often a destroy looks whether libvirt has forgotten the domain (one cheap RPC)."""
-_USER_NET_ONLY = sys.platform == "darwin"
-"""macOS libvirt has no bridges: ``open`` falls back to QEMU user-mode networking there."""
+DOCTOR_TOOLS: Final = (
+    "qemu-img",
+    "qemu-system-aarch64" if platform.machine() in AARCH64_MACHINES else "qemu-system-x86_64",
+    *(("iptables", "ip6tables") if sys.platform == "linux" else ()),
+)
+"""Host programs ``cubicle doctor`` looks for (:mod:`.host_tools`): the overlays' qemu-img, the
+hypervisor of this machine's architecture, and the firewall tools of ``open``'s bridge networks
+(not on macOS, whose sandboxes use none)."""
 
 
 CONSOLE_TAIL_BYTES: Final = 1 << 20
+OPEN_WITHOUT_BRIDGES: Final = NetworkPolicy.parse("block:invalid")
+"""``open`` where there are no bridges (macOS, ``qemu:///session``): the egress proxy with nothing
+blocked (``.invalid`` never resolves, RFC 2606), so HTTP and ``CONNECT`` tunnels to any port of any
+public address — and, by the proxy's address guard, never the host's loopback, a private or
+link-local address (another sandbox, the host's services): QEMU user networking, the only NIC
+there, would show the host's loopback at ``10.0.2.2``."""
 """How much of the end of a console log ``logs`` reads, in bytes."""
 
 
@@ -156,8 +173,16 @@ class VmProvider(Provider):
         home: Path | None = None,
         warm_slots: int | None = None,
         pool_key: str | None = None,
+        open_bridges: bool | None = None,
     ) -> None:
         self.uri = uri or DEFAULT_URI
+        self.open_bridges = (
+            sys.platform == "linux" and os.geteuid() == 0 and self.uri.startswith("qemu:///system")
+            if open_bridges is None
+            else open_bridges
+        )
+        """``open`` as a NIC on a NAT'd bridge (Linux, root, ``qemu:///system``); otherwise
+        ``open`` is the egress proxy with nothing blocked (:data:`OPEN_WITHOUT_BRIDGES`)."""
         self.home = home or vm_image.vm_home()
         self.warm_slots = (
             int(os.environ.get("CUBICLE_VM_WARM_SLOTS", "2")) if warm_slots is None else warm_slots
@@ -246,16 +271,7 @@ class VmProvider(Provider):
                 "scripts/ensure-host-packages (python3-h11)" if problem else None,
             )
         )
-        for tool in ("qemu-img", "qemu-system-x86_64"):
-            found = shutil.which(tool)
-            checks.append(
-                DoctorCheck(
-                    tool,
-                    found is not None,
-                    found or f"{tool} is not installed",
-                    None if found else "scripts/ensure-host-packages",
-                )
-            )
+        checks += host_tools.tool_checks(DOCTOR_TOOLS)
         return checks
 
     def build_image(self, *, progress: Progress, force: bool = False) -> str:
@@ -380,7 +396,7 @@ class VmProvider(Provider):
         spec: SandboxSpec,
         image: vm_image.VmImage,
         labels: dict[str, str],
-        network: vm_network.VmNetwork | None = None,
+        network: vm_network.VmNetwork | vm_network.EgressChannel | None = None,
     ) -> DomainPlan:
         key = self.warm_key(spec)
         return DomainPlan(
@@ -396,8 +412,10 @@ class VmProvider(Provider):
             screen=spec.screen,
             accelerator=self.accelerator,
             labels=labels,
-            user_network=spec.network.mode == "open" and _USER_NET_ONLY,
-            network=network.name if network is not None else None,
+            network=network.name if isinstance(network, vm_network.VmNetwork) else None,
+            egress_channel=(
+                network.socket if isinstance(network, vm_network.EgressChannel) else None
+            ),
             extra_cmdline=network.cmdline() if network is not None else (),
             pids_limit=spec.pids_limit,
         )
@@ -454,8 +472,15 @@ class VmProvider(Provider):
         run = self.new_run_dir(sandbox_id, labels)
         overlay = run / "overlay.qcow2"
         vm_image.create_overlay(image.base, overlay, self.files)
-        network = None
-        if spec.network.proxied or (spec.network.mode == "open" and not _USER_NET_ONLY):
+        network: vm_network.VmNetwork | vm_network.EgressChannel | None = None
+        proxy_policy = spec.network
+        if spec.network.mode == "open" and not self.open_bridges:
+            proxy_policy = OPEN_WITHOUT_BRIDGES
+        if proxy_policy.proxied:
+            network = vm_network.setup_channel(
+                sandbox_id, proxy_policy, run, proxy_home=self.home, files=self.files
+            )
+        elif spec.network.mode == "open":
             network = vm_network.setup(
                 self.conn, sandbox_id, spec.network, run, proxy_home=self.home
             )

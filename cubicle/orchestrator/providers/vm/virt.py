@@ -30,9 +30,11 @@ __all__ = [
 T = TypeVar("T")
 
 DEFAULT_URI = os.environ.get(
-    "CUBICLE_LIBVIRT_URI", "qemu:///session" if sys.platform == "darwin" else "qemu:///system"
+    "CUBICLE_LIBVIRT_URI",
+    "qemu:///system" if sys.platform == "linux" and os.geteuid() == 0 else "qemu:///session",
 )
-"""libvirt's system daemon on Linux; the per-user session daemon on macOS (Homebrew libvirt)."""
+"""libvirt's system daemon for root on Linux; otherwise the user's own session daemon (which
+libvirt's client starts on demand: a normal user on Linux, Homebrew libvirt on macOS)."""
 ENSURE_HINT = "start libvirt with: scripts/ensure-libvirt (as root), or systemctl start libvirtd"
 
 
