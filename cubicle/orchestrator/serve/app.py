@@ -72,6 +72,7 @@ from cubicle.orchestrator.serve.requests import (
 from cubicle.orchestrator.serve.store import Session, SessionStore, TurnState, page
 from cubicle.orchestrator.serve.turns import turn_runner
 from cubicle.orchestrator.serve.worker import SessionWorker
+from cubicle.orchestrator.view.control import open_view
 from cubicle_guest.errors import CubicleError
 
 __all__ = ["ServerState", "build_app"]
@@ -506,8 +507,6 @@ async def console_view(request: Request) -> Response:
     sandbox = session.sandbox
     if sandbox is None:
         raise bad_request("the session's desktop is not ready yet")
-    from cubicle.orchestrator.view.control import open_view  # noqa: PLC0415 — loaded on demand
-
     try:
         link = await anyio.to_thread.run_sync(open_view, sandbox.id)
     except CubicleError as exc:

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
 import uvicorn
 from starlette.applications import Starlette
 
@@ -205,8 +206,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         yield
-        import anyio.to_thread  # noqa: PLC0415
-
         await anyio.to_thread.run_sync(shutdown, state)
 
     app.router.lifespan_context = lifespan
