@@ -75,9 +75,18 @@ def cmd_drill(args: argparse.Namespace) -> int:
     loops: list[LoopKind] = ["toolset", "runner"] if args.loop == "both" else [args.loop]
     record = parse_record(args.record) if args.record is not None else None
     tasks: list[Task] = shipped_tasks() if args.all else [load_task(args.task or DEFAULT_TASK)]
+    if args.all:  # a task whose script calls function tools needs a user: cubicle serve's
+        tasks = [task for task in tasks if task.scripted is None or not task.scripted.tools]
     for task in tasks:
         if task.scripted is None:
             raise ConfigError(f"task {task.name} has no [scripted] section: it cannot be drilled")
+        if task.scripted.tools:
+            raise ConfigError(
+                f"task {task.name}'s script calls the function tools "
+                f"{', '.join(task.scripted.tools)}, which a user answers: run it through "
+                f"cubicle serve (agent.model 'cubicle-task:{task.name}', the tools declared in "
+                "agent.tools)"
+            )
     out: Path = args.out or default_out("drill")
     started = time.monotonic()
     results: list[DrillResult] = []
