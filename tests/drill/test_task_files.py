@@ -36,7 +36,7 @@ def _write(tmp_path: Path, text: str, name: str = "t.toml") -> Path:
 def test_every_shipped_task_loads_and_its_script_types_what_its_checks_expect() -> None:
     tasks = shipped_tasks()
     names = [t.name for t in tasks]
-    assert {"desktop", "editor-save", "browser-form", "terminal-output"} <= set(names)
+    assert {"ask-user", "desktop", "editor-save", "browser-form", "terminal-output"} <= set(names)
     assert names == sorted(names)
     for task in tasks:
         assert task.scripted is not None, f"{task.name} cannot run offline"
@@ -44,7 +44,10 @@ def test_every_shipped_task_loads_and_its_script_types_what_its_checks_expect() 
         values = task.placeholders("/home/cubicle")
         script = parse_script(fill(task.script(), values), task.name)
         assert not any(turn.before for turn in script.turns), "pixels only: no guest steps"
-        assert script.turns[0].is_call and script.turns[-1].message
+        first = script.turns[0]
+        assert (first.is_call or first.is_function_call) and script.turns[-1].message
+        called = {turn.function[0] for turn in script.turns if turn.function is not None}
+        assert called == set(task.scripted.tools), "the script calls the tools it declares"
         text = json.dumps(fill(task.script(), values), ensure_ascii=False)
         assert "{WORKDIR}" not in text and "{PORT}" not in text
         prompt = str(fill(task.prompt, values))

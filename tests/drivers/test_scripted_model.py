@@ -313,7 +313,7 @@ def test_a_function_call_turn_and_the_tool_output_in_later_turns(
     """A ``function_call`` turn; the next request must answer it; ``{TOOL_OUTPUT}`` in the
     following turns is the latest output their request carries, verbatim (text or parts)."""
     tools: Any = [{"type": "computer"}, FUNCTION]
-    answer = {"type": "function_call_output", "call_id": "call_ask_0001", "output": 'Blue "0"'}
+    answer: Any = {"type": "function_call_output", "call_id": "call_ask_0001", "output": 'Blue "0"'}
     with ScriptedModel(parse_script(ASK), raise_on_exit=False) as model:
         first = client(model).responses.create(model="m", input="go", tools=tools)
         call = first.output[0]
@@ -328,7 +328,7 @@ def test_a_function_call_turn_and_the_tool_output_in_later_turns(
         typed = second.output[0]
         assert typed.type == "computer_call" and typed.actions is not None
         assert typed.actions[0].to_dict() == {"type": "type", "text": '[Blue "0"]'}
-        parts = {
+        parts: Any = {
             **answer,
             "output": [{"type": "input_text", "text": "Gr"}, {"type": "input_text", "text": "een"}],
         }

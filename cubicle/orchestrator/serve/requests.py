@@ -429,10 +429,11 @@ def _message(error: ErrorDetails) -> tuple[str, str]:
     if kind in ("union_tag_invalid", "union_tag_not_found"):
         param = f"{param}.type"
         found = error.get("input", {}).get("type") if isinstance(error["input"], dict) else None
-        what = "output part (input_text or input_image)" if "output" in loc else "session input"
+        part = "output" in loc
+        what = "output part (input_text or input_image)" if part else "session input"
         if found is None:
             return param, f"{param} is required (the kind of {what})"
-        return param, f"{param} {found!r} is not a {what}"
+        return param, f"{param} {found!r} is not {'an' if part else 'a'} {what}"
     if kind == "missing":
         return param, f"{param} is required"
     if kind == "extra_forbidden":
