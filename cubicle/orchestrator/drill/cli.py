@@ -48,8 +48,10 @@ def register(sub: Any) -> None:
         help=f"a shipped task's name or a task file (default: {DEFAULT_TASK})",
     )
     which.add_argument(
-        "--all", action="store_true", help="every shipped task (tasks/*.toml) but those whose script calls function tools "
-        "(a user answers those: cubicle serve): a conformance run"
+        "--all",
+        action="store_true",
+        help="every shipped task (tasks/*.toml) but those whose script calls function tools "
+        "(a user answers those: cubicle serve): a conformance run",
     )
     p.add_argument(
         "--loop",
