@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from cubicle.drivers.scripted_model import parse_script
+from cubicle.orchestrator.cli import main
 from cubicle.orchestrator.errors import ConfigError
 from cubicle.orchestrator.run_task import effective_settings
 from cubicle.orchestrator.tasks import (
@@ -189,3 +190,14 @@ def test_the_docs_task_file_example_is_a_valid_task() -> None:
     assert task.name == "editor-save" and task.setup.files[0].mode == 0o600
     assert task.checks[0].equals == "milk\neggs\nbread\n"
     assert parse_script(task.script()).turns, "its script is the shipped one"
+
+
+def test_drilling_a_task_that_asks_the_user_is_refused_naming_serve(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``ask-user``'s script calls a function tool a user answers: ``cubicle drill`` (offline,
+    no user) refuses it before making a sandbox and says where it runs."""
+    assert main(["drill", "--task", "ask-user"]) != 0
+    error = capsys.readouterr().err
+    assert "ask-user's script calls the function tools request_user_response" in error
+    assert "cubicle serve (agent.model 'cubicle-task:ask-user'" in error
