@@ -199,3 +199,45 @@ def test_a_failure_and_a_structured_output_reach_the_model_as_sent(
         finally:
             server.stop()
         assert leftovers(engine, {L.OWNER_PID: str(server.process.pid)}) == []
+
+
+def test_the_sdks_tool_handlers_answer_the_call(
+    docker_image: str, engine: docker.DockerClient, tmp_path: Path
+) -> None:
+    """``sessions.stream(..., tool_handlers=...)``: the SDK answers the ``function_call`` item
+    the moment it is added (so the call is pending by then); a mapping goes as compact JSON."""
+    script = {
+        "name": "sdk",
+        "turns": [
+            {"function_call": {"name": "request_user_response", "arguments": {"question": "C?"}}},
+            {"message": "The user answered: {TOOL_OUTPUT}"},
+        ],
+    }
+    asked: list[dict[str, Any]] = []
+
+    def handler(arguments: dict[str, Any]) -> dict[str, Any]:
+        asked.append(arguments)
+        return {"color": "teal"}
+
+    with ScriptedModel(parse_script(script)) as model:
+        server = start_server(
+            tmp_path / "serve",
+            env={"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": model.base_url},
+        )
+        try:
+            client = server.client()
+            session = client.beta.agents.sessions.create(
+                environment=DRILL_ENV, agent={"model": "gpt-test", "tools": [ASK_TOOL]}
+            )
+            with client.beta.agents.sessions.stream(
+                session.id, input="Ask.", tool_handlers={"request_user_response": handler}
+            ) as stream:
+                events = list(stream)
+            assert asked == [{"question": "C?"}]
+            texts = [e.text for e in events if e.type == "agent.session.turn.output_text.done"]
+            assert texts == ['The user answered: {"color":"teal"}']
+            assert items_of(client, session.id)[2]["output"] == '{"color":"teal"}'
+            client.beta.agents.sessions.delete(session.id)
+        finally:
+            server.stop()
+        assert leftovers(engine, {L.OWNER_PID: str(server.process.pid)}) == []

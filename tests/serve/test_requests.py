@@ -187,9 +187,9 @@ def idle_session(served: Served) -> Session:
             "is required",
         ),
         (
-            [{"type": TOOL_RESULT, "turn_id": "t", "call_id": "c", "success": True}],
+            [{**RESULT, "error": "no"}],
             "events[0]",
-            "output is required when success is true",
+            "error must be null when success is true",
         ),
         (
             [{**RESULT, "success": False, "output": "x", "error": "no"}],

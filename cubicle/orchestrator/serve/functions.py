@@ -4,7 +4,9 @@ For each function tool declared in ``agent.tools`` (:mod:`cubicle.orchestrator.s
 turn's loop gets a :class:`~cubicle.orchestrator.modelrun.functions.FunctionTool` whose handler
 (:func:`turn_functions`):
 
-1. adds a ``function_call`` item (``in_progress``, ``agent.session.turn.item.added``);
+1. registers the call as pending, then adds a ``function_call`` item (``in_progress``,
+   ``agent.session.turn.item.added``: the SDK's ``tool_handlers`` answer the call on this event,
+   so it must be answerable by then);
 2. publishes the call as a required action, the SDK's
    ``RequiredActionSessionRequiredActionResourceFunctionCall``
    (``{"type": "function_call", "call_id", "name", "arguments", "turn_id"}``, the arguments
@@ -15,7 +17,8 @@ turn's loop gets a :class:`~cubicle.orchestrator.modelrun.functions.FunctionTool
 3. records the answer: the call ``completed`` (``failed`` for ``success: false``,
    ``item.done``) and a ``function_call_output`` item with the output or the error as sent
    (``item.added``);
-4. gives the model the output as sent (text, or text/image parts); a failure as the text
+4. gives the model the output as sent (text, or text/image parts; a null output — the SDK
+   sends one for a handler returning ``None`` — as empty text); a failure as the text
    :func:`failure_output` (``{"success": false, "error": "..."}``), so the model sees that the
    call failed and why.
 
@@ -74,7 +77,6 @@ def _handler(
             arguments=call.arguments,
             status="in_progress",
         )
-        reporter.add_item(item)
         pending = PendingApproval(
             {
                 "type": "function_call",
@@ -84,6 +86,10 @@ def _handler(
                 "turn_id": turn.id,
             }
         )
+        with session.lock:  # pending before its item is seen: a client may answer the item
+            session.pending[call_id] = pending
+            session.function_calls[call_id] = turn.id
+        reporter.add_item(item)
         session.ask(turn, pending)
         result = pending.result
         if result is None:
@@ -105,6 +111,8 @@ def _handler(
         )
         if not success:
             return failure_output(error)
+        if output is None:
+            return ""
         return output if isinstance(output, str) else list(output)
 
     return answer

@@ -350,7 +350,8 @@ Output = Annotated[
 
 class ToolResult(_Body):
     """The result of a pending ``function_call``: ``success`` with its ``output`` (text, or
-    text/image parts), or a failure with its ``error`` (``output`` then null or left out)."""
+    text/image parts; null is empty text), or a failure with its ``error`` (``output`` then null
+    or left out)."""
 
     type: Literal["agent.session.input.tool_result"]
     turn_id: str
@@ -361,8 +362,6 @@ class ToolResult(_Body):
 
     @model_validator(mode="after")
     def _output_or_error(self) -> ToolResult:
-        if self.success and self.output is None:
-            raise ValueError("output is required when success is true")
         if self.success and self.error is not None:
             raise ValueError("error must be null when success is true")
         if not self.success and self.output is not None:
