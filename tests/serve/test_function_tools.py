@@ -141,13 +141,16 @@ def test_a_failure_and_a_structured_output_reach_the_model_as_sent(
     docker_image: str, engine: docker.DockerClient, tmp_path: Path
 ) -> None:
     """A Responses model (the scripted model through ``OPENAI_BASE_URL``) calls the tool twice:
-    ``success: false`` reaches it as the failure text, a JSON output exactly as sent."""
+    ``success: false`` reaches it as the failure text, a JSON output exactly as sent. In the next
+    turn a call pending when the turn is cancelled is withdrawn: ``incomplete``, then a 409."""
     script = {
         "name": "fn",
         "turns": [
             {"function_call": {"name": "request_user_response", "arguments": {"question": "A?"}}},
             {"function_call": {"name": "request_user_response", "arguments": {"question": "B?"}}},
             {"message": "Thanks."},
+            {"function_call": {"name": "request_user_response", "arguments": {"question": "C?"}}},
+            {"message": "never sent: the turn is cancelled while C is pending"},
         ],
     }
     structured = json.dumps({"color": "blue", "shades": [1, 2]})
@@ -174,7 +177,7 @@ def test_a_failure_and_a_structured_output_reach_the_model_as_sent(
                             events=[tool_result(call.turn_id, call.call_id, **next(answers))],
                         )
             assert types(events)[-2:] == ["agent.session.turn.completed", "agent.session.idle"]
-            model.assert_finished()
+            assert model.turns_served == 3 and not model.failures
             declared = [t for t in bodies[0]["tools"] if t["type"] == "function"]
             assert [(t["name"], t["parameters"]) for t in declared] == [
                 ("request_user_response", ASK_TOOL["parameters"])
@@ -195,6 +198,24 @@ def test_a_failure_and_a_structured_output_reach_the_model_as_sent(
             ]
             assert items[2]["error"] == "the user declined" and items[2].get("output") is None
             assert items[4]["output"] == structured
+            withdrawn: list[FunctionCallAction] = []
+            with client.beta.agents.sessions.stream(session.id, input="Ask again.") as stream:
+                for event in stream:
+                    if event.type == "agent.session.requires_action":
+                        withdrawn.append(pending_call(client, session.id))
+                        client.beta.agents.sessions.events.create(
+                            session.id, events=[{"type": "agent.session.input.cancel"}]
+                        )
+                    if event.type == "agent.session.turn.cancelled":
+                        break
+            assert len(withdrawn) == 1
+            assert client.beta.agents.sessions.retrieve(session.id).required_actions == []
+            assert items_of(client, session.id)[-1]["status"] == "incomplete"
+            with pytest.raises(openai.ConflictError):
+                client.beta.agents.sessions.events.create(
+                    session.id,
+                    events=[tool_result(withdrawn[0].turn_id, withdrawn[0].call_id, output="x")],
+                )
             client.beta.agents.sessions.delete(session.id)
         finally:
             server.stop()
