@@ -26,6 +26,9 @@ A task file is TOML (``tasks/*.toml`` ships a few)::
     form = { name = "Zoë", city = "Tokyo" }    # the JSON the form server stored, exactly
     [[checks]]
     verifier = "package.module:function"       # function(agent_client) -> bool | Check | [Check]
+    [[checks]]                                 # {TOOL_OUTPUT}: the latest function tool output
+    file = "{WORKDIR}/answer.txt"              # the model received (equals/contains only)
+    equals = "{TOOL_OUTPUT}"
 
     [limits]
     max_steps = 30                             # model requests at most
@@ -34,6 +37,7 @@ A task file is TOML (``tasks/*.toml`` ships a few)::
     [scripted]                                 # the offline scripted model (cubicle drill)
     script = "editor-save.script.json"         # relative to the task file
     model_view = [1024, 640]                   # what the scripted model sees of the screen
+    tools = ["request_user_response"]          # function tools the script calls (serve only)
 
 Placeholders ``{WORKDIR}``, ``{HOME}`` and ``{PORT}`` (the form server's port) are filled in the
 prompt, the set-up paths and URL, the checks' paths and the script; file contents and expected
@@ -237,10 +241,15 @@ class Limits(_Strict):
 
 
 class Scripted(_Strict):
-    """The scripted model's part: its script (JSON, :mod:`cubicle.drivers.scripted_model`)."""
+    """The scripted model's part: its script (JSON, :mod:`cubicle.drivers.scripted_model`) and
+    the function tools the script calls (``tools``: a session running the task must declare
+    them; ``cubicle drill`` cannot run such a task, no user answers there)."""
 
     script: str = Field(min_length=1)
     model_view: list[int] = Field(default_factory=lambda: [1024, 640])
+    tools: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]] = Field(
+        default_factory=list
+    )
 
     @field_validator("model_view")
     @classmethod

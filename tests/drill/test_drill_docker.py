@@ -46,7 +46,9 @@ def test_drill_all_passes_every_shipped_task_on_both_loops_pixels_only(
     assert cubicle_containers(process.pid) == []
     table = stdout[stdout.index("task ") :]
     assert re.match(r"task +loop +verdict +steps +seconds +stale\n", table), table
-    for task in shipped_tasks():
+    drilled = [t for t in shipped_tasks() if t.scripted is None or not t.scripted.tools]
+    assert len(drilled) < len(shipped_tasks()), "ask-user needs a user: cubicle serve's"
+    for task in drilled:
         for loop in ("toolset", "runner"):
             row = re.search(
                 rf"^{re.escape(task.name)} +{loop} +(\S+) +(\d+) +\S+ +(\d+)/(\d+)$",

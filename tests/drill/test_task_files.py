@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from cubicle.drivers.scripted_model import parse_script
+from cubicle.orchestrator.cli import main
 from cubicle.orchestrator.errors import ConfigError
 from cubicle.orchestrator.run_task import effective_settings
 from cubicle.orchestrator.tasks import (
@@ -36,7 +37,7 @@ def _write(tmp_path: Path, text: str, name: str = "t.toml") -> Path:
 def test_every_shipped_task_loads_and_its_script_types_what_its_checks_expect() -> None:
     tasks = shipped_tasks()
     names = [t.name for t in tasks]
-    assert {"desktop", "editor-save", "browser-form", "terminal-output"} <= set(names)
+    assert {"ask-user", "desktop", "editor-save", "browser-form", "terminal-output"} <= set(names)
     assert names == sorted(names)
     for task in tasks:
         assert task.scripted is not None, f"{task.name} cannot run offline"
@@ -44,7 +45,10 @@ def test_every_shipped_task_loads_and_its_script_types_what_its_checks_expect() 
         values = task.placeholders("/home/cubicle")
         script = parse_script(fill(task.script(), values), task.name)
         assert not any(turn.before for turn in script.turns), "pixels only: no guest steps"
-        assert script.turns[0].is_call and script.turns[-1].message
+        first = script.turns[0]
+        assert (first.is_call or first.is_function_call) and script.turns[-1].message
+        called = {turn.function[0] for turn in script.turns if turn.function is not None}
+        assert called == set(task.scripted.tools), "the script calls the tools it declares"
         text = json.dumps(fill(task.script(), values), ensure_ascii=False)
         assert "{WORKDIR}" not in text and "{PORT}" not in text
         prompt = str(fill(task.prompt, values))
@@ -186,3 +190,14 @@ def test_the_docs_task_file_example_is_a_valid_task() -> None:
     assert task.name == "editor-save" and task.setup.files[0].mode == 0o600
     assert task.checks[0].equals == "milk\neggs\nbread\n"
     assert parse_script(task.script()).turns, "its script is the shipped one"
+
+
+def test_drilling_a_task_that_asks_the_user_is_refused_naming_serve(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``ask-user``'s script calls a function tool a user answers: ``cubicle drill`` (offline,
+    no user) refuses it before making a sandbox and says where it runs."""
+    assert main(["drill", "--task", "ask-user"]) != 0
+    error = capsys.readouterr().err
+    assert "ask-user's script calls the function tools request_user_response" in error
+    assert "cubicle serve (agent.model 'cubicle-task:ask-user'" in error

@@ -192,7 +192,7 @@ def test_the_server_is_stopped_on_exit() -> None:
         (
             lambda s: s["turns"][1].update(computer_call={}),
             1,
-            "exactly one of 'computer_call' or 'message'",
+            "exactly one of 'computer_call', 'function_call' or 'message'",
         ),
         (
             lambda s: s["turns"][0].update(expect={"screenshot_size": [0, 5]}),
@@ -289,3 +289,61 @@ def test_the_computer_tool_declared_is_checked(
         }
         client(model).responses.create(model="m", input="go", tools=[preview])  # on script
     assert model.turns_served == 1 and len(model.failures) == 1
+
+
+ASK: dict[str, Any] = {
+    "name": "ask",
+    "turns": [
+        {"function_call": {"name": "request_user_response", "arguments": {"question": "Color?"}}},
+        {"computer_call": {"actions": [{"type": "type", "text": "[{TOOL_OUTPUT}]"}]}},
+        {"message": "The user answered: {TOOL_OUTPUT}"},
+    ],
+}
+FUNCTION: Any = {
+    "type": "function",
+    "name": "request_user_response",
+    "parameters": {"type": "object", "properties": {"question": {"type": "string"}}},
+    "strict": False,
+}
+
+
+def test_a_function_call_turn_and_the_tool_output_in_later_turns(
+    client: Callable[[ScriptedModel], openai.OpenAI],
+) -> None:
+    """A ``function_call`` turn; the next request must answer it; ``{TOOL_OUTPUT}`` in the
+    following turns is the latest output their request carries, verbatim (text or parts)."""
+    tools: Any = [{"type": "computer"}, FUNCTION]
+    answer: Any = {"type": "function_call_output", "call_id": "call_ask_0001", "output": 'Blue "0"'}
+    with ScriptedModel(parse_script(ASK), raise_on_exit=False) as model:
+        first = client(model).responses.create(model="m", input="go", tools=tools)
+        call = first.output[0]
+        assert call.type == "function_call"
+        assert (call.name, call.call_id) == ("request_user_response", "call_ask_0001")
+        assert json.loads(call.arguments) == {"question": "Color?"}
+        with pytest.raises(openai.BadRequestError, match="expected the function_call_output"):
+            client(model).responses.create(model="m", input="go", tools=tools)
+        second = client(model).responses.create(
+            model="m", input=[{"role": "user", "content": "go"}, answer], tools=tools
+        )
+        typed = second.output[0]
+        assert typed.type == "computer_call" and typed.actions is not None
+        assert typed.actions[0].to_dict() == {"type": "type", "text": '[Blue "0"]'}
+        parts: Any = {
+            **answer,
+            "output": [{"type": "input_text", "text": "Gr"}, {"type": "input_text", "text": "een"}],
+        }
+        third = client(model).responses.create(
+            model="m",
+            input=[
+                answer,
+                parts,
+                {
+                    "type": "computer_call_output",
+                    "call_id": "call_ask_0002",
+                    "output": {"type": "computer_screenshot", "image_url": png_url(8, 8)},
+                },
+            ],
+            tools=tools,
+        )
+        assert third.output_text == "The user answered: Green"
+    assert len(model.failures) == 1  # the request without the function's output

@@ -1,18 +1,24 @@
 """The console in headless Chromium: it lists the session, shows a new event within 2 s, loads
-the latest screenshot, and approving from the page lets the turn go on."""
+the latest screenshot, and approving from the page lets the turn go on; a pending function call
+is answered from the page."""
 
 from __future__ import annotations
 
 import re
 import threading
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
 from openai.types.beta.agent_session_event import AgentSessionEvent
 from playwright.sync_api import Browser, sync_playwright
 
-from tests.serve.conftest import TOKEN, Server, engine, server
+from cubicle.drivers.scripted_model import ScriptedModel, parse_script
+from cubicle.orchestrator import labels as L
+from tests.orchestrator.support import leftovers
+from tests.serve.conftest import TOKEN, Server, engine, server, start_server
 from tests.serve.support import DRILL_ENV, assert_turn_went_through
 from tests.support.pages import CHROMIUM, assert_no_csp_violations, new_context
 
@@ -106,3 +112,62 @@ def test_console_lists_streams_shows_screenshot_and_approves(
     other.context.close()
     context.close()
     client.beta.agents.sessions.delete(session.id)
+
+
+def test_console_answers_a_function_call(
+    docker_image: str, engine: docker.DockerClient, browser: Browser, tmp_path: Path
+) -> None:
+    script = {
+        "name": "ask",
+        "turns": [
+            {"function_call": {"name": "request_user_response", "arguments": {"question": "?"}}},
+            {"message": "The user answered: {TOOL_OUTPUT}"},
+        ],
+    }
+    tool: Any = {
+        "type": "function",
+        "name": "request_user_response",
+        "description": "Ask the user.",
+        "parameters": {"type": "object", "properties": {"question": {"type": "string"}}},
+    }
+    with ScriptedModel(parse_script(script)) as model:
+        server = start_server(
+            tmp_path / "serve",
+            env={"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": model.base_url},
+        )
+        try:
+            client = server.client()
+            session = client.beta.agents.sessions.create(
+                environment=DRILL_ENV, agent={"model": "gpt-test", "tools": [tool]}
+            )
+            context = new_context(browser)
+            page = context.new_page()
+            page.goto(f"{server.origin}/console#token={TOKEN}")
+            page.locator(f'.session[data-id="{session.id}"]').click(timeout=10_000)
+            outcome: list[AgentSessionEvent] = []
+
+            def run_turn() -> None:
+                with client.beta.agents.sessions.stream(session.id, input="Ask.") as stream:
+                    outcome.extend(stream)
+
+            worker = threading.Thread(target=run_turn)
+            worker.start()
+            try:
+                action = page.locator(".action", has_text="Function call request_user_response")
+                action.locator("input").fill("teal", timeout=120_000)
+                action.locator("button", has_text="answer").click()
+                worker.join(120)
+            finally:
+                if worker.is_alive():
+                    client.beta.agents.sessions.events.create(
+                        session.id, events=[{"type": "agent.session.input.cancel"}]
+                    )
+                    worker.join(60)
+            texts = [e.text for e in outcome if e.type == "agent.session.turn.output_text.done"]
+            assert texts == ["The user answered: teal"]
+            assert_no_csp_violations(page)
+            context.close()
+            client.beta.agents.sessions.delete(session.id)
+        finally:
+            server.stop()
+        assert leftovers(engine, {L.OWNER_PID: str(server.process.pid)}) == []

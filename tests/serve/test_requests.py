@@ -52,6 +52,25 @@ __all__ = ["served"]
 pytestmark = pytest.mark.newest
 
 USER = {"role": "user", "content": [{"type": "input_text", "text": "hi"}]}
+FUNCTION = {
+    "type": "function",
+    "name": "ask",
+    "description": "Ask the user.",
+    "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+}
+TOOL_RESULT = "agent.session.input.tool_result"
+RESULT = {"type": TOOL_RESULT, "turn_id": "t", "call_id": "c", "success": True, "output": "x"}
+
+
+def tools(*declared: dict[str, Any]) -> dict[str, Any]:
+    """Create fields with ``declared`` as the agent's tools."""
+    return {"agent": {**AGENT, "tools": list(declared)}}
+
+
+def without(tool: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in tool.items() if k != key}
+
+
 APPROVAL = "agent.session.input.computer_use_approval_request_result"
 
 
@@ -59,6 +78,19 @@ def bad_request(caught: pytest.ExceptionInfo[openai.BadRequestError]) -> tuple[s
     body = caught.value.body
     assert isinstance(body, dict) and body["code"] == "invalid_request_error", body
     return str(body["param"]), str(body["message"])
+
+
+def test_a_task_calling_an_undeclared_function_tool_is_refused(served: Served) -> None:
+    """``cubicle-task:ask-user`` calls ``request_user_response``: without it in ``agent.tools``
+    the session could not answer the call, so the create is refused naming the tool."""
+    client = served.client()
+    with pytest.raises(openai.BadRequestError) as caught:
+        create(client, agent={"model": "cubicle-task:ask-user", "tools": [FUNCTION]})
+    body = caught.value.body
+    assert isinstance(body, dict)
+    assert (body["param"], body["code"]) == ("agent.tools", "missing_tool")
+    assert "calls the function tool 'request_user_response'; declare it" in body["message"]
+    assert client.beta.agents.sessions.list().data == []
 
 
 @pytest.mark.parametrize(
@@ -96,6 +128,35 @@ def bad_request(caught: pytest.ExceptionInfo[openai.BadRequestError]) -> tuple[s
         ),
         ({"metadata": {f"k{n}": "v" for n in range(17)}}, "metadata", "more than 16"),
         ({"input": ""}, "input", "must not be empty"),
+        # function tools: names, schemas, unsupported options, duplicates, other tool kinds
+        (tools({**FUNCTION, "name": "ask user"}), "agent.tools[0].name", "1 to 64 letters"),
+        (tools({**FUNCTION, "name": "a" * 65}), "agent.tools[0].name", "1 to 64 letters"),
+        (tools(without(FUNCTION, "description")), "agent.tools[0].description", "is required"),
+        (tools(without(FUNCTION, "parameters")), "agent.tools[0].parameters", "is required"),
+        (
+            tools({**FUNCTION, "parameters": {"type": "string"}}),
+            "agent.tools[0].parameters",
+            'must be a JSON Schema of an object ("type": "object"), got type \'string\'',
+        ),
+        (
+            tools({**FUNCTION, "parameters": {"type": "object", "required": ["q"]}}),
+            "agent.tools[0].parameters",
+            "requires 'q', which is not among its properties",
+        ),
+        (
+            tools({**FUNCTION, "parameters": {"type": "object", "properties": {"q": 3}}}),
+            "agent.tools[0].parameters",
+            "properties that map each name to a JSON Schema",
+        ),
+        (tools({**FUNCTION, "async": True}), "agent.tools[0].async", "is not supported"),
+        (tools({**FUNCTION, "defer_loading": True}), "agent.tools[0].defer_loading", "supported"),
+        (tools({**FUNCTION, "strict": True}), "agent.tools[0].strict", "is not a known field"),
+        (tools(FUNCTION, FUNCTION), "agent.tools", "declares the function 'ask' twice"),
+        (
+            tools({"type": "mcp", "server_label": "x"}),
+            "agent.tools[0]",
+            "must be the computer tool (type computer_use) or a function tool (type function)",
+        ),
     ],
 )
 def test_a_bad_create_body_is_refused_naming_the_field(
@@ -147,9 +208,31 @@ def idle_session(served: Served) -> Session:
         ),
         ([{"type": APPROVAL, "response": {}}], "events[0].request_id", "is required"),
         (
-            [{"type": "agent.session.input.tool_result", "call_id": "c", "success": True}],
+            [{"type": TOOL_RESULT, "call_id": "c", "success": True, "output": "x"}],
+            "events[0].turn_id",
+            "is required",
+        ),
+        (
+            [{**RESULT, "error": "no"}],
+            "events[0]",
+            "error must be null when success is true",
+        ),
+        (
+            [{**RESULT, "success": False, "output": "x", "error": "no"}],
+            "events[0]",
+            "output must be null when success is false",
+        ),
+        ([{**RESULT, "success": "yes"}], "events[0].success", "should be a valid boolean"),
+        ([{**RESULT, "output": 5}], "events[0].output", "should be a valid list"),
+        (
+            [{**RESULT, "output": [{"type": "input_file", "file_id": "f"}]}],
+            "events[0].output[0].type",
+            "'input_file' is not an output part (input_text or input_image)",
+        ),
+        (
+            [{"type": "agent.session.input.mcp_approval_request_result", "request_id": "r"}],
             "events[0].type",
-            "no function or MCP tools",
+            "cubicle agents have no MCP tools",
         ),
         # the second entry is wrong: the first (valid) one is not applied either
         (

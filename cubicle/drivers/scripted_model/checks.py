@@ -3,9 +3,11 @@
 The request answering turn ``n`` (after a ``computer_call`` turn ``n-1``) must end with the
 ``computer_call_output`` for that call's ``call_id``, carrying a ``data:image/png;base64,``
 screenshot of the expected size (PNG header decoded) and ``acknowledged_safety_checks`` equal to
-the scripted checks (none when none were scripted). Every request declares exactly one computer
-tool: the GA ``computer`` or the preview ``computer_use_preview``, whose ``environment`` must be
-valid and whose display size must be the script's ``model_view`` when it has one.
+the scripted checks (none when none were scripted). After a ``function_call`` turn the request
+must end with a ``function_call_output`` for that call's ``call_id`` (any output). Every
+request declares exactly one computer tool: the GA ``computer`` or the preview
+``computer_use_preview``, whose ``environment`` must be valid and whose display size must be the
+script's ``model_view`` when it has one.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from cubicle.drivers.png import PngError, png_size_from_data_url
 from cubicle.drivers.scripted_model.script import Script, Turn
 from cubicle.drivers.scripted_model.wire import call_id
 
-__all__ = ["check_request"]
+__all__ = ["check_request", "tool_output"]
 
 
 def check_request(script: Script, prefix: str, index: int, body: object) -> str | None:
@@ -44,9 +46,43 @@ def check_request(script: Script, prefix: str, index: int, body: object) -> str 
     if not isinstance(items, list) or not items:
         return "the request has no input items"
     previous = script.turns[index - 1] if index > 0 else None
+    if previous is not None and previous.is_function_call:
+        return _check_function_output(prefix, previous, items[-1])
     if previous is None or not previous.is_call:
         return None
     return _check_output(script, prefix, previous, items[-1])
+
+
+def _check_function_output(prefix: str, previous: Turn, last: Any) -> str | None:
+    expected_id = call_id(prefix, previous)
+    if not isinstance(last, dict) or last.get("type") != "function_call_output":
+        kind = last.get("type", last.get("role")) if isinstance(last, dict) else type(last).__name__
+        return (
+            f"the last input item is {kind!r}, expected the function_call_output for {expected_id}"
+        )
+    if last.get("call_id") != expected_id:
+        return f"the function_call_output answers {last.get('call_id')!r}, expected {expected_id}"
+    if not isinstance(last.get("output"), str | list):
+        return f"the output of {expected_id} is neither text nor a list of parts"
+    return None
+
+
+def tool_output(body: dict[str, Any]) -> str | None:
+    """The output of the latest ``function_call_output`` in a request's input (a text output
+    verbatim, a list's ``input_text`` parts joined), or ``None``."""
+    items = body.get("input")
+    for item in reversed(items if isinstance(items, list) else []):
+        if isinstance(item, dict) and item.get("type") == "function_call_output":
+            output = item.get("output")
+            if isinstance(output, str):
+                return output
+            parts = output if isinstance(output, list) else []
+            return "".join(
+                str(part.get("text", ""))
+                for part in parts
+                if isinstance(part, dict) and part.get("type") == "input_text"
+            )
+    return None
 
 
 PREVIEW_ENVIRONMENTS = ("windows", "mac", "linux", "ubuntu", "browser")

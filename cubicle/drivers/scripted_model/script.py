@@ -13,8 +13,13 @@
 * ``model_view`` (optional): the screenshot size every ``computer_call_output`` must have,
   unless a turn's ``expect.screenshot_size`` says otherwise.
 * each turn is exactly one of ``computer_call`` (``actions`` — a list, the GA form — or
-  ``action`` — one action, the legacy form; optional ``pending_safety_checks``) or ``message``
+  ``action`` — one action, the legacy form; optional ``pending_safety_checks``),
+  ``function_call`` (``name`` and ``arguments``, a JSON object: a call of a function tool the
+  request declares; the next request must end with its ``function_call_output``) or ``message``
   (the final assistant text);
+* :data:`TOOL_OUTPUT` (``{TOOL_OUTPUT}``) in a turn's strings (typed text, the message) is
+  replaced, when the turn is answered, by the output of the latest ``function_call_output`` in
+  its request (a text output verbatim; a list of ``input_text`` parts joined);
 * ``before`` (optional): steps handed to the embedder's ``on_turn`` hook before the server
   answers; each is an object with a string ``op``; the server does not interpret them;
 * ``expect`` (computer_call turns only): ``screenshot_size`` ``[width, height]`` of the
@@ -37,7 +42,18 @@ from typing import Any, Final
 from cubicle.drivers.errors import ScriptError
 from cubicle.drivers.scripted_model.expect import Expectation, parse_sees
 
-__all__ = ["ACTION_FIELDS", "SafetyCheckSpec", "Script", "Turn", "load_script", "parse_script"]
+__all__ = [
+    "ACTION_FIELDS",
+    "TOOL_OUTPUT",
+    "SafetyCheckSpec",
+    "Script",
+    "Turn",
+    "load_script",
+    "parse_script",
+]
+
+TOOL_OUTPUT: Final = "{TOOL_OUTPUT}"
+"""Replaced in a turn by the latest function call output its request carries."""
 
 _INT = "int"
 _STR = "str"
@@ -72,7 +88,8 @@ class SafetyCheckSpec:
 
 @dataclass(frozen=True)
 class Turn:
-    """One scripted turn (``index`` is 0-based). Exactly one of ``actions``/``message`` is set."""
+    """One scripted turn (``index`` is 0-based). Exactly one of ``actions``/``function``/
+    ``message`` is set."""
 
     index: int
     before: tuple[dict[str, Any], ...] = ()
@@ -85,10 +102,17 @@ class Turn:
     sees: tuple[Expectation, ...] = ()
     """What the screenshot this turn was sent must show
     (:mod:`cubicle.drivers.scripted_model.expect`)."""
+    function: tuple[str, dict[str, Any]] | None = None
+    """A function call: ``(name, arguments)``."""
 
     @property
     def is_call(self) -> bool:
+        """A computer call."""
         return self.actions is not None
+
+    @property
+    def is_function_call(self) -> bool:
+        return self.function is not None
 
 
 @dataclass(frozen=True)
@@ -175,17 +199,22 @@ def _action(value: object, path: str, turn: int, where: str) -> dict[str, Any]:
 def _turn(index: int, value: object, path: str) -> Turn:
     if not isinstance(value, dict):
         raise ScriptError(path, index, f"a turn must be an object, got {type(value).__name__}")
-    unknown = sorted(set(value) - {"before", "computer_call", "message", "expect", "note", "sees"})
+    kinds = ("computer_call", "function_call", "message")
+    unknown = sorted(set(value) - {"before", *kinds, "expect", "note", "sees"})
     if unknown:
         raise ScriptError(
             path,
             index,
             f"unknown key {unknown[0]!r}; "
-            "allowed: before, computer_call, expect, message, note, sees",
+            "allowed: before, computer_call, expect, function_call, message, note, sees",
         )
     sees = parse_sees(value["sees"], path, index) if "sees" in value else ()
-    if ("computer_call" in value) == ("message" in value):
-        raise ScriptError(path, index, "a turn needs exactly one of 'computer_call' or 'message'")
+    if sum(kind in value for kind in kinds) != 1:
+        raise ScriptError(
+            path,
+            index,
+            "a turn needs exactly one of 'computer_call', 'function_call' or 'message'",
+        )
     before = value.get("before", [])
     if not isinstance(before, list) or not all(
         isinstance(s, dict) and isinstance(s.get("op"), str) for s in before
@@ -197,6 +226,16 @@ def _turn(index: int, value: object, path: str) -> Turn:
         if "expect" in value:
             raise ScriptError(path, index, "expect belongs to computer_call turns only")
         return Turn(index, tuple(before), message=value["message"], raw=dict(value), sees=sees)
+    if "function_call" in value:
+        if "expect" in value:
+            raise ScriptError(path, index, "expect belongs to computer_call turns only")
+        return Turn(
+            index,
+            tuple(before),
+            raw=dict(value),
+            sees=sees,
+            function=_function_call(value["function_call"], path, index),
+        )
     call = value["computer_call"]
     if not isinstance(call, dict):
         raise ScriptError(path, index, "computer_call must be an object")
@@ -255,6 +294,19 @@ def _turn(index: int, value: object, path: str) -> Turn:
     )
 
 
+def _function_call(call: object, path: str, index: int) -> tuple[str, dict[str, Any]]:
+    if not isinstance(call, dict) or set(call) != {"name", "arguments"}:
+        raise ScriptError(
+            path, index, "function_call must be an object with exactly 'name' and 'arguments'"
+        )
+    name, arguments = call["name"], call["arguments"]
+    if not isinstance(name, str) or not name:
+        raise ScriptError(path, index, "function_call.name must be a non-empty string")
+    if not isinstance(arguments, dict):
+        raise ScriptError(path, index, "function_call.arguments must be a JSON object")
+    return name, dict(arguments)
+
+
 def parse_script(data: object, path: str = "<script>") -> Script:
     """Validate a script already parsed from JSON; ``path`` names it in errors."""
     if not isinstance(data, dict):
@@ -274,7 +326,7 @@ def parse_script(data: object, path: str = "<script>") -> Script:
     if not isinstance(turns_raw, list) or not turns_raw:
         raise ScriptError(path, None, "turns must be a non-empty list")
     turns = tuple(_turn(i, t, path) for i, t in enumerate(turns_raw))
-    if turns[-1].is_call:
+    if turns[-1].message is None:
         raise ScriptError(
             path, len(turns) - 1, "the last turn must be a message, so the run can finish"
         )

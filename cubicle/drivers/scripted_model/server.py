@@ -10,7 +10,8 @@
 The server (stdlib ``ThreadingHTTPServer`` on 127.0.0.1, port chosen by the OS) answers the
 n-th request with turn n. Before answering it calls ``on_turn(index, turn, request_body)``
 (the embedder waits for windows etc. there; the server knows nothing about the guest), then
-checks the request (:mod:`cubicle.drivers.scripted_model.checks`). A request off script gets HTTP
+checks the request (:mod:`cubicle.drivers.scripted_model.checks`) and fills ``{TOOL_OUTPUT}`` in
+the turn with the request's latest function output. A request off script gets HTTP
 400 with the reason and is recorded in :attr:`ScriptedModel.failures` (the turn does not advance);
 a request after the last turn gets 400 too; an ``on_turn`` failure gets 500. Errors carry
 ``x-should-retry: false``. ``"stream": true`` requests get SSE (``response.created`` →
@@ -22,6 +23,7 @@ the socket, even when the body failed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import threading
@@ -31,8 +33,8 @@ from types import TracebackType
 from typing import Any, Self
 
 from cubicle.drivers.errors import DriverError, ScriptViolation
-from cubicle.drivers.scripted_model.checks import check_request
-from cubicle.drivers.scripted_model.script import Script, Turn, load_script
+from cubicle.drivers.scripted_model.checks import check_request, tool_output
+from cubicle.drivers.scripted_model.script import TOOL_OUTPUT, Script, Turn, load_script
 from cubicle.drivers.scripted_model.wire import response_json, sse_body
 
 __all__ = ["OnTurn", "ScriptedModel"]
@@ -177,7 +179,7 @@ class ScriptedModel:
             if problem is not None:
                 return self._fail(400, ScriptViolation(self.script.name, index, problem))
             assert isinstance(body, dict)
-            turn = self.script.turns[index]
+            turn = _with_output(self.script.turns[index], tool_output(body))
             if self.on_turn is not None:
                 try:
                     self.on_turn(index, turn, body)
@@ -199,6 +201,29 @@ class ScriptedModel:
         kind = "invalid_request_error" if status == 400 else "server_error"
         payload = {"error": {"message": str(error), "type": kind, "code": "off_script"}}
         return status, json.dumps(payload).encode(), "application/json"
+
+
+def _with_output(turn: Turn, output: str | None) -> Turn:
+    """``turn`` with :data:`TOOL_OUTPUT` replaced by ``output`` in its typed texts and message
+    (unchanged when the request carries no function output)."""
+    if output is None:
+        return turn
+
+    def fill(value: Any) -> Any:
+        if isinstance(value, str):
+            return value.replace(TOOL_OUTPUT, output)
+        if isinstance(value, dict):
+            return {key: fill(item) for key, item in value.items()}
+        if isinstance(value, list | tuple):
+            return type(value)(fill(item) for item in value)
+        return value
+
+    return dataclasses.replace(
+        turn,
+        actions=fill(turn.actions),
+        message=fill(turn.message),
+        function=fill(turn.function),
+    )
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -25,12 +25,23 @@ _USAGE = {
 
 
 def call_id(prefix: str, turn: Turn) -> str:
-    """The ``call_id`` of a computer_call turn (stable, so requests can be checked against it)."""
+    """The ``call_id`` of a computer_call or function_call turn (stable, so requests can be
+    checked against it)."""
     return f"call_{prefix}_{turn.index + 1:04d}"
 
 
 def _output_item(prefix: str, turn: Turn) -> dict[str, Any]:
     number = f"{prefix}_{turn.index + 1:04d}"
+    if turn.function is not None:
+        name, arguments = turn.function
+        return {
+            "type": "function_call",
+            "id": f"fc_{number}",
+            "call_id": call_id(prefix, turn),
+            "name": name,
+            "arguments": json.dumps(arguments, ensure_ascii=False),
+            "status": "completed",
+        }
     if turn.actions is not None:
         item: dict[str, Any] = {
             "type": "computer_call",

@@ -1,7 +1,8 @@
 """The ``cubicle drill`` subcommand (registered by ``cubicle.orchestrator.cli``).
 
 ``cubicle drill`` — the offline, keyless end-to-end check of a task (default: the shipped
-``desktop`` task; ``--task NAME|FILE``; ``--all``: every shipped task): for each task and loop a
+``desktop`` task; ``--task NAME|FILE``; ``--all``: every shipped task but those whose script calls
+function tools, which need a user: ``cubicle serve``): for each task and loop a
 fresh sandbox (the task's screen and network), the task's set-up, the scripted model on
 127.0.0.1 driving the real openai loop (``ComputerToolset`` and/or ``ResponsesToolRunner``) by
 pixels only, then the task's checks through the agent. It prints a table (task, loop, verdict,
@@ -47,7 +48,10 @@ def register(sub: Any) -> None:
         help=f"a shipped task's name or a task file (default: {DEFAULT_TASK})",
     )
     which.add_argument(
-        "--all", action="store_true", help="every shipped task (tasks/*.toml): a conformance run"
+        "--all",
+        action="store_true",
+        help="every shipped task (tasks/*.toml) but those whose script calls function tools "
+        "(a user answers those: cubicle serve): a conformance run",
     )
     p.add_argument(
         "--loop",
@@ -75,9 +79,18 @@ def cmd_drill(args: argparse.Namespace) -> int:
     loops: list[LoopKind] = ["toolset", "runner"] if args.loop == "both" else [args.loop]
     record = parse_record(args.record) if args.record is not None else None
     tasks: list[Task] = shipped_tasks() if args.all else [load_task(args.task or DEFAULT_TASK)]
+    if args.all:  # a task whose script calls function tools needs a user: cubicle serve's
+        tasks = [task for task in tasks if task.scripted is None or not task.scripted.tools]
     for task in tasks:
         if task.scripted is None:
             raise ConfigError(f"task {task.name} has no [scripted] section: it cannot be drilled")
+        if task.scripted.tools:
+            raise ConfigError(
+                f"task {task.name}'s script calls the function tools "
+                f"{', '.join(task.scripted.tools)}, which a user answers: run it through "
+                f"cubicle serve (agent.model 'cubicle-task:{task.name}', the tools declared in "
+                "agent.tools)"
+            )
     out: Path = args.out or default_out("drill")
     started = time.monotonic()
     results: list[DrillResult] = []

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +38,7 @@ from cubicle.drivers.viewport import Viewport
 from cubicle.orchestrator.drill.stale import StaleCheck
 from cubicle.orchestrator.modelrun import Desktop
 from cubicle.orchestrator.modelrun.errors import ExpectationFailed, RunError
+from cubicle.orchestrator.modelrun.functions import FunctionTool
 from cubicle.orchestrator.modelrun.loop import LoopKind, LoopOutcome
 from cubicle.orchestrator.modelrun.run import (
     FAILURE_SCREEN,
@@ -178,6 +179,7 @@ def run_drill(
     time_scale: float = 1.0,
     record: tuple[float, int] | None = None,
     observers: Iterable[TrajectoryObserver] = (),
+    functions: Sequence[FunctionTool] = (),
 ) -> DrillResult:
     """Run ``task`` (default: the shipped ``desktop`` task) once with the ``loop`` flavour of
     the SDK and its scripted model: :func:`cubicle.orchestrator.modelrun.run.run` with a
@@ -196,6 +198,8 @@ def run_drill(
         (:mod:`cubicle.orchestrator.view.recording`).
     :param observers: see every trajectory record as it is written
         (:class:`cubicle.orchestrator.trajectory.TrajectoryObserver`).
+    :param functions: the function tools the script calls, with who answers them (the
+        ``runner`` loop only; ``cubicle serve`` asks its client).
     """
     task = task or load_task(DEFAULT_TASK)
     if workdir is not None:
@@ -216,6 +220,7 @@ def run_drill(
         time_scale=time_scale,
         stop_launched_apps=not keep_apps,
         require_checks=True,
+        functions=tuple(functions),
     )
     result = run(desktop, spec, model, observers=observers, cancel_requested=cancel_requested)
     fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(RunResult)}
@@ -267,6 +272,8 @@ class DrillModel:
             what the turn expects to see?"""
             if index == 0 or session.last_model_shot is None:
                 return
+            if not parsed.turns[index - 1].is_call:
+                return  # a function call's answer: the model received no new screenshot
             stale.check(session.last_model_shot, session.recorder.last_shot)
             shot = _image(session.last_model_shot)
             if turn.sees:

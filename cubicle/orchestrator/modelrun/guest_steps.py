@@ -24,7 +24,7 @@ import posixpath
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -104,6 +104,9 @@ class TaskGuest:
     task: Task
     values: dict[str, str]
     helpers: str
+    tool_outputs: list[str] = field(default_factory=list)
+    """The function tool outputs the model received during the run, in order (a check's
+    ``{TOOL_OUTPUT}`` is the latest)."""
 
     @property
     def workdir(self) -> str:

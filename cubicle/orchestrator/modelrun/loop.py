@@ -27,7 +27,7 @@ import ipaddress
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -36,7 +36,7 @@ import httpx2
 import openai
 from openai import ComputerToolset, OpenAI
 from openai.lib.computer import ComputerActionInput
-from openai.lib.responses_tool_runner import ResponsesToolRunner
+from openai.lib.responses_tool_runner import RegisteredFunction, ResponsesToolRunner
 from openai.lib.tool_diagnostics import ToolDiagnostic
 from openai.types.responses import Response, ResponseComputerToolCall
 from openai.types.responses.response_create_params import ResponseCreateParamsNonStreaming
@@ -44,6 +44,7 @@ from openai.types.responses.response_create_params import ResponseCreateParamsNo
 from cubicle.drivers.approvals import ApprovalPolicy
 from cubicle.drivers.records import ActionRecord
 from cubicle.drivers.stall import DEFAULT_STALL_LIMIT, StallDetector
+from cubicle.orchestrator.modelrun.functions import FunctionCalls
 from cubicle.orchestrator.trajectory.recorder import TrajectoryRecorder
 
 __all__ = [
@@ -133,6 +134,9 @@ class RecordedSession:
         """Seconds the driver spent on actions and screenshots (guest round trips)."""
         self.next_shot_note: str | None = None
         """Says who took the next screenshot when it is not the SDK (recorded, then cleared)."""
+        self.functions: FunctionCalls | None = None
+        """The run's function tools: each response's ``function_call`` items are queued there
+        (:mod:`cubicle.orchestrator.modelrun.functions`) and recorded in its ``model_turn``."""
 
     # -- SDK callbacks -------------------------------------------------------------------------
 
@@ -314,6 +318,7 @@ class RecordedSession:
             return
         calls: list[dict[str, Any]] = []
         texts: list[str] = []
+        functions = self.functions.observe(body) if self.functions is not None else []
         for item in body.get("output") or []:
             if not isinstance(item, dict):
                 continue
@@ -337,6 +342,7 @@ class RecordedSession:
             response_id=body.get("id"),
             calls=calls,
             message="\n".join(texts) or None,
+            **({"function_calls": functions} if functions else {}),
             usage=body.get("usage"),
             duration_ms=round(elapsed * 1000, 1),
         )
@@ -359,6 +365,7 @@ class LoopThread:
 
     :param kind: ``toolset`` (``ComputerToolset.run``) or ``runner`` (``ResponsesToolRunner.run``).
     :param driver: an ``openai.ComputerDriver``; the caller owns it.
+    :param functions: function tools beside the computer tool (``runner`` only).
     """
 
     def __init__(
@@ -370,10 +377,17 @@ class LoopThread:
         session: RecordedSession,
         *,
         max_steps: int,
+        functions: Sequence[RegisteredFunction] = (),
     ) -> None:
+        if functions and kind != "runner":
+            raise ValueError("function tools need the runner loop (ResponsesToolRunner)")
         self.kind = kind
         self.toolset = ComputerToolset(driver)
-        self.runner = ResponsesToolRunner(computer=self.toolset) if kind == "runner" else None
+        self.runner = (
+            ResponsesToolRunner(computer=self.toolset, functions=list(functions))
+            if kind == "runner"
+            else None
+        )
         self._client = client
         self._params = params
         self._session = session

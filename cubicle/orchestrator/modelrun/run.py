@@ -39,6 +39,7 @@ from cubicle.drivers.stall import DEFAULT_STALL_LIMIT, StallDetector
 from cubicle.drivers.viewport import Viewport
 from cubicle.orchestrator.modelrun import Desktop
 from cubicle.orchestrator.modelrun.errors import RunCancelled, RunStalled
+from cubicle.orchestrator.modelrun.functions import FunctionCalls, FunctionTool
 from cubicle.orchestrator.modelrun.guest_steps import GuestSteps, TaskGuest
 from cubicle.orchestrator.modelrun.loop import (
     LoopKind,
@@ -133,6 +134,8 @@ class RunSpec:
         length of the run.
     :param time_scale: multiplies the set-up's waits (slow guests).
     :param stop_launched_apps: stop the programs the set-up launched when the run ends.
+    :param functions: function tools declared beside the computer tool
+        (:mod:`cubicle.orchestrator.modelrun.functions`; the ``runner`` loop only).
     """
 
     out: Path
@@ -152,6 +155,7 @@ class RunSpec:
     time_scale: float = 1.0
     stop_launched_apps: bool = False
     require_checks: bool = False
+    functions: tuple[FunctionTool, ...] = ()
 
 
 @dataclass
@@ -271,6 +275,7 @@ def _run_connected(
         on_stall=on_stall,
         gate=gate.wait if gate is not None else None,
     )
+    session.functions = FunctionCalls(spec.functions, recorder) if spec.functions else None
     steps: GuestSteps | None = None
     guest: TaskGuest | None = None
     recording: Recording | None = None
@@ -284,6 +289,8 @@ def _run_connected(
         prompt = spec.prompt
         if spec.task is not None:
             guest = steps.prepare(spec.task)
+            if session.functions is not None:  # the task's {TOOL_OUTPUT} checks read them
+                session.functions.outputs = guest.tool_outputs
             prompt = prompt or guest.prompt
             verifiers = [*task_verifiers(guest), *verifiers]
         if spec.record is not None:
@@ -373,6 +380,7 @@ def _loop(
             {"model": endpoint.model, "input": context.prompt},
             context.session,
             max_steps=spec.max_steps,
+            functions=context.session.functions.registered() if context.session.functions else (),
         )
         context.steps.cancelled = lambda: context.cancel_requested() or thread.cancelled()
         thread.start()

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from cubicle.drivers.scripted_model.script import TOOL_OUTPUT
 from cubicle.orchestrator.errors import ConfigError
 from cubicle.orchestrator.tasks import Check as TaskCheck
 from cubicle.orchestrator.tasks import fill
@@ -160,9 +161,17 @@ def _verifier(spec: TaskCheck, guest: TaskGuest) -> Verifier:
     path = guest.path(spec.file)
     if spec.equals is not None:
         equals = spec.equals
-        return lambda client: [check_file(client, label, path, equals)]
+        return lambda client: [check_file(client, label, path, _with_output(equals, guest))]
     part = spec.contains or ""
-    return lambda client: [check_contains(client, label, path, part)]
+    return lambda client: [check_contains(client, label, path, _with_output(part, guest))]
+
+
+def _with_output(text: str, guest: TaskGuest) -> str:
+    """``text`` with ``{TOOL_OUTPUT}`` replaced by the latest function tool output of the run
+    (read when the check runs; left as is when the model received none)."""
+    if not guest.tool_outputs:
+        return text
+    return text.replace(TOOL_OUTPUT, guest.tool_outputs[-1])
 
 
 def task_verifiers(guest: TaskGuest) -> list[Verifier]:

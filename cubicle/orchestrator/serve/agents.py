@@ -11,13 +11,16 @@
   (and ``OPENAI_BASE_URL`` when set) through :func:`cubicle.orchestrator.run_task.run_task`.
 
 ``instructions`` go to a Responses model ahead of the user's text (scripted agents read neither);
-``tools`` may hold the computer tool only (``{"type": "computer_use", "include_screenshots":
-bool}``; without screenshots the ``computer_use_call`` items carry none), at most
-:data:`~cubicle.orchestrator.serve.wire.MAX_TOOLS_BYTES` of compact JSON. ``compaction`` is null,
+``tools`` holds the computer tool (``{"type": "computer_use", "include_screenshots": bool}``;
+without screenshots the ``computer_use_call`` items carry none) and function tools the client
+answers (``{"type": "function", "name", "description", "parameters"}``, unique names, an object
+schema: :mod:`cubicle.orchestrator.serve.functions`; a task whose script calls a function must
+have it declared), at most :data:`~cubicle.orchestrator.serve.wire.MAX_TOOLS_BYTES` of compact
+JSON. ``compaction`` is null,
 ``{}`` or ``{"async": null | bool}`` — accepted and ignored, as the API does: compaction is always
 blocking and the session reports ``{"async": false}``. Agent settings cubicle cannot honour
-(``agent_id``, other tools, ``reasoning``, ``text``, ``multi_agent``, ``service_tier``,
-``experimental``) are a 400 naming the field. The shape is
+(``agent_id``, other tools such as web search or MCP, ``reasoning``, ``text``, ``multi_agent``,
+``service_tier``, ``experimental``) are a 400 naming the field. The shape is
 :class:`~cubicle.orchestrator.serve.requests.AgentRequest`; what it names (a task, a Responses
 model the server can call) is checked here.
 """
@@ -33,7 +36,7 @@ from typing import Any, Literal
 
 from cubicle.orchestrator.serve import wire
 from cubicle.orchestrator.serve.errors import bad_request
-from cubicle.orchestrator.serve.requests import AgentRequest, validate
+from cubicle.orchestrator.serve.requests import AgentRequest, FunctionTool, validate
 from cubicle_guest.errors import CubicleError
 
 __all__ = [
@@ -98,6 +101,8 @@ class AgentSpec:
     id: str = ""
     instructions: str | None = None
     include_screenshots: bool = True
+    functions: tuple[dict[str, Any], ...] = ()
+    """The declared function tools, each ``{"name", "description", "parameters"}``."""
 
     def resource(self) -> dict[str, Any]:
         """The session's ``agent`` object."""
@@ -110,7 +115,13 @@ class AgentSpec:
             "reasoning": {"effort": None, "summary": None},
             "service_tier": "auto",
             "text": {"format": {"type": "text"}, "verbosity": "medium"},
-            "tools": [{"type": "computer_use", "include_screenshots": self.include_screenshots}],
+            "tools": [
+                {"type": "computer_use", "include_screenshots": self.include_screenshots},
+                *(
+                    {"type": "function", **f, "defer_loading": False, "async": False}
+                    for f in self.functions
+                ),
+            ],
             "compaction": dict(wire.COMPACTION),
         }
 
@@ -148,15 +159,38 @@ def parse_agent(body: dict[str, Any], *, has_api_key: bool | None = None) -> Age
                 "the server with OPENAI_API_KEY set",
                 "agent.model",
             )
-    tools = request.tools or []  # the computer tool only; the last one says
+    tools = request.tools or []
+    functions = tuple(
+        {"name": t.name, "description": t.description, "parameters": t.parameters}
+        for t in tools
+        if isinstance(t, FunctionTool)
+    )
+    _check_task_tools(task, {str(f["name"]) for f in functions})
+    computer = [t for t in tools if not isinstance(t, FunctionTool)]
     return AgentSpec(
         model,
         kind,
         task=task,
         id=wire.new_id("agent"),
         instructions=request.instructions or None,
-        include_screenshots=tools[-1].include_screenshots if tools else True,
+        include_screenshots=computer[0].include_screenshots if computer else True,
+        functions=functions,
     )
+
+
+def _check_task_tools(task: object, declared: set[str]) -> None:
+    """A task whose script calls function tools needs them declared.
+
+    :raises ApiError: 400 naming ``agent.tools`` and the missing tool."""
+    scripted = getattr(task, "scripted", None)
+    for name in getattr(scripted, "tools", None) or []:
+        if name not in declared:
+            raise bad_request(
+                f"agent.tools: the task {getattr(task, 'name', '?')!r} calls the function tool "
+                f'{name!r}; declare it ({{"type": "function", "name": "{name}", ...}})',
+                "agent.tools",
+                code="missing_tool",
+            )
 
 
 def _check_tools_size(tools: object) -> None:

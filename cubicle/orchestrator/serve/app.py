@@ -10,7 +10,8 @@ page):
 ``GET    /v1/agents/sessions/{id}``         retrieve
 ``DELETE /v1/agents/sessions/{id}``         delete: cancels the turn, removes the sandbox,
                                             its folder, its streams
-``POST   /v1/agents/sessions/{id}/events``  inputs: message, cancel, approval answers (202)
+``POST   /v1/agents/sessions/{id}/events``  inputs: message, cancel, approval answers, function
+                                            tool results (202)
 ``GET    /v1/agents/sessions/{id}/events``  SSE: the current status, then live events
 ``GET    /v1/agents/sessions/{id}/items``   items, paginated as the SDK pages them
 any other ``/v1/...``                       501 in the error shape (not implemented)
@@ -66,6 +67,7 @@ from cubicle.orchestrator.serve.requests import (
     EventsRequest,
     InputEvent,
     MessageInput,
+    ToolResult,
     content_of,
     validate,
 )
@@ -376,10 +378,12 @@ def _check_input(session: Session, index: int, entry: InputEvent) -> Any:
         if turn is None:
             raise bad_request("there is no active turn to cancel", p, code="no_active_turn")
         return lambda worker: turn.cancel.set()
-    assert isinstance(entry, ApprovalResult)  # the tools' inputs are refused by the schema
+    if isinstance(entry, ToolResult):
+        return _tool_result(session, p, entry)
+    assert isinstance(entry, ApprovalResult)  # MCP answers are refused by the schema
     with session.lock:
         pending = session.pending.get(entry.request_id)
-    if pending is None:
+    if pending is None or pending.is_function_call:
         raise bad_request(
             f"{p}.request_id {entry.request_id!r} names no pending approval request",
             f"{p}.request_id",
@@ -394,6 +398,49 @@ def _check_input(session: Session, index: int, entry: InputEvent) -> Any:
 
     def answer(_worker: SessionWorker) -> None:
         pending.decision = decision
+        pending.answered.set()
+
+    return answer
+
+
+def _tool_result(session: Session, p: str, entry: ToolResult) -> Any:
+    """Check a ``tool_result`` against the pending function calls; return what applies it.
+
+    :raises ApiError: 404 when no call ``call_id`` of turn ``turn_id`` was ever pending, 409 when
+        it was answered already or its turn ended (both with ``x-should-retry: false``)."""
+    with session.lock:
+        pending = session.pending.get(entry.call_id)
+        turn_of_call = session.function_calls.get(entry.call_id)
+    if turn_of_call != entry.turn_id:
+        raise ApiError(
+            404,
+            f"{p}: no function call {entry.call_id!r} in turn {entry.turn_id!r} of this session; "
+            "retrieve the session and answer a function_call of its required_actions",
+            param=f"{p}.call_id",
+            code="not_found",
+        )
+    if pending is None or not pending.is_function_call:
+        raise ApiError(
+            409,
+            f"{p}: the function call {entry.call_id!r} is no longer pending (it was answered "
+            "already, or its turn ended); retrieve the session for its required_actions",
+            param=f"{p}.call_id",
+            code="conflict",
+        )
+    result = {
+        "success": entry.success,
+        "output": None
+        if entry.output is None
+        else entry.output
+        if isinstance(entry.output, str)
+        else [part.model_dump() for part in entry.output],
+        "error": entry.error,
+    }
+
+    def answer(_worker: SessionWorker) -> None:
+        with session.lock:  # no longer pending: a second answer is a conflict
+            session.pending.pop(entry.call_id, None)
+        pending.result = result
         pending.answered.set()
 
     return answer

@@ -27,6 +27,10 @@ function showActions(session) {
   box.textContent = "";
   document.getElementById("status").textContent = session.id + ": " + session.status;
   for (const a of session.required_actions || []) {
+    if (a.type === "function_call") {
+      box.appendChild(functionCall(session.id, a));
+      continue;
+    }
     const div = document.createElement("div");
     div.className = "action";
     const req = a.request || {};
@@ -46,6 +50,28 @@ function showActions(session) {
     }
     box.appendChild(div);
   }
+}
+function functionCall(sessionId, a) {
+  // a pending function tool call: its arguments, and a text answer (or a refusal) as tool_result
+  const div = document.createElement("div");
+  div.className = "action";
+  div.textContent = "Function call " + a.name + ": " + JSON.stringify(a.arguments) + " ";
+  const input = document.createElement("input");
+  input.placeholder = "answer";
+  div.appendChild(input);
+  for (const success of [true, false]) {
+    const b = document.createElement("button");
+    b.textContent = success ? "answer" : "decline";
+    b.onclick = () => {
+      const result = {type: "agent.session.input.tool_result", turn_id: a.turn_id,
+        call_id: a.call_id, success: success};
+      if (success) result.output = input.value; else result.error = "declined in the console";
+      api("/v1/agents/sessions/" + sessionId + "/events", {method: "POST",
+        body: JSON.stringify({events: [result]})}).then(() => div.remove(), e => alert(e));
+    };
+    div.appendChild(b);
+  }
+  return div;
 }
 async function refreshShot(id) {
   const r = await fetch("/console/api/sessions/" + id + "/screenshot", {headers: auth});

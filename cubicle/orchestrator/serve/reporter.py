@@ -12,7 +12,9 @@ written, a screenshot with its image) and maps each record to the wire:
 - the SDK's next ``screenshot`` → those calls done (``completed``, ``item.done``) with that
   screenshot as their ``computer_screenshot`` output (a JPEG data URL);
 - a refused safety check → the call ``failed``; whatever is still open at the end →
-  ``incomplete``.
+  ``incomplete``;
+- function calls and their outputs are added by their handler
+  (:mod:`cubicle.orchestrator.serve.functions`, :meth:`TurnReporter.add_item`).
 
 The session's latest screenshot (the console's image) follows every screenshot.
 """
@@ -101,6 +103,19 @@ class TurnReporter:
                 self._message(message)
         elif kind == "approval" and rec.get("subject") == "safety_check" and not rec.get("allowed"):
             self._close_calls("failed", None)
+
+    def add_item(self, item: dict[str, Any], *, done: bool = False) -> None:
+        """Add an item of the turn (``item.added``; with ``done`` also ``item.done``)."""
+        self.session.add_item(item)
+        self._item_event("agent.session.turn.item.added", item)
+        if done:
+            self._item_event("agent.session.turn.item.done", item)
+        self._output_index += 1
+
+    def done_item(self, item: dict[str, Any]) -> None:
+        """Replace an item of the turn by its final state (``item.done``)."""
+        self.session.replace_item(item)
+        self._item_event("agent.session.turn.item.done", item)
 
     def _message(self, text: str) -> None:
         self.final_message = text

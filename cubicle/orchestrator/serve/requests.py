@@ -2,7 +2,8 @@
 
 The models are cubicle's own, shaped as the installed ``openai`` package's request types
 (``openai.types.beta.agents.session_create_params``, ``...sessions.event_create_params``) but
-narrower where cubicle is: text parts only, the computer tool only, no spending limit. Those
+narrower where cubicle is: text parts only, the computer tool and function tools only, no
+spending limit. Those
 TypedDicts are not validated directly because pydantic would accept keys they do not declare
 (they cannot forbid extras), read ``compaction.async`` under its Python name ``async_`` (the
 package's own ``PropertyInfo`` alias is invisible to pydantic) and validate ``Iterable`` fields
@@ -17,6 +18,7 @@ that starts with it. What needs the server's state (a pending request's kind, th
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Final, Literal, TypeVar
 
 from pydantic import (
@@ -26,6 +28,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    Tag,
     ValidationError,
     model_validator,
 )
@@ -39,8 +42,10 @@ __all__ = [
     "CancelInput",
     "CreateRequest",
     "EventsRequest",
+    "FunctionTool",
     "InputEvent",
     "MessageInput",
+    "ToolResult",
     "UserMessage",
     "validate",
 ]
@@ -169,18 +174,88 @@ class CreateRequest(_Body):
 
 
 class ComputerTool(_Body):
-    """``{"type": "computer_use", "include_screenshots": bool}``: the one tool cubicle agents
-    have."""
+    """``{"type": "computer_use", "include_screenshots": bool}``: the computer tool."""
 
     type: Literal["computer_use"]
     include_screenshots: bool = True
 
-    @model_validator(mode="before")
-    @classmethod
-    def _computer_only(cls, value: Any) -> Any:
-        if not isinstance(value, dict) or value.get("type") != "computer_use":
-            raise ValueError("cubicle agents have the computer tool only (type computer_use)")
-        return value
+
+FUNCTION_NAME: Final = r"^[A-Za-z0-9_-]{1,64}$"
+"""A function tool's name, as the Responses API takes it."""
+
+
+def _function_name(value: str) -> str:
+    if not re.fullmatch(FUNCTION_NAME, value):
+        raise ValueError(
+            f"must be 1 to 64 letters, digits, underscores or dashes, got {value[:80]!r}"
+        )
+    return value
+
+
+def _object_schema(value: dict[str, Any]) -> dict[str, Any]:
+    """A function's ``parameters``: a JSON Schema of an object (``type: "object"``) whose
+    ``properties`` are schemas and whose ``required`` names some of them."""
+    if value.get("type") != "object":
+        raise ValueError(
+            f'must be a JSON Schema of an object ("type": "object"), got type {value.get("type")!r}'
+        )
+    properties = value.get("properties", {})
+    if not isinstance(properties, dict) or not all(
+        isinstance(schema, dict | bool) for schema in properties.values()
+    ):
+        raise ValueError("must have properties that map each name to a JSON Schema")
+    required = value.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(n, str) for n in required):
+        raise ValueError("must have required as a list of property names")
+    missing = [name for name in required if name not in properties]
+    if missing:
+        raise ValueError(f"requires {missing[0]!r}, which is not among its properties")
+    return value
+
+
+def _only_false(value: bool | None) -> bool | None:
+    if value:
+        raise ValueError("is not supported by cubicle serve (send false or leave it out)")
+    return value
+
+
+class FunctionTool(_Body):
+    """A function tool the application answers (``agent.session.input.tool_result``), as
+    ``openai.types.beta.agent_tool_param.AgentToolConfigParamFunction`` declares it; deferred
+    loading and ``async`` functions are not supported."""
+
+    type: Literal["function"]
+    name: Annotated[str, AfterValidator(_function_name)]
+    description: str
+    parameters: Annotated[dict[str, Any], AfterValidator(_object_schema)]
+    defer_loading: Annotated[bool | None, AfterValidator(_only_false)] = None
+    async_: Annotated[bool | None, AfterValidator(_only_false)] = Field(None, alias="async")
+
+
+def _tool_kind(value: Any) -> str | None:
+    kind = value.get("type") if isinstance(value, dict) else None
+    return str(kind) if kind in ("computer_use", "function") else None
+
+
+Tool = Annotated[
+    Annotated[ComputerTool, Tag("computer_use")] | Annotated[FunctionTool, Tag("function")],
+    Discriminator(
+        _tool_kind,
+        custom_error_type="tool_type",
+        custom_error_message="must be the computer tool (type computer_use) or a function tool "
+        "(type function); cubicle agents have no other tools",
+    ),
+]
+
+
+def _unique_names(tools: list[ComputerTool | FunctionTool]) -> list[ComputerTool | FunctionTool]:
+    names = [tool.name for tool in tools if isinstance(tool, FunctionTool)]
+    for name in names:
+        if names.count(name) > 1:
+            raise ValueError(f"declares the function {name!r} twice; names must be unique")
+    if sum(isinstance(tool, ComputerTool) for tool in tools) > 1:
+        raise ValueError("declares the computer tool twice")
+    return tools
 
 
 class Compaction(_Body):
@@ -200,7 +275,7 @@ class AgentBody(_Body):
 
     model: Annotated[str, AfterValidator(_model_name)]
     instructions: str | None = None
-    tools: list[ComputerTool] | None = None
+    tools: Annotated[list[Tool], AfterValidator(_unique_names)] | None = None
     compaction: Compaction | None = None
     reasoning: Unsupported = None
     text: Unsupported = None
@@ -250,20 +325,61 @@ class ApprovalResult(_Body):
     response: ApprovalResponse
 
 
-def _no_tools(value: str) -> str:
-    raise ValueError(f"is {value!r}: cubicle agents have no function or MCP tools")
+class OutputText(_Body):
+    type: Literal["input_text"]
+    text: str
 
 
-class _ToolInput(BaseModel):
-    """Inputs about function and MCP tools, which cubicle agents do not have: always refused."""
+class OutputImage(_Body):
+    type: Literal["input_image"]
+    image_url: str
+
+
+OutputPart = Annotated[OutputText | OutputImage, Discriminator("type")]
+
+
+def _output_kind(value: Any) -> str:
+    return "output_text" if isinstance(value, str) else "output_parts"
+
+
+Output = Annotated[
+    Annotated[str, Tag("output_text")] | Annotated[list[OutputPart], Tag("output_parts")],
+    Discriminator(_output_kind),
+]
+
+
+class ToolResult(_Body):
+    """The result of a pending ``function_call``: ``success`` with its ``output`` (text, or
+    text/image parts; null is empty text), or a failure with its ``error`` (``output`` then null
+    or left out)."""
+
+    type: Literal["agent.session.input.tool_result"]
+    turn_id: str
+    call_id: str
+    success: bool
+    output: Output | None = None
+    error: str | None = None
+
+    @model_validator(mode="after")
+    def _output_or_error(self) -> ToolResult:
+        if self.success and self.error is not None:
+            raise ValueError("error must be null when success is true")
+        if not self.success and self.output is not None:
+            raise ValueError("output must be null when success is false (say why in error)")
+        return self
+
+
+def _no_mcp(value: str) -> str:
+    raise ValueError(f"is {value!r}: cubicle agents have no MCP tools")
+
+
+class _McpInput(BaseModel):
+    """Answers about MCP tools, which cubicle agents do not have: always refused."""
 
     model_config = ConfigDict(extra="allow")
 
     type: Annotated[
-        Literal[
-            "agent.session.input.tool_result", "agent.session.input.mcp_approval_request_result"
-        ],
-        AfterValidator(_no_tools),
+        Literal["agent.session.input.mcp_approval_request_result"], AfterValidator(_no_mcp)
     ]
 
 
@@ -275,9 +391,11 @@ INPUT_TYPES: Final = (
     "agent.session.input.mcp_approval_request_result",
 )
 """The ``type`` of every session input the API defines (pydantic names them in error paths)."""
+_TAGS: Final = (*INPUT_TYPES, "computer_use", "function", "output_text", "output_parts")
+"""Union tags pydantic puts in error paths, left out of ``param``."""
 
 InputEvent = Annotated[
-    MessageInput | CancelInput | ApprovalResult | _ToolInput,
+    MessageInput | CancelInput | ApprovalResult | ToolResult | _McpInput,
     Discriminator("type"),
 ]
 
@@ -297,7 +415,7 @@ def param_of(loc: tuple[int | str, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             text += f"[{part}]"
-        elif part not in INPUT_TYPES:
+        elif part not in _TAGS:
             text += f".{part}" if text else part
     return text
 
@@ -310,9 +428,11 @@ def _message(error: ErrorDetails) -> tuple[str, str]:
     if kind in ("union_tag_invalid", "union_tag_not_found"):
         param = f"{param}.type"
         found = error.get("input", {}).get("type") if isinstance(error["input"], dict) else None
+        part = "output" in loc
+        what = "output part (input_text or input_image)" if part else "session input"
         if found is None:
-            return param, f"{param} is required (the kind of session input)"
-        return param, f"{param} {found!r} is not a session input"
+            return param, f"{param} is required (the kind of {what})"
+        return param, f"{param} {found!r} is not {'an' if part else 'a'} {what}"
     if kind == "missing":
         return param, f"{param} is required"
     if kind == "extra_forbidden":

@@ -40,15 +40,27 @@ ASK_POLL_S = 0.2
 
 @dataclass
 class PendingApproval:
-    """A required action waiting for the client; the worker blocks on :attr:`answered`."""
+    """A required action waiting for the client; the worker blocks on :attr:`answered`.
+
+    An approval request (``computer_use_approval_request``, keyed by its ``request_id``) is
+    answered with a :attr:`decision`; a ``function_call`` (keyed by its ``call_id``) with a
+    :attr:`result` (the client's ``tool_result``: ``success``, ``output``, ``error``)."""
 
     action: dict[str, Any]
     answered: threading.Event = field(default_factory=threading.Event)
     decision: str | None = None
+    result: dict[str, Any] | None = None
 
     @property
     def request_id(self) -> str:
+        """The key of :attr:`Session.pending`: the request's id, or the call's."""
+        if self.is_function_call:
+            return str(self.action["call_id"])
         return str(self.action["request_id"])
+
+    @property
+    def is_function_call(self) -> bool:
+        return self.action.get("type") == "function_call"
 
     @property
     def kind(self) -> str:
@@ -92,6 +104,9 @@ class Session:
         self.environment_error: dict[str, str] | None = None
         self.items: list[dict[str, Any]] = []
         self.pending: dict[str, PendingApproval] = {}
+        self.function_calls: dict[str, str] = {}
+        """Every function call ever pending, ``call_id`` → ``turn_id`` (an answer to one no
+        longer pending is a conflict, not an unknown call)."""
         self.turn: TurnState | None = None
         self.sandbox: Sandbox | None = None
         self.latest_screenshot: bytes | None = None
@@ -155,9 +170,12 @@ class Session:
         """Publish ``pending`` as a required action; wait for the client's decision
         (``approve``, ``deny``, ``cancel``) — or ``None`` when the turn is cancelled, the
         session deleted or the Unix time ``deadline`` passed first (the request is then
-        withdrawn). The one path of every approval kind (safety checks, origin access)."""
+        withdrawn). The one path of every required action (safety checks, origin access,
+        function calls: their :attr:`PendingApproval.result` holds the answer)."""
         with self.lock:
             self.pending[pending.request_id] = pending
+            if pending.is_function_call:
+                self.function_calls[pending.request_id] = turn.id
         self.set_status("requires_action")
         while not pending.answered.wait(ASK_POLL_S):
             if turn.cancel.is_set() or self.deleted:

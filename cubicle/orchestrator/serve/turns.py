@@ -10,6 +10,10 @@ writing a trajectory folder that the turn's reporter observes as it is written:
 - ``responses``: a :class:`~cubicle.orchestrator.modelrun.responses_model.ResponsesModel` with the
   user's text as the task, against ``OPENAI_BASE_URL`` (default the OpenAI API) with the server's
   ``OPENAI_API_KEY``.
+
+An agent with function tools runs the ``runner`` loop (``ResponsesToolRunner``: the computer tool
+and the functions, :mod:`cubicle.orchestrator.serve.functions`), without them the ``toolset``
+loop.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from cubicle.orchestrator.modelrun.responses_model import DEFAULT_BASE_URL, Resp
 from cubicle.orchestrator.modelrun.run import RunResult, RunSpec, run
 from cubicle.orchestrator.sandbox import Sandbox
 from cubicle.orchestrator.serve.agents import AgentSpec
+from cubicle.orchestrator.serve.functions import turn_functions
 from cubicle.orchestrator.serve.reporter import TurnReporter
 from cubicle.orchestrator.serve.store import TurnState
 from cubicle.orchestrator.serve.worker import TurnOutcome, TurnRun
@@ -76,6 +81,7 @@ def turn_runner(agent: AgentSpec) -> TurnRun:
         reporter: TurnReporter,
     ) -> TurnOutcome:
         cancel = turn.cancel.is_set
+        functions = turn_functions(agent, turn, reporter)
         result: RunResult
         if agent.kind in ("drill", "task"):
             task: Task | None = None
@@ -86,11 +92,12 @@ def turn_runner(agent: AgentSpec) -> TurnRun:
             result = run_drill(
                 sandbox,
                 task=task,
-                loop="toolset",
+                loop="runner" if functions else "toolset",
                 out=out,
                 safety_policy=policy,
                 cancel_requested=cancel,
                 observers=[reporter],
+                functions=functions,
             )
         else:
             model = ResponsesModel(
@@ -100,6 +107,8 @@ def turn_runner(agent: AgentSpec) -> TurnRun:
             )
             spec = RunSpec(
                 out=out,
+                loop="runner" if functions else "toolset",
+                functions=functions,
                 prompt=model_input(agent, turn.content),
                 safety_policy=policy,
                 # the run only closes what the hook returns (origin_answers.Answering)

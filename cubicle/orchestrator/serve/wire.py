@@ -6,10 +6,10 @@ its agent ``compaction: {"async": false}`` (:data:`COMPACTION`); an ``agent.tool
 most :data:`MAX_TOOLS_BYTES` of compact JSON.
 
 Objects: ``agent.session`` (:func:`session_object`), ``agent.session.turn`` (:func:`turn_object`),
-items (``message``, ``computer_use_call``) and events (:func:`event`: every event carries
-``event_id`` and ``type``; the session-scoped ones ``session_id``). Names and required fields
-follow ``openai/types/beta/agent_session*.py``; tests validate every payload against those
-models.
+items (``message``, ``computer_use_call``, ``function_call``, ``function_call_output``) and
+events (:func:`event`: every event carries ``event_id`` and ``type``; the session-scoped ones
+``session_id``). Names and required fields follow ``openai/types/beta/agent_session*.py``;
+tests validate every payload against those models.
 
 cubicle's own required-action kind (the SDK's ``computer_use_approval_request`` union knows only
 ``browser_origin_access`` and ``browser_authentication``) — the model's pending safety checks::
@@ -38,6 +38,8 @@ __all__ = [
     "assistant_message",
     "computer_use_call",
     "event",
+    "function_call",
+    "function_call_output",
     "new_id",
     "spend_control",
     "turn_object",
@@ -142,6 +144,38 @@ def computer_use_call(
         "output": None
         if image_url is None
         else {"type": "computer_screenshot", "image_url": image_url},
+    }
+
+
+def function_call(
+    turn_id: str, item_id: str, *, call_id: str, name: str, arguments: object, status: str
+) -> dict[str, Any]:
+    """A ``function_call`` item (``AgentFunctionCallItem``): ``in_progress`` while the client's
+    answer is pending, then ``completed``, ``failed`` (``success: false``) or ``incomplete``."""
+    return {
+        "id": item_id,
+        "type": "function_call",
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": status,
+        "turn_id": turn_id,
+    }
+
+
+def function_call_output(
+    turn_id: str, *, call_id: str, output: object, error: str | None, status: str
+) -> dict[str, Any]:
+    """A ``function_call_output`` item (``FunctionCallOutputItemResource``): the client's
+    ``tool_result`` as it was sent (``output`` on success, ``error`` on failure)."""
+    return {
+        "id": new_id("fco"),
+        "type": "function_call_output",
+        "call_id": call_id,
+        "output": output,
+        "error": error,
+        "status": status,
+        "turn_id": turn_id,
     }
 
 
