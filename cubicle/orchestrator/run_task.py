@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from openai import OpenAI
 
@@ -53,6 +53,12 @@ from cubicle.drivers.stall import DEFAULT_STALL_LIMIT, StallDetector
 from cubicle.drivers.viewport import Viewport
 from cubicle.orchestrator.errors import ConfigError
 from cubicle.orchestrator.modelrun import Desktop
+from cubicle.orchestrator.modelrun.budget import (
+    BudgetSpec,
+    describe_budget,
+    parse_context_budget,
+    resolve_budget,
+)
 from cubicle.orchestrator.modelrun.console import default_out, destroy_quietly, progress
 from cubicle.orchestrator.modelrun.errors import DrillCancelled
 from cubicle.orchestrator.modelrun.guest_steps import GuestSteps
@@ -64,6 +70,7 @@ from cubicle.orchestrator.modelrun.loop import (
     is_loopback,
 )
 from cubicle.orchestrator.modelrun.signals import cancel_on_signals
+from cubicle.orchestrator.modelrun.usage import usage_line
 from cubicle.orchestrator.modelrun.verify import (
     Check,
     Verifier,
@@ -117,6 +124,8 @@ class TaskResult:
     actions: int = 0
     stalled: str | None = None
     """Why the run was stopped as stalled (:mod:`cubicle.drivers.stall`), or ``None``."""
+    usage: dict[str, Any] = field(default_factory=dict)
+    """Token usage totals (:meth:`cubicle.orchestrator.modelrun.usage.UsageTotals.as_dict`)."""
 
     @property
     def ok(self) -> bool:
@@ -148,7 +157,8 @@ def run_task(
     task: str,
     model: str,
     out: Path,
-    loop: LoopKind = "toolset",
+    loop: LoopKind = "runner",
+    context_budget: BudgetSpec | Literal["default"] | None = "default",
     max_steps: int = DEFAULT_MAX_STEPS,
     viewport: Viewport | None = None,
     safety_policy: ApprovalPolicy,
@@ -166,6 +176,9 @@ def run_task(
 
     :param base_url: the Responses API (``https://api.openai.com/v1``, or a local stand-in; a
         loopback URL ignores proxy variables).
+    :param context_budget: the runner's context budget (:mod:`cubicle.orchestrator.modelrun.budget`;
+        ``"default"``: the default budget for the runner, none for the toolset; ``None``: full
+        replay).
     :param viewport: the model's view (default: the whole screen at native size).
     :param settle: the driver's settle option (:mod:`cubicle.drivers.settle`).
     :param stall_limit: stop the run after this many state-changing actions in a row changed
@@ -234,6 +247,7 @@ def run_task(
                 "run",
                 task=task,
                 loop=loop,
+                context_budget=describe_budget(resolve_budget(loop, context_budget)),
                 model=model,
                 screen=list(geometry.screen),
                 model_view=[geometry.width, geometry.height],
@@ -241,7 +255,13 @@ def run_task(
             )
             driver.screenshot()
             thread = LoopThread(
-                loop, driver, client, {"model": model, "input": task}, session, max_steps=max_steps
+                loop,
+                driver,
+                client,
+                {"model": model, "input": task},
+                session,
+                max_steps=max_steps,
+                context_budget=context_budget,
             ).start()
             while not thread.wait(0.2):
                 if (cancel_requested() or stall_hit.is_set()) and not thread.cancelled():
@@ -277,12 +297,14 @@ def run_task(
                 )
             result.wall_s = time.monotonic() - started
             result.actions = session.executed_actions
+            result.usage = session.usage.as_dict()
             recorder.event(
                 "end",
                 ok=result.ok,
                 final_message=result.final_message,
                 wall_s=round(result.wall_s, 2),
                 error=result.error,
+                usage=result.usage,
             )
     write_report(out)
     return result
@@ -343,8 +365,16 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--loop",
         choices=["toolset", "runner"],
-        default="toolset",
-        help="ComputerToolset.run (default) or ResponsesToolRunner.run",
+        default="runner",
+        help="ResponsesToolRunner.run with a context budget (default), or ComputerToolset.run, "
+        "which replays the full history, every screenshot, every step (no budget)",
+    )
+    p.add_argument(
+        "--context-budget",
+        default=None,
+        metavar="images=N,bytes=M|off",
+        help="the runner's limit per request: older steps are dropped for a short summary "
+        "(default images=8,bytes=4M; off: full replay, what is sent grows every step)",
     )
     p.add_argument(
         "--approvals",
@@ -424,6 +454,18 @@ def parse_settle(text: str) -> SettleOption:
     except SettleOptionError as exc:
         raise ConfigError(f"--settle: {exc}") from None
     return values
+
+
+def _context_budget(args: argparse.Namespace) -> BudgetSpec | Literal["default"] | None:
+    """``--context-budget`` for ``--loop``; the toolset takes none but ``off``."""
+    if args.context_budget is None:
+        return "default"
+    budget = parse_context_budget(args.context_budget)
+    if budget is not None and args.loop == "toolset":
+        raise ConfigError(
+            "--context-budget needs --loop runner: the toolset loop replays the full history"
+        )
+    return budget
 
 
 def _policies(args: argparse.Namespace) -> tuple[ApprovalPolicy, ApprovalPolicy | None]:
@@ -534,6 +576,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if settings.max_steps < 1:
         raise ConfigError(f"--max-steps must be at least 1, got {settings.max_steps}")
     record = parse_record(args.record) if args.record is not None else None
+    budget = _context_budget(args)
     out: Path = args.out or default_out("run")
     with teardown_on_signals():
         sandbox = Sandbox.create(
@@ -553,6 +596,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 model=args.model,
                 out=out,
                 loop=args.loop,
+                context_budget=budget,
                 max_steps=settings.max_steps,
                 viewport=viewport,
                 safety_policy=safety,
@@ -577,6 +621,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(check.describe(), flush=True)
     if result.error:
         print(f"cubicle run: stopped: {result.error}", file=sys.stderr, flush=True)
+    if result.usage:
+        print(f"cubicle run: {usage_line(result.usage)}", file=sys.stderr, flush=True)
     print(
         f"cubicle run: {'succeeded' if result.ok else 'FAILED'} in {result.wall_s:.1f} s, "
         f"{result.actions} actions; report: {out / 'report.html'}",

@@ -22,6 +22,9 @@
 * ``sees`` (optional, not on the first turn): what the screenshot this turn was *sent* must show
   (:mod:`cubicle.drivers.scripted_model.expect`); the embedder judges it in ``on_turn`` (the drill
   does).
+* ``usage`` (optional): the response's ``usage`` object (integer ``input_tokens``,
+  ``output_tokens``, ``total_tokens``; optional ``input_tokens_details``/``output_tokens_details``)
+  or ``null`` to serve a response without usage; default: all counts 0.
 * the last turn must be a ``message``, so the script can finish.
 
 Coordinates are not bounds-checked: a script may send a point outside the view on purpose.
@@ -37,7 +40,27 @@ from typing import Any, Final
 from cubicle.drivers.errors import ScriptError
 from cubicle.drivers.scripted_model.expect import Expectation, parse_sees
 
-__all__ = ["ACTION_FIELDS", "SafetyCheckSpec", "Script", "Turn", "load_script", "parse_script"]
+__all__ = [
+    "ACTION_FIELDS",
+    "SafetyCheckSpec",
+    "Script",
+    "Turn",
+    "default_usage",
+    "load_script",
+    "parse_script",
+]
+
+
+def default_usage() -> dict[str, Any]:
+    """The ``usage`` a turn serves unless its script gives one: every count 0."""
+    return {
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "total_tokens": 0,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": 0},
+    }
+
 
 _INT = "int"
 _STR = "str"
@@ -85,6 +108,8 @@ class Turn:
     sees: tuple[Expectation, ...] = ()
     """What the screenshot this turn was sent must show
     (:mod:`cubicle.drivers.scripted_model.expect`)."""
+    usage: dict[str, Any] | None = field(default_factory=default_usage)
+    """The response's ``usage`` (``None``: served without one)."""
 
     @property
     def is_call(self) -> bool:
@@ -175,14 +200,17 @@ def _action(value: object, path: str, turn: int, where: str) -> dict[str, Any]:
 def _turn(index: int, value: object, path: str) -> Turn:
     if not isinstance(value, dict):
         raise ScriptError(path, index, f"a turn must be an object, got {type(value).__name__}")
-    unknown = sorted(set(value) - {"before", "computer_call", "message", "expect", "note", "sees"})
+    unknown = sorted(
+        set(value) - {"before", "computer_call", "message", "expect", "note", "sees", "usage"}
+    )
     if unknown:
         raise ScriptError(
             path,
             index,
             f"unknown key {unknown[0]!r}; "
-            "allowed: before, computer_call, expect, message, note, sees",
+            "allowed: before, computer_call, expect, message, note, sees, usage",
         )
+    usage = _usage(value["usage"], path, index) if "usage" in value else default_usage()
     sees = parse_sees(value["sees"], path, index) if "sees" in value else ()
     if ("computer_call" in value) == ("message" in value):
         raise ScriptError(path, index, "a turn needs exactly one of 'computer_call' or 'message'")
@@ -196,7 +224,9 @@ def _turn(index: int, value: object, path: str) -> Turn:
             raise ScriptError(path, index, "message must be a non-empty string")
         if "expect" in value:
             raise ScriptError(path, index, "expect belongs to computer_call turns only")
-        return Turn(index, tuple(before), message=value["message"], raw=dict(value), sees=sees)
+        return Turn(
+            index, tuple(before), message=value["message"], raw=dict(value), sees=sees, usage=usage
+        )
     call = value["computer_call"]
     if not isinstance(call, dict):
         raise ScriptError(path, index, "computer_call must be an object")
@@ -252,7 +282,22 @@ def _turn(index: int, value: object, path: str) -> Turn:
         size,
         dict(value),
         sees,
+        usage,
     )
+
+
+def _usage(value: object, path: str, index: int) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ScriptError(path, index, "usage must be an object or null")
+    for name in ("input_tokens", "output_tokens", "total_tokens"):
+        if not _is_int(value.get(name)) or value[name] < 0:
+            raise ScriptError(path, index, f"usage.{name} must be a whole number >= 0")
+    for name in ("input_tokens_details", "output_tokens_details"):
+        if name in value and not isinstance(value[name], dict):
+            raise ScriptError(path, index, f"usage.{name} must be an object")
+    return dict(value)
 
 
 def parse_script(data: object, path: str = "<script>") -> Script:

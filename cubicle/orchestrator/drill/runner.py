@@ -38,6 +38,7 @@ from cubicle.drivers.scripted_model import ScriptedModel, Turn, parse_script
 from cubicle.drivers.viewport import Viewport
 from cubicle.orchestrator.drill.stale import StaleCheck
 from cubicle.orchestrator.modelrun import Desktop
+from cubicle.orchestrator.modelrun.budget import describe_budget, resolve_budget
 from cubicle.orchestrator.modelrun.errors import DrillCancelled, DrillError, ExpectationFailed
 from cubicle.orchestrator.modelrun.guest_steps import GuestSteps, TaskGuest
 from cubicle.orchestrator.modelrun.loop import LoopKind, LoopThread, RecordedSession, error_chain
@@ -265,6 +266,7 @@ def run_drill(
                 "run",
                 task=guest.prompt,
                 loop=loop,
+                context_budget=describe_budget(resolve_budget(loop, "default")),
                 model=DRILL_MODEL,
                 screen=list(steps.screen),
                 model_view=list(model_view),
@@ -326,6 +328,7 @@ def run_drill(
                     guest_wait_s=round(result.guest_wait_s, 2),
                     driver_s=round(result.driver_s, 2),
                     error=result.error,
+                    usage=session.usage.as_dict(),
                 )
     write_report(out)
     return result
