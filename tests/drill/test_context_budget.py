@@ -11,6 +11,7 @@ model received them.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ def _run(
     out: Path,
     turns: list[dict[str, Any]],
     *,
-    budget: BudgetSpec | None | str = "default",
+    budget: BudgetSpec | str | None = "default",
     loop: LoopKind = "runner",
 ) -> tuple[TaskResult, list[dict[str, Any]]]:
     script = {"name": "budget", "model_view": [1280, 800], "turns": turns}
@@ -89,9 +90,9 @@ def test_thirty_steps_stay_within_the_default_budget_and_full_replay_grows(
     falls = [i for i in range(1, len(received)) if received[i][1] < received[i - 1][1]]
     assert falls, received
     first_compacted = sent[falls[0]]["input"]
-    assert any(
-        "step 1: move 40,60" in str(item.get("content")) for item in first_compacted[:2]
-    ), first_compacted[:2]
+    assert any("step 1: move 40,60" in str(item.get("content")) for item in first_compacted[:2]), (
+        first_compacted[:2]
+    )
     run = next(e for e in events if e["kind"] == "run")
     assert run["context_budget"] == DEFAULT_BUDGET.describe()
 
@@ -100,7 +101,7 @@ def test_thirty_steps_stay_within_the_default_budget_and_full_replay_grows(
     received_full = _received(sent_full)
     # full replay: request k carries k screenshots
     assert [images for _, images in received_full] == list(range(STEPS + 1))
-    assert all(b > a for (a, _), (b, _) in zip(received_full, received_full[1:], strict=False))
+    assert all(b > a for (a, _), (b, _) in itertools.pairwise(received_full))
     total_budget = sum(images for _, images in received)
     total_full = sum(images for _, images in received_full)
     assert total_full == STEPS * (STEPS + 1) // 2
@@ -131,7 +132,7 @@ def test_a_byte_bound_compacts_before_the_image_cap(
     assert max(images for _, images in received) < 8
 
 
-USAGE = [
+USAGE: list[dict[str, Any]] = [
     {"input_tokens": 1000, "output_tokens": 20, "total_tokens": 1020},
     {
         "input_tokens": 1500,

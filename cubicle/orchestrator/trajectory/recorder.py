@@ -10,8 +10,8 @@ Folder layout (all paths inside the folder are relative, so it can be moved or z
 Every line has ``kind`` and ``t`` (seconds since the recorder was created, monotonic clock).
 Kinds and their fields:
 
-- ``run``: ``task``, ``loop``, ``context_budget`` (``images=N,bytes=M`` or ``off``), ``model``, ``screen`` [w, h] (native px), ``model_view`` [w, h],
-  ``meta``
+- ``run``: ``task``, ``loop``, ``context_budget`` (``images=N,bytes=M`` or ``off``), ``model``,
+  ``screen`` [w, h] (native px), ``model_view`` [w, h], ``meta``
 - ``model_turn``: ``index``, ``response_id``, ``status``, ``calls`` (``call_id``, ``actions`` in
   model-view px, ``pending_safety_checks``), ``message`` (final text or null), ``usage``,
   ``duration_ms`` (the HTTP request)
