@@ -60,13 +60,14 @@ DEFAULT_MAX_INPUT_IMAGES: Final = 8
 DEFAULT_MAX_INPUT_BYTES: Final = 4 * 1024 * 1024
 """At most this many bytes of request input (compact JSON, base64 screenshots included).
 
-Chosen from measurement (``python -m tests.bench.bench_budget --measure`` prints the figures):
-the model-view screenshots of the shipped tasks' drills (Docker desktop, 1024x640) are
-9-92 KB as PNG, median 37 KB; at 1280x800 a desktop with a page is ~25 KB and a full-screen
-photo-like worst case (random pixels, the PNG upper bound) is 3.1 MB, 4.1 MB as base64. So eight
-ordinary screenshots take well under 1 MB and the image cap is what compacts an ordinary run;
-the byte bound only acts on heavy screens, and 4 MiB still admits one worst-case screenshot
-plus text, about 1/5 of the request size a 413 was seen at elsewhere (20 MB)."""
+Chosen from measurement (``make bench``, ``tests/bench/bench_budget.py``, prints the figures):
+a 1280x800 screen with Chromium showing a page is a 40 KB PNG (54 KB as base64), so eight of
+them take 0.43 MB and the image cap, not the byte bound, compacts an ordinary run; the
+shipped tasks' drill screenshots (1024x640) were 9-92 KB. The worst case, a screen of random
+pixels that PNG cannot compress, is 3.08 MB at 1280x800, 4.10 MB as base64: 4 MiB (4.19 MB) is
+the smallest round bound that still admits one such screenshot, so the byte bound acts only on
+heavy screens (photos, video) and a single screenshot never makes a request unsendable at the
+default screen size."""
 KEEP_RECENT_SCREENSHOTS: Final = 3
 """The latest screenshots ``compact`` never drops."""
 SUMMARY_CHARS: Final = 2000
