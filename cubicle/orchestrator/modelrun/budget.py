@@ -4,10 +4,10 @@ dropped when it would not fit.
 The SDK's ``ResponsesToolRunner`` keeps the full history and, before every request, measures
 it (compact JSON bytes of ``input`` and its images). Over the budget it calls ``compact`` with a
 snapshot and the calls it may drop (never the latest computer call, calls with safety checks,
-or the ``keep_recent_screenshots`` latest screenshots); the dropped calls (the call and its
-screenshot) leave *that request's* input, replaced by a receipt and our summary. Without a
-budget (``ComputerToolset.run``, ``--loop toolset``) every screenshot is resent every step, so
-what is sent grows with the square of the steps.
+or the ``keep_recent_screenshots`` latest screenshots: cubicle passes 1); the dropped calls (the
+call and its screenshot) leave *that request's* input, replaced by a receipt and our summary.
+Without a budget (``ComputerToolset.run``, ``--loop toolset``) every screenshot is resent every
+step, so what is sent grows with the square of the steps.
 
 :class:`Compactor` is cubicle's ``compact``:
 
@@ -17,8 +17,9 @@ what is sent grows with the square of the steps.
   (not one call per step): the next few requests then grow from a stable prefix again, which
   is what lets the provider reuse its prompt cache;
 * it keeps what the SDK protects (the current screenshot and the latest call, safety checks and
-  their acknowledgements, the ``keep_recent_screenshots`` latest screenshots) and every message
-  and reasoning item (only calls are dropped), and adds a short summary of the dropped steps'
+  their acknowledgements), the two screenshots before the current one unless only dropping them
+  meets the limits (heavy screens), and every message and reasoning item (only calls are
+  dropped), and adds a short summary of the dropped steps'
   actions (``step 3: click 640,400; type "hello"``), at most :data:`SUMMARY_CHARS` characters.
 
 :data:`DEFAULT_BUDGET` is what ``cubicle run`` and the drill's runner loop use;
@@ -69,7 +70,8 @@ the smallest round bound that still admits one such screenshot, so the byte boun
 heavy screens (photos, video) and a single screenshot never makes a request unsendable at the
 default screen size."""
 KEEP_RECENT_SCREENSHOTS: Final = 3
-"""The latest screenshots ``compact`` never drops."""
+"""The latest screenshots ``compact`` keeps (the current one always; the two before it unless
+the limits cannot be met otherwise)."""
 SUMMARY_CHARS: Final = 2000
 """The summary of dropped steps keeps the latest steps within this many characters."""
 
@@ -95,7 +97,9 @@ class BudgetSpec:
         return {
             "max_input_bytes": self.bytes,
             "max_input_images": self.images,
-            "keep_recent_screenshots": max(1, min(self.keep_recent, self.images)),
+            # the SDK protects only the current screenshot: the Compactor keeps ``keep_recent``
+            # unless heavy screenshots leave no other way under the limits
+            "keep_recent_screenshots": 1,
             "compact": Compactor(self),
         }
 
@@ -226,14 +230,24 @@ class Compactor:
         }
         calls = {i["call_id"]: i for i in history if i.get("type") == "computer_call"}
         drop = [c for c in self.dropped if c in eligible]
-        if not self._fits(
-            history, drop, calls=calls, steps=steps, images=self.spec.images, size=self.spec.bytes
-        ):
-            # over budget: drop the oldest eligible calls down to half the limits
-            images = max(1, self.spec.images // 2)
-            size = self.spec.bytes // 2
+
+        def fits(images: int, size: int) -> bool:
+            return self._fits(history, drop, calls=calls, steps=steps, images=images, size=size)
+
+        if not fits(self.spec.images, self.spec.bytes):
+            # over budget: drop the oldest eligible calls down to half the limits, keeping the
+            # latest screenshots (the current one is the SDK's to keep)
+            images, size = max(1, self.spec.images // 2), self.spec.bytes // 2
+            recent = max(0, self.spec.keep_recent - 1)
+            preferred = eligible[:-recent] if recent else eligible
+            for call_id in preferred:
+                if fits(images, size):
+                    break
+                if call_id not in drop:
+                    drop.append(call_id)
+            # heavy screenshots: the recent ones go too, as far as the limits need
             for call_id in eligible:
-                if self._fits(history, drop, calls=calls, steps=steps, images=images, size=size):
+                if fits(self.spec.images, self.spec.bytes):
                     break
                 if call_id not in drop:
                     drop.append(call_id)
