@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from openai import ComputerToolset, OpenAI
 from openai.lib.responses_tool_runner import ResponsesToolRunner
+from openai.types.responses import ResponseComputerToolCallOutputScreenshotParam
 from PIL import Image
 
 from cubicle.drivers.scripted_model import ScriptedModel, parse_script
@@ -34,7 +35,7 @@ VIEW = (640, 400)
 class NoiseScreen:
     """A computer driver whose screen is random pixels (every action does nothing)."""
 
-    def screenshot(self) -> dict[str, str]:
+    def screenshot(self) -> ResponseComputerToolCallOutputScreenshotParam:
         image = Image.frombytes("RGB", VIEW, os.urandom(VIEW[0] * VIEW[1] * 3))
         buffer = io.BytesIO()
         image.save(buffer, format="PNG")
