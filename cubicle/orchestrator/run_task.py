@@ -171,6 +171,7 @@ def run_task(
     record: tuple[float, int] | None = None,
     origin_answers: Callable[[TrajectoryRecorder], Answering] | None = None,
     task_file: Task | None = None,
+    on_response: Callable[[dict[str, Any]], None] | None = None,
 ) -> TaskResult:
     """Run ``task`` with ``model`` through ``client`` on ``desktop``; record and verify.
 
@@ -196,6 +197,8 @@ def run_task(
     model
         turn, its prompt (placeholders filled) replaces an empty ``task``, and its checks run
         before ``verifiers``.
+    :param on_response: called with each completed model response's body before the loop acts
+        on it (:attr:`~cubicle.orchestrator.modelrun.loop.RecordedSession.on_response`).
     """
     started = time.monotonic()
     result = TaskResult(out=out)
@@ -219,6 +222,7 @@ def run_task(
             on_stall=on_stall,
             gate=gate.wait if gate is not None else None,
         )
+        session.on_response = on_response
         client = OpenAI(
             base_url=base_url,
             api_key=api_key,

@@ -8,6 +8,8 @@ page):
 ``GET    /v1/agents/sessions``              list (``after``/``limit``/``order``, ``agent_id``,
                                             ``metadata[KEY]=VALUE``)
 ``GET    /v1/agents/sessions/{id}``         retrieve
+``POST   /v1/agents/sessions/{id}``         update: ``metadata``, ``spend_control`` (resumes a
+                                            session paused at its spending limit)
 ``DELETE /v1/agents/sessions/{id}``         delete: cancels the turn, removes the sandbox,
                                             its folder, its streams
 ``POST   /v1/agents/sessions/{id}/events``  inputs: message, cancel, approval answers (202)
@@ -59,6 +61,7 @@ from cubicle.orchestrator.serve.errors import (
 )
 from cubicle.orchestrator.serve.hosts import HostCheck
 from cubicle.orchestrator.serve.registry import Registry
+from cubicle.orchestrator.serve.spend import PriceTable, Spend, parse_spend_control
 from cubicle.orchestrator.serve.store import Session, SessionStore, TurnState, page
 from cubicle.orchestrator.serve.turns import turn_runner
 from cubicle.orchestrator.serve.worker import SessionWorker
@@ -92,6 +95,8 @@ class ServerState:
     :meth:`~cubicle.orchestrator.network.NetworkPolicy.with_internal`)."""
     max_sessions: int = DEFAULT_MAX_SESSIONS
     """Sessions at once (``--max-sessions``); a deleted one counts until its desktop is gone."""
+    prices: PriceTable = field(default_factory=lambda: PriceTable({}))
+    """The operator's prices (``--prices FILE``, :mod:`cubicle.orchestrator.serve.spend`)."""
     hosts: frozenset[str] | None = None
     """The Host names answered (:func:`cubicle.orchestrator.serve.hosts.allowed_hosts`);
     ``None``: any."""
@@ -165,33 +170,6 @@ def _metadata(value: object) -> dict[str, str]:
     return dict(value)
 
 
-def _spend_control(value: object) -> None:
-    """Check a create request's ``spend_control``: null (unlimited) or ``{"limit": null}``.
-
-    A numeric limit is refused (cubicle serve does not count spend, so it cannot enforce one).
-
-    :raises ApiError: 400 naming ``spend_control`` or the offending field in it.
-    """
-    if value is None:
-        return
-    if not isinstance(value, dict):
-        raise bad_request("spend_control must be an object or null", "spend_control")
-    for key in value:
-        if key != "limit":
-            raise bad_request(f"spend_control.{key} is not a known field", f"spend_control.{key}")
-    if "limit" not in value:
-        raise bad_request(
-            "spend_control.limit is required (null for an unlimited session)",
-            "spend_control.limit",
-        )
-    if value["limit"] is not None:
-        raise bad_request(
-            f"spend_control.limit {value['limit']!r}: cubicle serve runs unlimited sessions only "
-            "(it does not count spend); send null or leave spend_control out",
-            "spend_control.limit",
-        )
-
-
 def _input_content(value: object, param: str) -> list[dict[str, Any]]:
     """The content parts of a message input (a string or a list of user messages)."""
     if isinstance(value, str):
@@ -253,7 +231,6 @@ async def create_session(request: Request) -> Response:
         raise bad_request("stream must be a boolean", "stream")
     if body.get("stream_options") is not None and not stream:
         raise bad_request("stream_options is only allowed when stream is true", "stream_options")
-    _spend_control(body.get("spend_control"))
     review = body.get("review", "none")
     if review not in ("none", "auto_review"):
         raise bad_request("review must be 'none' or 'auto_review'", "review")
@@ -267,6 +244,7 @@ async def create_session(request: Request) -> Response:
     if state.internal_networks and plan.network.proxied:
         plan.network = plan.network.with_internal(state.internal_networks)
     agent = parse_agent(body)
+    limit = parse_spend_control(body.get("spend_control"), model=agent.model, prices=state.prices)
     metadata = _metadata(body.get("metadata"))
     content = None
     if body.get("input") is not None:
@@ -276,7 +254,12 @@ async def create_session(request: Request) -> Response:
 
     _check_session_cap(state)  # before anything is made: a refused create leaves nothing
     session = Session(
-        wire.new_id("sess"), agent=agent, plan=plan, metadata=metadata, review=str(review)
+        wire.new_id("sess"),
+        agent=agent,
+        plan=plan,
+        metadata=metadata,
+        review=str(review),
+        spend=Spend(state.prices.price(agent.model), limit),
     )
     queue = session.subscribe()[0] if stream else None
     worker = SessionWorker(
@@ -344,6 +327,37 @@ async def retrieve_session(request: Request) -> Response:
     return JSONResponse(state.store.get(request.path_params["session_id"]).snapshot())
 
 
+UPDATE_FIELDS = {"metadata", "spend_control"}
+
+
+async def update_session(request: Request) -> Response:
+    """``sessions.update``: ``metadata`` and ``spend_control`` (omitted: unchanged). A session
+    paused at its limit (``budget_reached``) resumes (``idle``) when the new limit is above
+    what it consumed, or null."""
+    state = _state(request)
+    session = state.store.get(request.path_params["session_id"])
+    body = await _json(request)
+    for key in body:
+        if key not in UPDATE_FIELDS:
+            raise bad_request(f"{key}: cubicle serve updates metadata and spend_control only", key)
+    metadata = _metadata(body["metadata"]) if "metadata" in body else None
+    spend = "spend_control" in body
+    limit = (
+        parse_spend_control(body["spend_control"], model=session.agent.model, prices=state.prices)
+        if spend
+        else None
+    )
+    with session.lock:
+        if metadata is not None:  # null or {} clears it
+            session.metadata = metadata
+        if spend:
+            session.spend.limit = limit
+        resume = session.status == "budget_reached" and not session.spend.reached
+    if resume:
+        session.set_status("idle")
+    return JSONResponse(session.snapshot())
+
+
 async def delete_session(request: Request) -> Response:
     state = _state(request)
     session = state.store.get(request.path_params["session_id"])
@@ -393,6 +407,14 @@ def _submit_message(
     with session.lock:
         if session.status == "failed":
             raise bad_request("the session failed; create a new one", "events")
+        if session.status == "budget_reached":
+            raise bad_request(
+                f"the session reached its spending limit ({session.spend.consumed} of "
+                f"{session.spend.limit} USD cents); raise spend_control.limit with "
+                "sessions.update to continue",
+                "events",
+                code="budget_reached",
+            )
         if session.turn is not None:
             raise bad_request(
                 "the session has a turn in progress; wait for it or cancel it",
@@ -510,7 +532,8 @@ def _sse(
     until_turn: TurnState | None = None,
 ) -> EventSourceResponse:
     """An SSE response: ``kept`` events, then live ones until the client leaves or the session
-    is deleted; with ``until_turn``, until that turn ended and the session went idle/failed."""
+    is deleted; with ``until_turn``, until that turn ended and the session went idle, failed or
+    paused at its spending limit (``budget_reached``)."""
     loop = asyncio.get_running_loop()
 
     async def generate() -> AsyncIterator[dict[str, str]]:
@@ -531,7 +554,9 @@ def _sse(
                         and kind.rsplit(".", 1)[1] in ("completed", "failed", "cancelled")
                     ):
                         ended = True
-                    if kind == "agent.session.failed" or (ended and kind == "agent.session.idle"):
+                    if kind == "agent.session.failed" or (
+                        ended and kind in ("agent.session.idle", "agent.session.budget_reached")
+                    ):
                         return
         finally:
             session.unsubscribe(loop, queue)
@@ -673,6 +698,7 @@ def build_app(state: ServerState) -> Starlette:
         Route(base, create_session, methods=["POST"]),
         Route(base, list_sessions, methods=["GET"]),
         Route(base + "/{session_id}", retrieve_session, methods=["GET"]),
+        Route(base + "/{session_id}", update_session, methods=["POST"]),
         Route(base + "/{session_id}", delete_session, methods=["DELETE"]),
         Route(base + "/{session_id}/events", post_events, methods=["POST"]),
         Route(base + "/{session_id}/events", stream_events, methods=["GET"]),

@@ -13,7 +13,9 @@ maps each record to the wire:
 - a refused safety check → the call ``failed``; whatever is still open at the end →
   ``incomplete``.
 
-The session's latest screenshot (the console's image) follows every screenshot.
+The session's latest screenshot (the console's image) follows every screenshot. Each
+``model_turn``'s ``usage`` adds to the turn's and the session's token totals (the spend is
+counted in the loop itself: :meth:`cubicle.orchestrator.serve.worker.SessionWorker.run_turn`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 
 from PIL import Image
 
+from cubicle.orchestrator.modelrun.usage import UsageTotals
 from cubicle.orchestrator.serve import wire
 from cubicle.orchestrator.serve.store import Session
 from cubicle.orchestrator.trajectory.recorder import TRAJECTORY_FILE
@@ -74,6 +77,8 @@ class TurnReporter:
         self.folder = folder
         self.open_calls: list[dict[str, Any]] = []
         self.final_message: str | None = None
+        self.usage = UsageTotals()
+        """The turn's token usage (from the responses' bodies)."""
         self._output_index = 0
 
     def _item_event(self, kind: str, item: dict[str, Any]) -> None:
@@ -90,6 +95,7 @@ class TurnReporter:
     def record(self, rec: dict[str, Any]) -> None:
         kind = rec.get("kind")
         if kind == "model_turn":
+            self._account(rec)
             for call in rec.get("calls") or []:
                 item = wire.computer_use_call(
                     self.turn_id,
@@ -107,6 +113,13 @@ class TurnReporter:
             self._screenshot(rec)
         elif kind == "approval" and rec.get("subject") == "safety_check" and not rec.get("allowed"):
             self._close_calls("failed", None)
+
+    def _account(self, rec: dict[str, Any]) -> None:
+        """The token usage of one completed model response."""
+        if rec.get("status") != "completed":
+            return
+        self.usage.add_response(rec.get("usage"), counts=True)
+        self.session.usage.add_response(rec.get("usage"), counts=True)
 
     def _message(self, text: str) -> None:
         self.final_message = text

@@ -109,6 +109,7 @@ def turn_runner(agent: AgentSpec) -> TurnRun:
                 cancel_requested=cancel,
                 # run_task only closes what the hook returns (origin_answers.Answering)
                 origin_answers=turn.origin_records,
+                on_response=turn.on_response,
             )
         return outcome_of(result, policy)
 
