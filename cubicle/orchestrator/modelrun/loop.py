@@ -340,7 +340,10 @@ class RecordedSession:
         if not response.request.url.path.endswith("/responses"):
             return
         if "json" not in response.headers.get("content-type", ""):
-            # a streamed (SSE) turn: the runner's turns are recorded from the actions instead
+            # a streamed (SSE) turn: the runner's turns are recorded from the actions instead;
+            # its usage is not read here, so the totals say they are incomplete
+            if response.status_code == 200 and self.usage_from_bodies:
+                self.usage.add_request(None)
             self.recorder.model_turn(
                 status=f"http {response.status_code}",
                 response_id=None,
