@@ -32,9 +32,13 @@ All conditions of a rule must hold. A rule with ``keys``/``text``/``region`` mat
 that have keys/text/points. Screen regions are matched with the driver's current geometry; an
 action with a point outside the model's image matches no region rule.
 
-Errors (:class:`~cubicle.drivers.errors.PolicyFileError`) name the file, the line and the reason:
-TOML syntax errors carry tomllib's line; semantic errors point at the offending key's line within
-its ``[[rule]]``/``[[check]]`` (or the table header).
+The schema is :mod:`cubicle.drivers.policy_schema` (pydantic: strict types, unknown keys
+refused). Errors (:class:`~cubicle.drivers.errors.PolicyFileError`) name the file, the line, the
+key and the reason, for the first wrong key: ``policy file p.toml:9: rule 2: region.width should
+be greater than or equal to 1`` — entries of ``[[rule]]``/``[[check]]``/``[[origin]]`` counted from
+1 as decisions name them, the key's path in the entry (``actions[0]``, list items from 0). TOML
+syntax errors carry tomllib's line; a wrong key points at its own line within its entry (the
+entry's header when the key is missing or not found on a line of its own, e.g. in a sub-table).
 """
 
 from __future__ import annotations
@@ -42,17 +46,17 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, Literal, cast
 
-from cubicle.drivers.actions import ACTION_TYPES
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
+
+from cubicle.drivers import policy_schema as schema
 from cubicle.drivers.decisions import ActionFacts, SafetyCheck
 from cubicle.drivers.errors import PolicyFileError
+from cubicle.drivers.policy_schema import Chord, Verdict, chord
 from cubicle.drivers.viewport import Rect
 from cubicle.egress import origins as egress
-from cubicle_guest.errors import GuestError
-from cubicle_guest.keys import resolve_chord
 
 __all__ = [
     "CheckRule",
@@ -63,18 +67,6 @@ __all__ = [
     "load_policy",
     "parse_policy",
 ]
-
-Verdict = Literal["allow", "deny", "ask"]
-VERDICTS: Final = ("allow", "deny", "ask")
-RULE_KEYS: Final = frozenset({"decision", "actions", "keys", "text", "region", "note"})
-CHECK_KEYS: Final = frozenset({"decision", "codes", "note"})
-ORIGIN_KEYS: Final = frozenset({"decision", "origins", "note"})
-TOP_KEYS: Final = frozenset(
-    {"version", "default", "safety_checks", "origin_access", "rule", "check", "origin"}
-)
-POLICY_ACTIONS: Final = (*ACTION_TYPES, "screenshot")
-
-Chord = frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -94,8 +86,8 @@ class Rule:
         if self.actions is not None and facts.kind not in self.actions:
             return False
         if self.keys is not None:
-            chord = _chord(list(facts.keys)) if facts.keys else None
-            if chord is None or chord not in self.keys:
+            pressed = chord(list(facts.keys)) if facts.keys else None
+            if pressed is None or pressed not in self.keys:
                 return False
         if self.text is not None and (facts.text is None or not self.text.search(facts.text)):
             return False
@@ -196,7 +188,11 @@ def load_policy(path: str | os.PathLike[str]) -> Policy:
 
 
 def parse_policy(text: str, path: str = "<policy>") -> Policy:
-    """Validate policy TOML ``text``; ``path`` names it in errors and decisions."""
+    """Validate policy TOML ``text`` (:class:`~cubicle.drivers.policy_schema.PolicyDocument`);
+    ``path`` names it in errors and decisions.
+
+    :raises PolicyFileError: not TOML, or invalid: the first wrong key, by its path and line.
+    """
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -205,207 +201,110 @@ def parse_policy(text: str, path: str = "<policy>") -> Policy:
             path, int(found.group(1)) if found else None, f"not valid TOML: {exc}"
         ) from None
     where = _Locator(text)
-    unknown = sorted(set(data) - TOP_KEYS)
-    if unknown:
-        raise PolicyFileError(
-            path,
-            where.top(unknown[0]),
-            f"unknown top-level key {unknown[0]!r}; allowed: {', '.join(sorted(TOP_KEYS))}",
-        )
-    version = data.get("version", 1)
-    if version != 1:
-        raise PolicyFileError(path, where.top("version"), f"version must be 1, got {version!r}")
-    default = _verdict(data.get("default", "deny"), path, where.top("default"), "default")
-    checks_default = _verdict(
-        data.get("safety_checks", "ask"), path, where.top("safety_checks"), "safety_checks"
-    )
-    origins_default = _verdict(
-        data.get("origin_access", "ask"), path, where.top("origin_access"), "origin_access"
-    )
-    rules = _tables(data, "rule", path, where)
-    checks = _tables(data, "check", path, where)
-    origins = _tables(data, "origin", path, where)
+    try:
+        document = schema.validate(data)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        raise PolicyFileError(path, _line(where, tuple(first["loc"])), _reason(first)) from None
+
+    def line(table: str, index: int) -> int:
+        return where.header(table, index) or 0
+
     return Policy(
         path,
-        default,
-        checks_default,
-        tuple(_rule(i, entry, path, where) for i, entry in enumerate(rules, 1)),
-        tuple(_check_rule(i, entry, path, where) for i, entry in enumerate(checks, 1)),
-        origins_default,
-        tuple(_origin_rule(i, entry, path, where) for i, entry in enumerate(origins, 1)),
+        document.default,
+        document.safety_checks,
+        tuple(
+            Rule(
+                index,
+                line("rule", index),
+                entry.decision,
+                None if entry.actions is None else frozenset(entry.actions),
+                entry.keys,
+                entry.text,
+                None if entry.region is None else entry.region.rect(),
+                entry.note,
+            )
+            for index, entry in enumerate(document.rule, 1)
+        ),
+        tuple(
+            CheckRule(
+                index,
+                line("check", index),
+                entry.decision,
+                None if entry.codes is None else frozenset(entry.codes),
+                entry.note,
+            )
+            for index, entry in enumerate(document.check, 1)
+        ),
+        document.origin_access,
+        tuple(
+            OriginRule(index, line("origin", index), entry.decision, entry.origins, entry.note)
+            for index, entry in enumerate(document.origin, 1)
+        ),
     )
 
 
-# --------------------------------------------------------------------------- validation
+# --------------------------------------------------------------------------- errors
 
 
-def _tables(data: dict[str, Any], name: str, path: str, where: _Locator) -> list[dict[str, Any]]:
-    value = data.get(name, [])
-    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise PolicyFileError(
-            path, where.top(name), f"{name} must be an array of tables [[{name}]]"
-        )
-    return cast(list[dict[str, Any]], value)
+def _entry(loc: tuple[int | str, ...]) -> tuple[str, int] | None:
+    """``("rule", 2)`` (1-based) when ``loc`` is inside an entry of an array of tables."""
+    if len(loc) >= 2 and loc[0] in schema.TABLES and isinstance(loc[1], int):
+        return str(loc[0]), loc[1] + 1
+    return None
 
 
-def _verdict(value: object, path: str, line: int | None, what: str) -> Verdict:
-    if value not in VERDICTS:
-        raise PolicyFileError(
-            path, line, f"{what} must be one of {', '.join(VERDICTS)}, got {value!r}"
-        )
-    return value  # narrowed to Verdict by the membership test
+def _field(loc: tuple[int | str, ...]) -> str:
+    """``("region", "x")`` → ``region.x``; ``("actions", 0)`` → ``actions[0]``."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}" if text else part
+    return text
 
 
-def _strings(value: object, path: str, line: int | None, what: str) -> list[str]:
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-        raise PolicyFileError(path, line, f"{what} must be a non-empty list of strings")
-    return cast(list[str], value)
+def _line(where: _Locator, loc: tuple[int | str, ...]) -> int | None:
+    """The line of the key at ``loc``: in its ``[[table]]`` entry (the entry's header when the
+    key is not written there, e.g. a missing one), else at the top level."""
+    entry = _entry(loc)
+    if entry is not None:
+        key = loc[2] if len(loc) > 2 and isinstance(loc[2], str) else None
+        found = where.in_table(*entry, key)
+        if found is not None:
+            return found
+    return where.top(str(loc[0])) if loc else None
 
 
-def _chord(names: list[str]) -> Chord:
-    return frozenset(key.keysym_name.lower() for key in resolve_chord(names))
-
-
-def _decision(
-    entry: dict[str, Any],
-    *,
-    kind: str,
-    index: int,
-    allowed: frozenset[str],
-    path: str,
-    line: Callable[..., int | None],
-) -> Verdict:
-    """Refuse keys outside ``allowed``, then read the entry's required ``decision``."""
-    unknown = sorted(set(entry) - allowed)
-    if unknown:
-        raise PolicyFileError(
-            path,
-            line(unknown[0]),
-            f"{kind} {index}: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(allowed))}",
-        )
-    if "decision" not in entry:
-        raise PolicyFileError(
-            path, line(), f"{kind} {index}: missing 'decision' (allow, deny or ask)"
-        )
-    return _verdict(entry["decision"], path, line("decision"), f"{kind} {index}: decision")
-
-
-def _rule(index: int, entry: dict[str, Any], path: str, where: _Locator) -> Rule:
-    def line(key: str | None = None) -> int | None:
-        return where.in_table("rule", index, key)
-
-    decision = _decision(entry, kind="rule", index=index, allowed=RULE_KEYS, path=path, line=line)
-    actions = None
-    if "actions" in entry:
-        actions = frozenset(
-            _strings(entry["actions"], path, line("actions"), f"rule {index}: actions")
-        )
-        bad = sorted(actions - set(POLICY_ACTIONS))
-        if bad:
-            raise PolicyFileError(
-                path,
-                line("actions"),
-                f"rule {index}: unknown action type {bad[0]!r}; known: {', '.join(POLICY_ACTIONS)}",
-            )
-    keys = None
-    if "keys" in entry:
-        raw = entry["keys"]
-        if not isinstance(raw, list) or not raw:
-            raise PolicyFileError(
-                path, line("keys"), f"rule {index}: keys must be a non-empty list of chords"
-            )
-        chords = []
-        for chord in raw:
-            names = (
-                chord
-                if isinstance(chord, list)
-                else chord.split("+")
-                if isinstance(chord, str) and chord != "+"
-                else [chord]
-            )
-            if not all(isinstance(n, str) and n for n in names):
-                raise PolicyFileError(path, line("keys"), f"rule {index}: bad chord {chord!r}")
-            try:
-                chords.append(_chord(names))
-            except GuestError as exc:
-                raise PolicyFileError(path, line("keys"), f"rule {index}: {exc.reason}") from None
-        keys = tuple(chords)
-    pattern = None
-    if "text" in entry:
-        if not isinstance(entry["text"], str):
-            raise PolicyFileError(
-                path, line("text"), f"rule {index}: text must be a regular expression string"
-            )
-        try:
-            pattern = re.compile(entry["text"])
-        except re.error as exc:
-            raise PolicyFileError(
-                path, line("text"), f"rule {index}: text is not a valid regular expression ({exc})"
-            ) from None
-    region = None
-    if "region" in entry:
-        value = entry["region"]
-        if (
-            not isinstance(value, dict)
-            or set(value) != {"x", "y", "width", "height"}
-            or not all(isinstance(v, int) and not isinstance(v, bool) for v in value.values())
-            or value["width"] < 1
-            or value["height"] < 1
-            or value["x"] < 0
-            or value["y"] < 0
-        ):
-            raise PolicyFileError(
-                path,
-                line("region"),
-                f"rule {index}: region must be {{x, y, width, height}} integers "
-                f"(x, y >= 0, size >= 1), got {value!r}",
-            )
-        region = Rect(value["x"], value["y"], value["width"], value["height"])
-    note = entry.get("note", "")
-    if not isinstance(note, str):
-        raise PolicyFileError(path, line("note"), f"rule {index}: note must be a string")
-    return Rule(
-        index, where.header("rule", index) or 0, decision, actions, keys, pattern, region, note
-    )
-
-
-def _check_rule(index: int, entry: dict[str, Any], path: str, where: _Locator) -> CheckRule:
-    def line(key: str | None = None) -> int | None:
-        return where.in_table("check", index, key)
-
-    decision = _decision(entry, kind="check", index=index, allowed=CHECK_KEYS, path=path, line=line)
-    codes = None
-    if "codes" in entry:
-        codes = frozenset(_strings(entry["codes"], path, line("codes"), f"check {index}: codes"))
-    note = entry.get("note", "")
-    if not isinstance(note, str):
-        raise PolicyFileError(path, line("note"), f"check {index}: note must be a string")
-    return CheckRule(index, where.header("check", index) or 0, decision, codes, note)
-
-
-def _origin_rule(index: int, entry: dict[str, Any], path: str, where: _Locator) -> OriginRule:
-    def line(key: str | None = None) -> int | None:
-        return where.in_table("origin", index, key)
-
-    decision = _decision(
-        entry, kind="origin", index=index, allowed=ORIGIN_KEYS, path=path, line=line
-    )
-    if "origins" not in entry:
-        raise PolicyFileError(path, line(), f"origin {index}: missing 'origins' (a list)")
-    items = _strings(entry["origins"], path, line("origins"), f"origin {index}: origins")
-    for item in items:
-        if "," in item:
-            raise PolicyFileError(
-                path, line("origins"), f"origin {index}: {item!r}: one origin per string"
-            )
-    try:
-        origins = egress.parse_policy("allow:" + ",".join(items))
-    except egress.InvalidOrigin as exc:
-        raise PolicyFileError(path, line("origins"), f"origin {index}: {exc}") from None
-    note = entry.get("note", "")
-    if not isinstance(note, str):
-        raise PolicyFileError(path, line("note"), f"origin {index}: note must be a string")
-    return OriginRule(index, where.header("origin", index) or 0, decision, origins, note)
+def _reason(error: ErrorDetails) -> str:
+    """The error as ``rule 2: region.width should be greater than or equal to 1``: the entry
+    (1-based, as decisions name it), the key's path in it, what is wrong."""
+    loc = tuple(error["loc"])
+    entry = _entry(loc)
+    prefix = f"{entry[0]} {entry[1]}: " if entry else ""
+    inner = loc[2:] if entry else loc
+    kind = error["type"]
+    if kind in ("extra_forbidden", "missing"):
+        parent = _field(inner[:-1])
+        head = prefix + (f"{parent}: " if parent else "")
+        if kind == "missing":
+            return f"{head}missing {inner[-1]!r}"
+        what = "top-level key" if not loc[:-1] else "key"
+        allowed = ", ".join(schema.allowed_keys(loc[:-1]))
+        return f"{head}unknown {what} {inner[-1]!r}; allowed: {allowed}"
+    subject = prefix + _field(inner) if inner else prefix.removesuffix(": ")
+    if len(loc) == 1 and loc[0] in schema.TABLES:
+        return f"{loc[0]} must be an array of tables [[{loc[0]}]]"
+    if kind in ("model_type", "dict_type"):
+        return f"{subject} must be a table"
+    if kind == "too_short":
+        return f"{subject} must not be empty"
+    if kind == "literal_error":
+        expected = str(error.get("ctx", {}).get("expected", ""))
+        choice = "one of " if " or " in expected else ""
+        return f"{subject} must be {choice}{expected}, got {error['input']!r}"
+    message = str(error["msg"]).removeprefix("Value error, ").removeprefix("Input ")
+    joint = " " if message.startswith(("must ", "is ", "should ")) else ": "
+    return f"{subject}{joint}{message}"
 
 
 class _Locator:

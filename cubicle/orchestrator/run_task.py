@@ -14,7 +14,8 @@ at once (the sandbox is still removed).
 
 Verification (``--verify-file GUEST_PATH=TEXT``, repeatable; ``--verify module:function`` called
 with the agent client, returning a bool, a :class:`~cubicle.orchestrator.modelrun.verify.Check` or
-a list of them) runs after the model's final message; any failed check makes the exit status 1.
+a list of them) runs after the loop (also when it failed, not when cancelled); any failed check
+makes the exit status 1.
 
 Task files (``--task NAME|FILE``, :mod:`cubicle.orchestrator.tasks`): the task's set-up runs before
 the first model turn, its prompt is the task, its checks run before the ``--verify…`` ones, and its
@@ -25,9 +26,10 @@ text together with ``--task`` is an error.
 Offline: ``OPENAI_BASE_URL`` pointing at a :class:`cubicle.drivers.scripted_model.ScriptedModel`
 runs the whole command without a key or network (tests do this).
 
-What this shares with the drill (the loop thread and its recording, guest set-up, checks,
-cancellation, console) is :mod:`cubicle.orchestrator.modelrun`; neither imports the other. ``cubicle
-run`` is registered by :mod:`cubicle.orchestrator.cli` through :func:`register`.
+The run itself is :func:`cubicle.orchestrator.modelrun.run.run` with a
+:class:`~cubicle.orchestrator.modelrun.responses_model.ResponsesModel`, the skeleton the drill and
+serve's turns use too; this module is the command line around it (registered by
+:mod:`cubicle.orchestrator.cli` through :func:`register`).
 """
 
 from __future__ import annotations
@@ -35,52 +37,26 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import threading
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from openai import OpenAI
-
 from cubicle.drivers.approvals import ApprovalPolicy, FilePolicy, NonInteractive, TerminalPrompt
-from cubicle.drivers.computer import GuestDriver
 from cubicle.drivers.errors import SettleOptionError
 from cubicle.drivers.policy_file import load_policy
 from cubicle.drivers.settle import SettleOption, SettleSpec, check_settle
-from cubicle.drivers.stall import DEFAULT_STALL_LIMIT, StallDetector
+from cubicle.drivers.stall import DEFAULT_STALL_LIMIT
 from cubicle.drivers.viewport import Viewport
 from cubicle.orchestrator.errors import ConfigError
-from cubicle.orchestrator.modelrun import Desktop
-from cubicle.orchestrator.modelrun.budget import (
-    BudgetSpec,
-    describe_budget,
-    parse_context_budget,
-    resolve_budget,
-)
+from cubicle.orchestrator.modelrun.budget import BudgetSpec, parse_context_budget
 from cubicle.orchestrator.modelrun.console import default_out, destroy_quietly, progress
-from cubicle.orchestrator.modelrun.errors import DrillCancelled
-from cubicle.orchestrator.modelrun.guest_steps import GuestSteps
-from cubicle.orchestrator.modelrun.loop import (
-    LoopKind,
-    LoopThread,
-    RecordedSession,
-    error_chain,
-    is_loopback,
-)
+from cubicle.orchestrator.modelrun.responses_model import DEFAULT_BASE_URL, ResponsesModel
+from cubicle.orchestrator.modelrun.run import DEFAULT_MAX_STEPS, RunSpec, run
 from cubicle.orchestrator.modelrun.signals import cancel_on_signals
 from cubicle.orchestrator.modelrun.usage import usage_line
-from cubicle.orchestrator.modelrun.verify import (
-    Check,
-    Verifier,
-    check_file,
-    function_verifier,
-    task_verifiers,
-)
+from cubicle.orchestrator.modelrun.verify import Verifier, check_file, function_verifier
 from cubicle.orchestrator.network import NetworkPolicy
 from cubicle.orchestrator.origin_answers import (
-    Answering,
     add_ask_timeout_argument,
     run_answers,
     with_ask_timeout,
@@ -93,48 +69,12 @@ from cubicle.orchestrator.shape_options import (
     with_internal_networks,
 )
 from cubicle.orchestrator.tasks import Task, load_task
-from cubicle.orchestrator.trajectory.recorder import TrajectoryRecorder
-from cubicle.orchestrator.trajectory.report import write_report
-from cubicle.orchestrator.view.handover import recorded_gate, take_over
-from cubicle.orchestrator.view.recording import (
-    Recording,
-    add_record_argument,
-    parse_record,
-    recording_event,
-)
-from cubicle_guest.errors import CubicleError
+from cubicle.orchestrator.view.recording import add_record_argument, parse_record
 
-__all__ = ["TaskResult", "Verifier", "cmd_run", "parse_verify_file", "register", "run_task"]
+__all__ = ["cmd_run", "file_verifier", "parse_verify_file", "register"]
 
 DEFAULT_MODEL = "gpt-5.4"
 """A model with native computer use through the GA ``{"type": "computer"}`` tool."""
-DEFAULT_MAX_STEPS = 30
-
-
-@dataclass
-class TaskResult:
-    """How a task run ended. ``ok``: the loop finished and every verification check holds."""
-
-    out: Path
-    final_message: str | None = None
-    error: str | None = None
-    checks: list[Check] = field(default_factory=list)
-    cancelled: bool = False
-    wall_s: float = 0.0
-    actions: int = 0
-    stalled: str | None = None
-    """Why the run was stopped as stalled (:mod:`cubicle.drivers.stall`), or ``None``."""
-    usage: dict[str, Any] = field(default_factory=dict)
-    """Token usage totals (:meth:`cubicle.orchestrator.modelrun.usage.UsageTotals.as_dict`)."""
-
-    @property
-    def ok(self) -> bool:
-        return (
-            self.error is None
-            and not self.cancelled
-            and self.stalled is None
-            and all(c.ok for c in self.checks)
-        )
 
 
 def parse_verify_file(text: str) -> tuple[str, str]:
@@ -147,175 +87,6 @@ def parse_verify_file(text: str) -> tuple[str, str]:
 
 def file_verifier(path: str, expected: str) -> Verifier:
     return lambda client: [check_file(client, f"file {path}", path, expected)]
-
-
-def run_task(
-    desktop: Desktop,
-    *,
-    base_url: str,
-    api_key: str,
-    task: str,
-    model: str,
-    out: Path,
-    loop: LoopKind = "runner",
-    context_budget: BudgetSpec | Literal["default"] | None = "default",
-    max_steps: int = DEFAULT_MAX_STEPS,
-    viewport: Viewport | None = None,
-    safety_policy: ApprovalPolicy,
-    action_policy: ApprovalPolicy | None = None,
-    verifiers: list[Verifier] | None = None,
-    cancel_requested: Callable[[], bool] = lambda: False,
-    settle: SettleOption = True,
-    stall_limit: int = DEFAULT_STALL_LIMIT,
-    takeover_on_stall: bool = False,
-    record: tuple[float, int] | None = None,
-    origin_answers: Callable[[TrajectoryRecorder], Answering] | None = None,
-    task_file: Task | None = None,
-    on_response: Callable[[dict[str, Any]], None] | None = None,
-) -> TaskResult:
-    """Run ``task`` with ``model`` through ``client`` on ``desktop``; record and verify.
-
-    :param base_url: the Responses API (``https://api.openai.com/v1``, or a local stand-in; a
-        loopback URL ignores proxy variables).
-    :param context_budget: the runner's context budget (:mod:`cubicle.orchestrator.modelrun.budget`;
-        ``"default"``: the default budget for the runner, none for the toolset; ``None``: full
-        replay).
-    :param viewport: the model's view (default: the whole screen at native size).
-    :param settle: the driver's settle option (:mod:`cubicle.drivers.settle`).
-    :param stall_limit: stop the run after this many state-changing actions in a row changed
-        nothing visible (:mod:`cubicle.drivers.stall`; 0: never).
-    :param takeover_on_stall: on a stall, hand control to a person (``cubicle view``) instead
-        of stopping; the run waits until they release it. While a person holds control
-        (``cubicle view ID --takeover``) every run on a sandbox waits
-        (:mod:`cubicle.orchestrator.view`).
-    :param record: ``(fps, kbps)``: write ``out/recording.mp4`` of the screen
-        (:mod:`cubicle.orchestrator.view.recording`); ``None``: no video.
-    :param origin_answers: for an ``ask:`` sandbox, starts who answers its origin questions
-        (:mod:`cubicle.orchestrator.origin_answers`) for the length of the run, recording each
-        decision.
-    :param task_file: a task (:mod:`cubicle.orchestrator.tasks`): its set-up runs before the first
-    model
-        turn, its prompt (placeholders filled) replaces an empty ``task``, and its checks run
-        before ``verifiers``.
-    :param on_response: called with each completed model response's body before the loop acts
-        on it (:attr:`~cubicle.orchestrator.modelrun.loop.RecordedSession.on_response`).
-    """
-    started = time.monotonic()
-    result = TaskResult(out=out)
-    with TrajectoryRecorder(out) as recorder:
-        stall_hit = threading.Event()
-        gate = recorded_gate(desktop, recorder, cancel_requested)
-
-        def on_stall(message: str) -> None:
-            if takeover_on_stall and gate is not None:
-                session.stalled = None
-                session.stall = StallDetector(stall_limit)
-                take_over(gate, recorder, message)
-            else:
-                stall_hit.set()
-
-        session = RecordedSession(
-            recorder,
-            safety_policy=safety_policy,
-            action_policy=action_policy,
-            stall_limit=stall_limit,
-            on_stall=on_stall,
-            gate=gate.wait if gate is not None else None,
-        )
-        session.on_response = on_response
-        client = OpenAI(
-            base_url=base_url,
-            api_key=api_key,
-            http_client=session.http_client(trust_env=not is_loopback(base_url)),
-        )
-        recording = Recording(desktop, out, fps=record[0], kbps=record[1]) if record else None
-        agent = desktop.connect()
-        if recording is not None:
-            recording.start()
-        answers = origin_answers(recorder) if origin_answers is not None else None
-        try:
-            if task_file is not None:
-                guest = GuestSteps(agent, recorder=recorder, cancelled=cancel_requested).prepare(
-                    task_file
-                )
-                task = task or guest.prompt
-                verifiers = [*task_verifiers(guest), *(verifiers or [])]
-            driver = GuestDriver(
-                agent, viewport=viewport, on_action=session.on_action, settle=settle
-            )
-            for policy in (safety_policy, action_policy):
-                if policy is not None and policy.geometry is None:
-                    policy.geometry = driver
-            geometry = driver.geometry
-            recorder.event(
-                "run",
-                task=task,
-                loop=loop,
-                context_budget=describe_budget(resolve_budget(loop, context_budget)),
-                model=model,
-                screen=list(geometry.screen),
-                model_view=[geometry.width, geometry.height],
-                meta={},
-            )
-            driver.screenshot()
-            thread = LoopThread(
-                loop,
-                driver,
-                client,
-                {"model": model, "input": task},
-                session,
-                max_steps=max_steps,
-                context_budget=context_budget,
-            ).start()
-            while not thread.wait(0.2):
-                if (cancel_requested() or stall_hit.is_set()) and not thread.cancelled():
-                    recorder.event("cancel", toolset_status=thread.cancel())
-            result.cancelled = cancel_requested()
-            result.stalled = session.stalled
-            if result.stalled is not None:
-                raise RunStalled(result.stalled)
-            if thread.outcome.error is not None:
-                raise thread.outcome.error
-            result.final_message = thread.outcome.final_message
-            for verify in verifiers or []:
-                result.checks.extend(verify(agent))
-        except Exception as exc:
-            result.error = error_chain(exc)
-            result.cancelled = result.cancelled or isinstance(exc, DrillCancelled)
-            recorder.event("error", where="run", type=type(exc).__name__, message=str(exc))
-        finally:
-            if answers is not None:
-                answers.close()
-            agent.close()
-            client.close()
-            if recording is not None:
-                recorder.event("recording", **recording_event(recording.stop(), out))
-            for check in result.checks:
-                recorder.event(
-                    "check",
-                    name=check.name,
-                    ok=check.ok,
-                    expected=check.expected,
-                    got=check.got,
-                    detail=check.detail,
-                )
-            result.wall_s = time.monotonic() - started
-            result.actions = session.executed_actions
-            result.usage = session.usage.as_dict()
-            recorder.event(
-                "end",
-                ok=result.ok,
-                final_message=result.final_message,
-                wall_s=round(result.wall_s, 2),
-                error=result.error,
-                usage=result.usage,
-            )
-    write_report(out)
-    return result
-
-
-class RunStalled(CubicleError):
-    """The model kept acting with nothing visible changing (``--stall``)."""
 
 
 # --------------------------------------------------------------------------- command line
@@ -558,7 +329,6 @@ def effective_settings(args: argparse.Namespace) -> tuple[Task | None, RunSettin
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    base_url = os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
     if not os.environ.get("OPENAI_API_KEY"):
         raise ConfigError(
             "OPENAI_API_KEY is not set",
@@ -582,6 +352,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     record = parse_record(args.record) if args.record is not None else None
     budget = _context_budget(args)
     out: Path = args.out or default_out("run")
+    model = ResponsesModel(
+        args.model,
+        api_key=os.environ["OPENAI_API_KEY"],
+        base_url=os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
+    )
     with teardown_on_signals():
         sandbox = Sandbox.create(
             args.backend,
@@ -591,29 +366,25 @@ def cmd_run(args: argparse.Namespace) -> int:
             progress=progress,
         )
     try:
+        spec = RunSpec(
+            out=out,
+            loop=args.loop,
+            context_budget=budget,
+            prompt=args.task or "",
+            task=task_file,
+            viewport=viewport,
+            settle=settle,
+            max_steps=settings.max_steps,
+            safety_policy=safety,
+            action_policy=actions,
+            verifiers=tuple(verifiers),
+            stall_limit=settings.stall,
+            on_stall="takeover" if args.takeover_on_stall else "stop",
+            record=record,
+            origin_answers=run_answers(sandbox, network, safety),
+        )
         with cancel_on_signals() as cancel:
-            result = run_task(
-                sandbox,
-                base_url=base_url,
-                api_key=os.environ["OPENAI_API_KEY"],
-                task=args.task or "",
-                model=args.model,
-                out=out,
-                loop=args.loop,
-                context_budget=budget,
-                max_steps=settings.max_steps,
-                viewport=viewport,
-                safety_policy=safety,
-                action_policy=actions,
-                verifiers=verifiers,
-                cancel_requested=cancel,
-                settle=settle,
-                stall_limit=settings.stall,
-                takeover_on_stall=args.takeover_on_stall,
-                record=record,
-                origin_answers=run_answers(sandbox, network, safety),
-                task_file=task_file,
-            )
+            result = run(sandbox, spec, model, cancel_requested=cancel)
     finally:
         if args.keep:
             progress(f"{sandbox.id} kept; remove it with: cubicle down {sandbox.id}")

@@ -2,9 +2,9 @@
 
 One Docker sandbox (1280x800) with the ``browser-form`` task's set-up (Chromium showing the
 form page, a realistic screen); the scripted model plays 30 pointer moves then a final message,
-through ``run_task`` twice: the runner with the default budget, then ``--context-budget off``
-(full replay, what ``ComputerToolset.run`` sends). Totals come from the ``model_request``
-records (what each request's ``input`` carried); the ratio is full / budgeted.
+through ``cubicle run``'s run twice: the runner with the default budget, then
+``--context-budget off`` (full replay, what ``ComputerToolset.run`` sends). Totals come from the
+``model_request`` records (what each request's ``input`` carried); the ratio is full / budgeted.
 
 It also prints the figures the default byte bound was chosen from
 (:data:`cubicle.orchestrator.modelrun.budget.DEFAULT_MAX_INPUT_BYTES`): the PNG and base64 sizes
@@ -24,16 +24,15 @@ from typing import Any
 
 from PIL import Image
 
-from cubicle.drivers import ApproveAll
 from cubicle.drivers.scripted_model import ScriptedModel, parse_script
 from cubicle.orchestrator.modelrun.budget import DEFAULT_BUDGET, BudgetSpec
 from cubicle.orchestrator.modelrun.guest_steps import GuestSteps
-from cubicle.orchestrator.run_task import run_task
 from cubicle.orchestrator.sandbox import Sandbox
 from cubicle.orchestrator.tasks import load_task
 from cubicle.orchestrator.trajectory import read_trajectory
 from tests.bench.bench_docker import docker_or_skip
 from tests.bench.report import Report
+from tests.support.runs import scripted_run
 
 STEPS = 30
 SCREEN = (1280, 800)
@@ -49,16 +48,14 @@ def _script() -> dict[str, Any]:
 
 def _run(sandbox: Sandbox, out: Path, budget: BudgetSpec | None) -> list[dict[str, Any]]:
     with ScriptedModel(parse_script(_script())) as model:
-        result = run_task(
+        result = scripted_run(
             sandbox,
-            base_url=model.base_url,
-            api_key="offline",
-            task="move the pointer",
-            model="scripted",
-            out=out,
+            model,
+            out,
+            prompt="move the pointer",
+            loop="runner",
             context_budget=budget,
             max_steps=STEPS + 1,
-            safety_policy=ApproveAll(),
             settle=False,
             stall_limit=0,
         )

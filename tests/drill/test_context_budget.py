@@ -1,4 +1,5 @@
-"""The context budget and usage totals of ``run_task`` on a local desktop (Xvfb + openbox + the
+"""The context budget and usage totals of a run (``cubicle run``'s
+:func:`~cubicle.orchestrator.modelrun.run.run`) on a local desktop (Xvfb + openbox + the
 agent) with the scripted model: the real SDK runner, real screenshots, and the requests as the
 model received them.
 
@@ -13,18 +14,18 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
-from cubicle.drivers import ApproveAll
 from cubicle.drivers.scripted_model import ScriptedModel, parse_script
 from cubicle.orchestrator.modelrun.budget import DEFAULT_BUDGET, BudgetSpec, measure_input
 from cubicle.orchestrator.modelrun.loop import LoopKind
-from cubicle.orchestrator.run_task import TaskResult, run_task
+from cubicle.orchestrator.modelrun.run import RunResult
 from cubicle.orchestrator.trajectory import read_trajectory
 from cubicle.orchestrator.trajectory.report import render_report
 from tests.drill.desktop import LocalDesktop
+from tests.support.runs import scripted_run
 
 pytestmark = [pytest.mark.x11, pytest.mark.slow]
 
@@ -43,22 +44,19 @@ def _run(
     out: Path,
     turns: list[dict[str, Any]],
     *,
-    budget: BudgetSpec | str | None = "default",
+    budget: BudgetSpec | Literal["default"] | None = "default",
     loop: LoopKind = "runner",
-) -> tuple[TaskResult, list[dict[str, Any]]]:
+) -> tuple[RunResult, list[dict[str, Any]]]:
     script = {"name": "budget", "model_view": [1280, 800], "turns": turns}
     with ScriptedModel(parse_script(script)) as model:
-        result = run_task(
+        result = scripted_run(
             desktop,
-            base_url=model.base_url,
-            api_key="offline",
-            task="move the pointer around",
-            model="scripted",
-            out=out,
+            model,
+            out,
+            prompt="move the pointer around",
             loop=loop,
-            context_budget=budget,  # type: ignore[arg-type]
+            context_budget=budget,
             max_steps=len(turns) + 1,
-            safety_policy=ApproveAll(),
             settle=False,
             stall_limit=0,
         )

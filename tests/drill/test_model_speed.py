@@ -30,12 +30,13 @@ from cubicle.drivers.records import ActionRecord
 from cubicle.drivers.scripted_model import ScriptedModel, parse_script
 from cubicle.orchestrator.errors import ConfigError
 from cubicle.orchestrator.modelrun.loop import RecordedSession
-from cubicle.orchestrator.run_task import parse_settle, run_task
+from cubicle.orchestrator.run_task import parse_settle
 from cubicle.orchestrator.trajectory import read_trajectory
 from cubicle.orchestrator.trajectory.recorder import TrajectoryRecorder
 from cubicle_guest.errors import GuestError
 from cubicle_guest.protocol import VISIBLE_CHANGE_AREA
 from tests.drill.desktop import LocalDesktop, app, wait_for_window
+from tests.support.runs import scripted_run
 
 pytestmark = [pytest.mark.x11, pytest.mark.slow]
 
@@ -306,12 +307,10 @@ def test_stall_detection_stops_cubicle_run_with_a_clear_message(
         }
     )
     with ScriptedModel(script, raise_on_exit=False) as model:
-        result = run_task(
+        result = scripted_run(
             local_desktop,
-            base_url=model.base_url,
-            api_key="offline",
-            task="click",
-            model="scripted",
+            model,
+            prompt="click",
             out=tmp_path / "out",
             safety_policy=ApproveAll(),
             stall_limit=3,

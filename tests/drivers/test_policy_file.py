@@ -81,7 +81,7 @@ def test_safety_check_rules_and_default() -> None:
 @pytest.mark.parametrize(
     ("text", "line", "reason"),
     [
-        ('default = "maybe"\n', 1, "default must be one of allow, deny, ask, got 'maybe'"),
+        ('default = "maybe"\n', 1, "default must be one of 'allow', 'deny' or 'ask', got 'maybe'"),
         (
             'default = "deny"\n[[rule]]\ndecision = "allow"\nactoins = ["click"]\n',
             4,
@@ -102,7 +102,7 @@ def test_safety_check_rules_and_default() -> None:
         (
             '[[rule]]\ndecision = "deny"\nregion = {x = 0, y = 0, width = 0, height = 5}\n',
             3,
-            "region must be {x, y, width, height} integers",
+            "rule 1: region.width should be greater than or equal to 1",
         ),
         (
             '[[check]]\ndecision = "allow"\ncodes = "malicious_instructions"\n',
@@ -143,3 +143,64 @@ def test_missing_file_names_the_path(tmp_path: Path) -> None:
     with pytest.raises(PolicyFileError, match="cannot read it") as caught:
         load_policy(tmp_path / "absent.toml")
     assert caught.value.line is None
+
+
+HEAD = 'default = "deny"\n\n[[rule]]\ndecision = "allow"\n\n[[rule]]\ndecision = "deny"\n'
+"""Two rules; the second's header is line 6, its keys from line 7 on."""
+
+
+@pytest.mark.parametrize(
+    ("tail", "line", "message"),
+    [
+        # wrong type: the key's line, its entry (counted from 1) and its path
+        ("note = 3\n", 8, "rule 2: note should be a valid string"),
+        ('region = {x = "0", y = 0, width = 1, height = 1}\n', 8, "rule 2: region.x should be"),
+        ("region = {x = true, y = 0, width = 1, height = 1}\n", 8, "rule 2: region.x should be"),
+        ("region = 5\n", 8, "rule 2: region must be a table"),
+        ('actions = "click"\n', 8, "rule 2: actions should be a valid list"),
+        ("text = 3\n", 8, "rule 2: text must be a regular expression string"),
+        # unknown key, at the top level of an entry and in a nested table
+        ("actoins = []\n", 8, "rule 2: unknown key 'actoins'; allowed: actions, decision, keys"),
+        (
+            "region = {x = 0, y = 0, width = 1, height = 1, z = 1}\n",
+            8,
+            "rule 2: region: unknown key 'z'; allowed: height, width, x, y",
+        ),
+        # missing key: nested (its table's line)
+        ("region = {x = 0, y = 0, width = 1}\n", 8, "rule 2: region: missing 'height'"),
+        # a nested list element, named by its index
+        ('actions = ["click", 3]\n', 8, "rule 2: actions[1] should be a valid string"),
+        ('actions = ["click", "clik"]\n', 8, "rule 2: actions[1]: unknown action type 'clik'"),
+        ("actions = []\n", 8, "rule 2: actions must not be empty"),
+        ('keys = ["ctrl+l", 3]\n', 8, "rule 2: keys: bad chord 3"),
+    ],
+)
+def test_a_wrong_key_is_named_by_its_path_and_line(tail: str, line: int, message: str) -> None:
+    with pytest.raises(PolicyFileError) as caught:
+        parse_policy(HEAD + tail, "p.toml")
+    assert caught.value.line == line, caught.value
+    assert f"policy file p.toml:{line}: {message}" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "message"),
+    [
+        # bad enum values (the choices and what was given)
+        ('\n\nsafety_checks = "sometimes"\n', 3, "safety_checks must be one of 'allow', 'deny'"),
+        (HEAD.removesuffix('"deny"\n') + '"DENY"\n', 7, "rule 2: decision must be one of 'allow'"),
+        ("version = true\n", 1, "version must be 1, got True"),
+        ('version = "1"\n', 1, "version must be 1, got '1'"),
+        # missing key in an entry: the entry's header line
+        (HEAD + '\n[[check]]\ncodes = ["x"]\n', 9, "check 1: missing 'decision'"),
+        # a table where an array of tables belongs, and a non-table entry
+        ('default = "deny"\nrule = {decision = "allow"}\n', 2, "rule must be an array of tables"),
+        ("rule = [1]\n", 1, "rule 1 must be a table"),
+        # a nested list element of a check
+        ('[[check]]\ndecision = "allow"\ncodes = ["a", 1]\n', 3, "check 1: codes must be a non"),
+    ],
+)
+def test_bad_values_name_the_field_and_line(text: str, line: int, message: str) -> None:
+    with pytest.raises(PolicyFileError) as caught:
+        parse_policy(text, "p.toml")
+    assert caught.value.line == line, caught.value
+    assert f"policy file p.toml:{line}: {message}" in str(caught.value)

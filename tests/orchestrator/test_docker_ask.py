@@ -31,12 +31,12 @@ from cubicle.drivers.scripted_model import ScriptedModel, Turn, parse_script
 from cubicle.orchestrator import labels as L
 from cubicle.orchestrator.origin_answers import run_answers
 from cubicle.orchestrator.origin_questions import Answer, OriginQuestions
-from cubicle.orchestrator.run_task import run_task
 from cubicle.orchestrator.sandbox import Sandbox
 from cubicle.orchestrator.trajectory import read_trajectory
 from tests.desktop.checks import click_launcher, colour_share, screenshot, wait_window, window_box
 from tests.orchestrator.conftest import CliRun, Tracker
 from tests.support.origin_server import GREEN, OriginServer, origin, resolve_in_proxy
+from tests.support.runs import scripted_run
 
 __all__ = ["origin"]
 
@@ -306,12 +306,10 @@ def test_run_answers_by_policy_file_and_the_report_shows_every_decision(
     )
     out = tmp_path / "run"
     with ScriptedModel(script, on_turn=on_turn) as model:
-        result = run_task(
+        result = scripted_run(
             sandbox,
-            base_url=model.base_url,
-            api_key="offline",
-            task="browse",
-            model="scripted",
+            model,
+            prompt="browse",
             out=out,
             safety_policy=approvals,
             action_policy=approvals,

@@ -126,10 +126,8 @@ def test_turn_events_and_items_validate(tmp_path: Any) -> None:
     strict(ITEM, wire.user_message(turn_id, [{"type": "input_text", "text": "hi"}]))
     strict(ITEM, wire.assistant_message(turn_id, "done"))
     # a model turn with one call, its screenshot, a final message: through the reporter
-    (tmp_path / "shots").mkdir()
-    (tmp_path / "shots" / "0000.png").write_bytes(PNG_1x1)
-    reporter = TurnReporter(session, turn_id, tmp_path)
-    reporter.record(
+    reporter = TurnReporter(session, turn_id)
+    reporter.on_record(
         {
             "kind": "model_turn",
             "calls": [
@@ -141,8 +139,8 @@ def test_turn_events_and_items_validate(tmp_path: Any) -> None:
             "message": None,
         }
     )
-    reporter.record({"kind": "screenshot", "file": "shots/0000.png", "note": None})
-    reporter.record({"kind": "model_turn", "calls": [], "message": "All done."})
+    reporter.on_screenshot({"kind": "screenshot", "file": "shots/0000.png", "note": None}, PNG_1x1)
+    reporter.on_record({"kind": "model_turn", "calls": [], "message": "All done."})
     seen = list(session.recent)  # every event the session published
     for event in seen:
         strict(EVENT, event)

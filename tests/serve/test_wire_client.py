@@ -54,9 +54,10 @@ class Counted:
 
 
 class Served:
-    def __init__(self, counted: Counted, base_url: str) -> None:
+    def __init__(self, counted: Counted, base_url: str, state: ServerState) -> None:
         self.counted = counted
         self.base_url = base_url
+        self.state = state
         self.clients: list[OpenAI] = []
 
     def client(self, token: str = TOKEN) -> OpenAI:
@@ -76,7 +77,8 @@ def create(client: OpenAI, **fields: Any) -> Any:
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[Served]:
     registry = Registry.open(tmp_path / "data")
-    counted = Counted(build_app(ServerState(token=TOKEN, registry=registry)))
+    state = ServerState(token=TOKEN, registry=registry)
+    counted = Counted(build_app(state))
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(16)
@@ -85,7 +87,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
     )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    served = Served(counted, f"http://127.0.0.1:{sock.getsockname()[1]}/v1")
+    served = Served(counted, f"http://127.0.0.1:{sock.getsockname()[1]}/v1", state)
     try:
         yield served
     finally:

@@ -17,10 +17,11 @@ from playwright.sync_api import Page
 
 from cubicle.drivers import ApproveAll
 from cubicle.drivers.scripted_model import ScriptedModel, parse_script
-from cubicle.orchestrator.run_task import TaskResult, run_task
+from cubicle.orchestrator.modelrun.run import RunResult
 from cubicle.orchestrator.sandbox import Sandbox
 from cubicle.orchestrator.trajectory import read_trajectory
 from cubicle.orchestrator.view.control import open_view, set_mode
+from tests.support.runs import scripted_run
 from tests.view.guest_recorder import GuestRecorder
 from tests.view.test_view_docker import (
     MAX_MAD,
@@ -42,16 +43,14 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> No
 
 
 def start_run(
-    sandbox: Sandbox, model: ScriptedModel, out: Path, results: list[TaskResult], **options: Any
+    sandbox: Sandbox, model: ScriptedModel, out: Path, results: list[RunResult], **options: Any
 ) -> threading.Thread:
-    """``run_task`` with the scripted model on a thread (its result appended to ``results``)."""
+    """A run with the scripted model on a thread (its result appended to ``results``)."""
     loop = threading.Thread(
         target=lambda: results.append(
-            run_task(
+            scripted_run(
                 sandbox,
-                base_url=model.base_url,
-                api_key="offline",
-                model="scripted",
+                model,
                 out=out,
                 safety_policy=ApproveAll(),
                 **options,
@@ -80,14 +79,14 @@ def test_the_agent_loop_waits_for_the_person_and_the_trajectory_marks_the_handov
     )
     out = tmp_path / "run"
     link = open_view(sandbox.id, mode="takeover")
-    results: list[TaskResult] = []
+    results: list[RunResult] = []
     with ScriptedModel(script) as model:
         loop = start_run(
             sandbox,
             model,
             out,
             results,
-            task="click",
+            prompt="click",
             record=(4.0, 44),
         )
         trajectory = out / "trajectory.jsonl"
@@ -161,16 +160,16 @@ def test_takeover_on_stall_hands_over_instead_of_stopping(
         }
     )
     out = tmp_path / "run"
-    results: list[TaskResult] = []
+    results: list[RunResult] = []
     with ScriptedModel(script) as model:
         loop = start_run(
             sandbox,
             model,
             out,
             results,
-            task="stall",
+            prompt="stall",
             stall_limit=3,
-            takeover_on_stall=True,
+            on_stall="takeover",
         )
         trajectory = out / "trajectory.jsonl"
 

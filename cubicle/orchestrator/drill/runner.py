@@ -21,41 +21,43 @@ opened stay open.
 
 from __future__ import annotations
 
+import dataclasses
 import io
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from openai import OpenAI
 from PIL import Image
 
 from cubicle.drivers.approvals import ApprovalPolicy, ApproveAll
-from cubicle.drivers.computer import GuestDriver
 from cubicle.drivers.errors import ScriptViolation
 from cubicle.drivers.scripted_model import ScriptedModel, Turn, parse_script
 from cubicle.drivers.viewport import Viewport
 from cubicle.orchestrator.drill.stale import StaleCheck
 from cubicle.orchestrator.modelrun import Desktop
-from cubicle.orchestrator.modelrun.budget import describe_budget, resolve_budget
-from cubicle.orchestrator.modelrun.errors import DrillCancelled, DrillError, ExpectationFailed
-from cubicle.orchestrator.modelrun.guest_steps import GuestSteps, TaskGuest
-from cubicle.orchestrator.modelrun.loop import LoopKind, LoopThread, RecordedSession, error_chain
-from cubicle.orchestrator.modelrun.verify import Check, task_verifiers
+from cubicle.orchestrator.modelrun.errors import ExpectationFailed, RunError
+from cubicle.orchestrator.modelrun.loop import LoopKind, LoopOutcome
+from cubicle.orchestrator.modelrun.run import (
+    FAILURE_SCREEN,
+    LoopContext,
+    ModelEndpoint,
+    RunResult,
+    RunSpec,
+    run,
+)
+from cubicle.orchestrator.modelrun.verify import Check
 from cubicle.orchestrator.provider import SandboxInfo
 from cubicle.orchestrator.tasks import DEFAULT_TASK, Task, fill, load_task
-from cubicle.orchestrator.trajectory.recorder import TrajectoryRecorder
-from cubicle.orchestrator.trajectory.report import write_report
-from cubicle.orchestrator.view.handover import recorded_gate
-from cubicle.orchestrator.view.recording import Recording, recording_event
-from cubicle_guest.client import AgentClient
-from cubicle_guest.errors import CubicleError
+from cubicle.orchestrator.trajectory.recorder import TrajectoryObserver
 from cubicle_guest.protocol import MAX_LAUNCH_CAP_MS, MAX_SETTLE_CAP_MS, SettleSpec
 
 __all__ = [
     "DRILL_SETTLE",
+    "FAILURE_SCREEN",
     "SLOW_GUEST_TIME_SCALE",
+    "DrillModel",
     "DrillResult",
     "guest_time_scale",
     "run_drill",
@@ -69,38 +71,16 @@ from a click on the browser's launcher to Chromium's first drawn frame)."""
 
 
 @dataclass
-class DrillResult:
-    """What one drill run found. ``ok`` only when the loop finished and every check holds."""
+class DrillResult(RunResult):
+    """What one drill run found: a :class:`RunResult` (``ok`` only when the loop finished and
+    every check holds, with at least one check) plus the stale-screenshot counter."""
 
-    loop: LoopKind
-    out: Path
     task: str = DEFAULT_TASK
-    checks: list[Check] = field(default_factory=list)
-    final_message: str | None = None
-    error: str | None = None
-    wall_s: float = 0.0
-    guest_wait_s: float = 0.0
-    """Seconds in scripted guest steps (set-up, window waits, settles)."""
-    driver_s: float = 0.0
-    """Seconds the driver spent on actions and screenshots."""
-    model_s: float = 0.0
-    """Seconds of model HTTP requests (the scripted steps run inside them)."""
-    actions: int = 0
-    cancelled: bool = False
-    notes: list[str] = field(default_factory=list)
-    """Workarounds the drill applied to the guest (printed in the summary)."""
     stale_check: StaleCheck | None = None
     """The stale-screenshot counter of the run (``None`` when the loop never started)."""
     sandbox_s: float = 0.0
     """Seconds of the whole run including creating and removing its sandbox (0: not known)."""
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and bool(self.checks) and all(c.ok for c in self.checks)
-
-    @property
-    def report(self) -> Path:
-        return self.out / "report.html"
+    require_checks: bool = True
 
     def summary(self) -> str:
         """A short human summary: verdict, checks (expected vs got when failed), timings."""
@@ -184,23 +164,6 @@ def stale_screenshots_check(stale: StaleCheck) -> Check:
     )
 
 
-FAILURE_SCREEN = "failure.png"
-
-
-def _keep_failure_screen(client: AgentClient, recorder: TrajectoryRecorder, out: Path) -> None:
-    """Save the screen as it was when the drill failed, as ``out/failure.png`` (native size).
-
-    Outside ``shots/``: the report holds only what the model received. Best effort: a guest that
-    cannot answer any more leaves no file, and the drill's own error stays the one reported.
-    """
-    try:
-        png = client.screenshot(timeout=30.0).blob
-    except CubicleError:
-        return
-    (out / FAILURE_SCREEN).write_bytes(png)
-    recorder.event("failure_screen", file=FAILURE_SCREEN)
-
-
 def run_drill(
     desktop: Desktop,
     *,
@@ -214,9 +177,11 @@ def run_drill(
     keep_apps: bool = False,
     time_scale: float = 1.0,
     record: tuple[float, int] | None = None,
+    observers: Iterable[TrajectoryObserver] = (),
 ) -> DrillResult:
     """Run ``task`` (default: the shipped ``desktop`` task) once with the ``loop`` flavour of
-    the SDK and its scripted model.
+    the SDK and its scripted model: :func:`cubicle.orchestrator.modelrun.run.run` with a
+    :class:`DrillModel`.
 
     :param out: trajectory folder (created).
     :param workdir: overrides the task's ``setup.workdir`` (an absolute guest folder).
@@ -229,216 +194,126 @@ def run_drill(
         :func:`guest_time_scale`.
     :param record: ``(fps, kbps)``: write ``out/recording.mp4``
         (:mod:`cubicle.orchestrator.view.recording`).
+    :param observers: see every trajectory record as it is written
+        (:class:`cubicle.orchestrator.trajectory.TrajectoryObserver`).
     """
     task = task or load_task(DEFAULT_TASK)
     if workdir is not None:
         task = task.model_copy(update={"setup": task.setup.model_copy(update={"workdir": workdir})})
     script = script_template if script_template is not None else task.script()
-    started = time.monotonic()
-    result = DrillResult(loop=loop, out=out, task=task.name)
-    with TrajectoryRecorder(out) as recorder:
-        try:
-            client = desktop.connect()
-        except CubicleError as exc:
-            # the guest is gone or unreachable: still leave a trajectory and a report behind
-            result.error = error_chain(exc)
-            recorder.event("error", where="connect", type=type(exc).__name__, message=str(exc))
-            recorder.event("end", ok=False, final_message=None, wall_s=0.0, error=result.error)
-            recorder.close()
-            write_report(out)
-            return result
-        steps: GuestSteps | None = None
-        guest: TaskGuest | None = None
-        session = RecordedSession(recorder, safety_policy=safety_policy or ApproveAll())
-        recording = None
-        try:
-            steps = GuestSteps(
-                client, recorder=recorder, cancelled=cancel_requested, time_scale=time_scale
-            )
-            gate = recorded_gate(desktop, recorder, cancel_requested)
-            session.gate = gate.wait if gate is not None else None
-            guest = steps.prepare(task)
-            model_view = task.scripted.model_view if task.scripted else [1024, 640]
-            recording = Recording(desktop, out, fps=record[0], kbps=record[1]) if record else None
-            if recording is not None:
-                recording.start()
-            recorder.event(
-                "run",
-                task=guest.prompt,
-                loop=loop,
-                context_budget=describe_budget(resolve_budget(loop, "default")),
-                model=DRILL_MODEL,
-                screen=list(steps.screen),
-                model_view=list(model_view),
-                meta={"task": task.name, "workdir": guest.workdir, "port": task.port},
-            )
-            _play(
-                client,
-                steps,
-                session,
-                result,
-                loop=loop,
-                model_view=(model_view[0], model_view[1]),
-                script={"model_view": list(model_view), **fill(script, guest.values)},
-                prompt=guest.prompt,
-                cancel_requested=cancel_requested,
-            )
-        except BaseException as exc:
-            result.error = error_chain(exc)
-            result.cancelled = result.cancelled or isinstance(
-                exc, DrillCancelled | KeyboardInterrupt
-            )
-            recorder.event("error", where="drill", type=type(exc).__name__, message=str(exc))
-            if not isinstance(exc, Exception):
-                raise
-            if not result.cancelled:
-                _keep_failure_screen(client, recorder, out)
-        finally:
-            try:
-                if not result.cancelled and guest is not None:
-                    result.checks = [c for v in task_verifiers(guest) for c in v(client)]
-                    if result.stale_check is not None:
-                        result.checks.append(stale_screenshots_check(result.stale_check))
-                    for check in result.checks:
-                        recorder.event(
-                            "check",
-                            name=check.name,
-                            ok=check.ok,
-                            expected=check.expected,
-                            got=check.got,
-                            detail=check.detail,
-                        )
-                if not keep_apps and steps is not None:
-                    steps.stop_launched()
-            finally:
-                client.close()
-                if recording is not None:
-                    recorder.event("recording", **recording_event(recording.stop(), out))
-                result.wall_s = time.monotonic() - started
-                result.guest_wait_s = steps.wait_s if steps is not None else 0.0
-                result.model_s = session.model_s
-                result.driver_s = session.driver_s
-                result.notes = list(steps.notes) if steps is not None else []
-                result.actions = session.executed_actions
-                recorder.event(
-                    "end",
-                    ok=result.ok,
-                    final_message=result.final_message,
-                    wall_s=round(result.wall_s, 2),
-                    guest_wait_s=round(result.guest_wait_s, 2),
-                    driver_s=round(result.driver_s, 2),
-                    error=result.error,
-                    usage=session.usage.as_dict(),
-                )
-    write_report(out)
-    return result
-
-
-def _play(
-    client: AgentClient,
-    steps: GuestSteps,
-    session: RecordedSession,
-    result: DrillResult,
-    *,
-    loop: LoopKind,
-    model_view: tuple[int, int],
-    script: dict[str, Any],
-    prompt: str,
-    cancel_requested: Callable[[], bool],
-) -> None:
-    parsed = parse_script(script)
-    for turn in parsed.turns:
-        if turn.before:
-            raise DrillError(
-                f"script turn {turn.index} has 'before' guest steps; the drill is pixels-only "
-                "after the first turn (put set-up in the task's [setup])"
-            )
-    driver = GuestDriver(
-        client,
-        viewport=Viewport.exact(*model_view),
-        on_action=session.on_action,
-        settle=scaled_settle(steps.time_scale),
+    model_view = task.scripted.model_view if task.scripted else [1024, 640]
+    model = DrillModel(script, (model_view[0], model_view[1]))
+    spec = RunSpec(
+        out=out,
+        loop=loop,
+        task=task,
+        viewport=Viewport.exact(model_view[0], model_view[1]),
+        settle=scaled_settle(time_scale),
+        max_steps=len(script.get("turns") or []) + 1,
+        safety_policy=safety_policy or ApproveAll(),
+        on_stall="record",
+        record=record,
+        time_scale=time_scale,
+        stop_launched_apps=not keep_apps,
+        require_checks=True,
     )
-    turns = parsed.turns
-    stale = StaleCheck(
-        client,
-        driver.screenshot_request,
-        screen=steps.screen,
-        view=model_view,
-        recorder=session.recorder,
-    )
-    result.stale_check = stale
-    # what "changed" on the first screenshot compares with: the screen before the model acts
-    # (taken now, not recorded: the model never receives it)
-    previous = [_image(client.screenshot(**driver.screenshot_request, timeout=30).blob)]
+    result = run(desktop, spec, model, observers=observers, cancel_requested=cancel_requested)
+    fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(RunResult)}
+    return DrillResult(**{**fields, "task": task.name}, stale_check=model.stale_check)
 
-    def before_turn(index: int, turn: Turn) -> None:
-        """Look only: was the screenshot the model just received stale, and does it show what
-        the turn expects to see?"""
-        if index == 0 or session.last_model_shot is None:
-            return
-        stale.check(session.last_model_shot, session.recorder.last_shot)
-        shot = _image(session.last_model_shot)
-        if turn.sees:
-            windows = client.windows(timeout=10).result.get("windows") or []
-            for number, expectation in enumerate(turn.sees):
-                problem = expectation.failure(shot, previous[0], windows)
-                session.recorder.event(
-                    "expectation",
-                    turn=index,
-                    shot=session.recorder.last_shot,
-                    expected=expectation.describe(),
-                    ok=problem is None,
-                    got=problem,
+
+class DrillModel:
+    """The task's scripted model (:class:`cubicle.drivers.scripted_model.ScriptedModel`) as a
+    :class:`~cubicle.orchestrator.modelrun.run.ModelSource`, looking between turns (module
+    docstring): whether the screenshot the model just received was stale, and whether it shows
+    what the turn ``sees``; its own check is that no model-visible screenshot was stale.
+
+    :param script: the script template (placeholders are filled from the prepared task).
+    :param model_view: the model's view in pixels (the screenshots' size).
+    """
+
+    name = DRILL_MODEL
+
+    def __init__(self, script: dict[str, Any], model_view: tuple[int, int]) -> None:
+        self.script = script
+        self.model_view = model_view
+        self.stale_check: StaleCheck | None = None
+
+    @contextmanager
+    def serve(self, context: LoopContext) -> Iterator[ModelEndpoint]:
+        values = context.guest.values if context.guest is not None else {}
+        parsed = parse_script({"model_view": list(self.model_view), **fill(self.script, values)})
+        for turn in parsed.turns:
+            if turn.before:
+                raise RunError(
+                    f"script turn {turn.index} has 'before' guest steps; the drill is pixels-only "
+                    "after the first turn (put set-up in the task's [setup])"
                 )
-                if problem is not None:
-                    raise ExpectationFailed(
-                        f"turn {index}, sees[{number}]: expected {expectation.describe()}; "
-                        f"{problem}"
-                    )
-        previous[0] = shot
-
-    with ScriptedModel(
-        parsed,
-        on_turn=lambda index, turn, body: before_turn(index, turn),
-        raise_on_exit=False,
-    ) as model:
-        openai_client = OpenAI(
-            base_url=model.base_url,
-            api_key="drill",
-            max_retries=0,
-            http_client=session.http_client(trust_env=False),
+        client, driver, session = context.agent, context.driver, context.session
+        stale = StaleCheck(
+            client,
+            driver.screenshot_request,
+            screen=context.steps.screen,
+            view=self.model_view,
+            recorder=session.recorder,
         )
-        try:
-            thread = LoopThread(
-                loop,
-                driver,
-                openai_client,
-                {"model": DRILL_MODEL, "input": prompt},
-                session,
-                max_steps=len(turns) + 1,
+        self.stale_check = stale
+        # what "changed" on the first screenshot compares with: the screen before the model
+        # acts (taken now, not recorded: the model never receives it)
+        previous = [_image(client.screenshot(**driver.screenshot_request, timeout=30).blob)]
+
+        def before_turn(index: int, turn: Turn) -> None:
+            """Look only: was the screenshot the model just received stale, and does it show
+            what the turn expects to see?"""
+            if index == 0 or session.last_model_shot is None:
+                return
+            stale.check(session.last_model_shot, session.recorder.last_shot)
+            shot = _image(session.last_model_shot)
+            if turn.sees:
+                windows = client.windows(timeout=10).result.get("windows") or []
+                for number, expectation in enumerate(turn.sees):
+                    problem = expectation.failure(shot, previous[0], windows)
+                    session.recorder.event(
+                        "expectation",
+                        turn=index,
+                        shot=session.recorder.last_shot,
+                        expected=expectation.describe(),
+                        ok=problem is None,
+                        got=problem,
+                    )
+                    if problem is not None:
+                        raise ExpectationFailed(
+                            f"turn {index}, sees[{number}]: expected {expectation.describe()}; "
+                            f"{problem}"
+                        )
+            previous[0] = shot
+
+        with ScriptedModel(
+            parsed,
+            on_turn=lambda index, turn, body: before_turn(index, turn),
+            raise_on_exit=False,
+        ) as model:
+
+            def after_loop(outcome: LoopOutcome) -> None:
+                if model.failures:
+                    # the model's own record says why (a guest step failed, the run went off
+                    # script); the SDK only saw an HTTP error
+                    failure: ScriptViolation | BaseException = model.failures[0]
+                    if failure.__cause__ is not None:
+                        failure = failure.__cause__
+                    raise failure from outcome.error
+                if outcome.error is None:
+                    model.assert_finished()
+
+            yield ModelEndpoint(
+                base_url=model.base_url,
+                api_key="drill",
+                model=DRILL_MODEL,
+                trust_env=False,
+                max_retries=0,
+                after_loop=after_loop,
+                checks=lambda: [stale_screenshots_check(stale)],
             )
-            steps.cancelled = lambda: cancel_requested() or thread.cancelled()
-            thread.start()
-            while not thread.wait(0.5):
-                if cancel_requested() and not thread.cancelled():
-                    status = thread.cancel()
-                    session.recorder.event("cancel", toolset_status=status)
-            if cancel_requested():
-                result.cancelled = True
-        finally:
-            openai_client.close()
-        if model.failures:
-            # the model's own record says why (a guest step failed, the run went off script);
-            # the SDK only saw an HTTP error
-            failure: ScriptViolation | BaseException = model.failures[0]
-            if failure.__cause__ is not None:
-                failure = failure.__cause__
-            raise failure from thread.outcome.error
-        if thread.outcome.error is not None:
-            raise thread.outcome.error
-        result.final_message = thread.outcome.final_message
-        model.assert_finished()
 
 
 def _image(png: bytes) -> Image.Image:

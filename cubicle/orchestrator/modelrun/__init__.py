@@ -3,6 +3,9 @@ the drill (:mod:`cubicle.orchestrator.drill`), ``cubicle serve``'s turns and the
 
 Neither ``cubicle run`` nor the drill imports the other; both import this package:
 
+* :mod:`~cubicle.orchestrator.modelrun.run` — :func:`~cubicle.orchestrator.modelrun.run.run`, the
+  one skeleton of a run (trajectory, set-up, loop, checks, report) with a model source;
+  :mod:`~cubicle.orchestrator.modelrun.responses_model` — a Responses API endpoint as that source;
 * :mod:`~cubicle.orchestrator.modelrun.loop` — the real openai loop (``ComputerToolset`` or
   ``ResponsesToolRunner``) in a worker thread, with every turn, action, approval and diagnostic
   recorded into a trajectory (:mod:`cubicle.orchestrator.trajectory`);

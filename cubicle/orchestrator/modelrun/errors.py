@@ -1,27 +1,34 @@
-"""Errors of the drill and of ``cubicle run``, under the one root::
+"""Errors of a model run (``cubicle run``, the drill, serve's turns), under the one root::
 
 CubicleError
 └── OrchestratorError
-    └── DrillError                 the drill could not run as scripted
+    └── RunError                   a model run could not go as set up
         ├── GuestStepError         a set-up step (launch, window wait, form server) failed:
         │                          names the step, the limit and what was seen
         ├── ExpectationFailed      a scripted turn's ``sees`` did not hold: names the turn,
         │                          the expectation and what was found
-        └── DrillCancelled         the run was cancelled (Ctrl-C / SIGTERM)
+        ├── RunStalled             the model kept acting with nothing visible changing
+        └── RunCancelled           the run was cancelled (Ctrl-C / SIGTERM / a client)
 """
 
 from __future__ import annotations
 
 from cubicle.orchestrator.errors import OrchestratorError
 
-__all__ = ["DrillCancelled", "DrillError", "ExpectationFailed", "GuestStepError"]
+__all__ = [
+    "ExpectationFailed",
+    "GuestStepError",
+    "RunCancelled",
+    "RunError",
+    "RunStalled",
+]
 
 
-class DrillError(OrchestratorError):
-    """The drill (or a task run) could not run as scripted."""
+class RunError(OrchestratorError):
+    """A model run (the drill, ``cubicle run``, a serve turn) could not go as set up."""
 
 
-class GuestStepError(DrillError):
+class GuestStepError(RunError):
     """A scripted step against the guest failed.
 
     :param op: the step's operation (``wait_window``, ``launch`` …).
@@ -32,9 +39,13 @@ class GuestStepError(DrillError):
         self.op = op
 
 
-class DrillCancelled(DrillError):
+class RunCancelled(RunError):
     """The run was cancelled before it finished."""
 
 
-class ExpectationFailed(DrillError):
+class RunStalled(RunError):
+    """The model kept acting with nothing visible changing (``--stall``)."""
+
+
+class ExpectationFailed(RunError):
     """A scripted turn's ``sees`` expectation did not hold on the screenshot it was sent."""

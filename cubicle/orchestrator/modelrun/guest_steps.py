@@ -29,7 +29,7 @@ from importlib import resources
 from typing import Any
 
 from cubicle.orchestrator.desktop import PANEL
-from cubicle.orchestrator.modelrun.errors import DrillCancelled, GuestStepError
+from cubicle.orchestrator.modelrun.errors import GuestStepError, RunCancelled
 from cubicle.orchestrator.tasks import Task, fill
 from cubicle.orchestrator.trajectory.recorder import TrajectoryRecorder
 from cubicle_guest.client import AgentClient
@@ -138,7 +138,7 @@ class GuestSteps:
 
     :param client: a connected agent client (hello done); the caller owns and closes it.
     :param recorder: where ``guest_wait`` events go (optional).
-    :param cancelled: polled during waits; when true a step raises :class:`DrillCancelled`.
+    :param cancelled: polled during waits; when true a step raises :class:`RunCancelled`.
     :param time_scale: multiplies every wait's timeout and quiet period (slow guests: a VM under
         TCG emulation).
     """
@@ -385,7 +385,7 @@ class GuestSteps:
 
     def _check_cancelled(self) -> None:
         if self.cancelled():
-            raise DrillCancelled("the drill was cancelled while waiting on the guest")
+            raise RunCancelled("the run was cancelled while waiting on the guest")
 
 
 def _unloaded(title: str) -> bool:

@@ -154,9 +154,6 @@ class RecordedSession:
         """Count requests from the response bodies (no request diagnostics: the toolset loop,
         the Agents SDK); :class:`LoopThread` turns it off for the runner."""
         self.requests_sent = 0
-        self.on_response: Callable[[dict[str, Any]], None] | None = None
-        """Called with each completed response's body, in the loop's thread before the SDK
-        acts on it (e.g. to count spend and cancel before its calls run)."""
 
     # -- SDK callbacks -------------------------------------------------------------------------
 
@@ -371,8 +368,6 @@ class RecordedSession:
             return
         if body.get("status") == "completed":
             self.usage.add_response(body.get("usage"), counts=self.usage_from_bodies)
-            if self.on_response is not None:
-                self.on_response(body)
         calls: list[dict[str, Any]] = []
         texts: list[str] = []
         for item in body.get("output") or []:

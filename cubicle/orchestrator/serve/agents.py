@@ -17,7 +17,9 @@ bool}``; without screenshots the ``computer_use_call`` items carry none), at mos
 ``{}`` or ``{"async": null | bool}`` — accepted and ignored, as the API does: compaction is always
 blocking and the session reports ``{"async": false}``. Agent settings cubicle cannot honour
 (``agent_id``, other tools, ``reasoning``, ``text``, ``multi_agent``, ``service_tier``,
-``experimental``) are a 400 naming the field.
+``experimental``) are a 400 naming the field. The shape is
+:class:`~cubicle.orchestrator.serve.requests.AgentRequest`; what it names (a task, a Responses
+model the server can call) is checked here.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any, Literal
 
 from cubicle.orchestrator.serve import wire
 from cubicle.orchestrator.serve.errors import bad_request
+from cubicle.orchestrator.serve.requests import AgentRequest, validate
 from cubicle_guest.errors import CubicleError
 
 __all__ = [
@@ -46,13 +49,6 @@ __all__ = [
 DRILL_MODEL = "cubicle-drill"
 TASK_PREFIX = "cubicle-task:"
 Kind = Literal["drill", "task", "responses"]
-_UNSUPPORTED = (
-    "reasoning",
-    "text",
-    "multi_agent",
-    "service_tier",
-    "experimental",
-)
 
 
 class TaskNotFound(LookupError):
@@ -120,44 +116,18 @@ class AgentSpec:
 
 
 def parse_agent(body: dict[str, Any], *, has_api_key: bool | None = None) -> AgentSpec:
-    """Check ``agent``/``agent_id`` of a create request.
+    """Check ``agent``/``agent_id`` of a create request
+    (:class:`~cubicle.orchestrator.serve.requests.AgentRequest`), then the model's name.
 
     :param has_api_key: whether the server can call the Responses API (default: whether
         ``OPENAI_API_KEY`` is set).
     :raises ApiError: 400 naming the field.
     """
-    if body.get("agent_id") is not None:
-        raise bad_request(
-            "agent_id: saved agents are not available in cubicle serve; send agent.model",
-            "agent_id",
-        )
     agent = body.get("agent")
-    if not isinstance(agent, dict):
-        raise bad_request("agent is required, with agent.model", "agent")
-    instructions: str | None = None
-    include_screenshots = True
-    for key, value in agent.items():
-        if key == "model":
-            continue
-        if key == "instructions":
-            if value is not None and not isinstance(value, str):
-                raise bad_request("agent.instructions must be a string", "agent.instructions")
-            instructions = value or None
-            continue
-        if key == "tools":
-            include_screenshots = _computer_tool(value)
-            continue
-        if key == "compaction":
-            _compaction(value)
-            continue
-        if key in _UNSUPPORTED:
-            if value is None or value == {}:
-                continue
-            raise bad_request(f"agent.{key} is not supported by cubicle serve", f"agent.{key}")
-        raise bad_request(f"agent.{key} is not a known field", f"agent.{key}")
-    model = agent.get("model")
-    if not isinstance(model, str) or not model.strip():
-        raise bad_request("agent.model is required (a model name)", "agent.model")
+    if isinstance(agent, dict):
+        _check_tools_size(agent.get("tools"))
+    request = validate(AgentRequest, body).agent
+    model = request.model
     kind: Kind = "responses"
     task: object = None
     if model == DRILL_MODEL:
@@ -178,24 +148,25 @@ def parse_agent(body: dict[str, Any], *, has_api_key: bool | None = None) -> Age
                 "the server with OPENAI_API_KEY set",
                 "agent.model",
             )
+    tools = request.tools or []  # the computer tool only; the last one says
     return AgentSpec(
         model,
         kind,
         task=task,
         id=wire.new_id("agent"),
-        instructions=instructions,
-        include_screenshots=include_screenshots,
+        instructions=request.instructions or None,
+        include_screenshots=tools[-1].include_screenshots if tools else True,
     )
 
 
-def _computer_tool(value: object) -> bool:
-    """``include_screenshots`` of an ``agent.tools`` list holding at most the computer tool.
+def _check_tools_size(tools: object) -> None:
+    """Refuse an ``agent.tools`` over :data:`~cubicle.orchestrator.serve.wire.MAX_TOOLS_BYTES`
+    of compact JSON whole, before its entries are read (as the API does).
 
-    :raises ApiError: 400 naming the offending entry.
+    :raises ApiError: 400 naming ``agent.tools``.
     """
-    tools = value or []
     if not isinstance(tools, list):
-        raise bad_request("agent.tools must be a list", "agent.tools")
+        return
     # UTF-8 bytes as the API counts them ("surrogatepass": a lone surrogate is counted, not a 500)
     compact = json.dumps(tools, separators=(",", ":"), ensure_ascii=False)
     size = len(compact.encode("utf-8", "surrogatepass"))
@@ -205,33 +176,3 @@ def _computer_tool(value: object) -> bool:
             f"{wire.MAX_TOOLS_BYTES} bytes (8 MiB)",
             "agent.tools",
         )
-    include = True
-    for index, tool in enumerate(tools):
-        p = f"agent.tools[{index}]"
-        if not isinstance(tool, dict) or tool.get("type") != "computer_use":
-            raise bad_request(f"{p}: cubicle agents have the computer tool only", p)
-        for key, val in tool.items():
-            if key == "include_screenshots":
-                if not isinstance(val, bool):
-                    raise bad_request(f"{p}.include_screenshots must be a boolean", f"{p}.{key}")
-                include = val
-            elif key != "type":
-                raise bad_request(f"{p}.{key} is not a known field", f"{p}.{key}")
-    return include
-
-
-def _compaction(value: object) -> None:
-    """Check ``agent.compaction``: null, ``{}`` or ``{"async": null | bool}`` (ignored).
-
-    :raises ApiError: 400 naming the offending field.
-    """
-    if value is None:
-        return
-    if not isinstance(value, dict):
-        raise bad_request("agent.compaction must be an object or null", "agent.compaction")
-    for key, val in value.items():
-        p = f"agent.compaction.{key}"
-        if key != "async":
-            raise bad_request(f"{p} is not a known field", p)
-        if val is not None and not isinstance(val, bool):
-            raise bad_request(f"{p} must be a boolean or null", p)

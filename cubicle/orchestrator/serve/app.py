@@ -61,7 +61,18 @@ from cubicle.orchestrator.serve.errors import (
 )
 from cubicle.orchestrator.serve.hosts import HostCheck
 from cubicle.orchestrator.serve.registry import Registry
-from cubicle.orchestrator.serve.spend import PriceTable, Spend, parse_spend_control
+from cubicle.orchestrator.serve.requests import (
+    ApprovalResult,
+    CancelInput,
+    CreateRequest,
+    EventsRequest,
+    InputEvent,
+    MessageInput,
+    UpdateRequest,
+    content_of,
+    validate,
+)
+from cubicle.orchestrator.serve.spend import PriceTable, Spend, check_limit
 from cubicle.orchestrator.serve.store import Session, SessionStore, TurnState, page
 from cubicle.orchestrator.serve.turns import turn_runner
 from cubicle.orchestrator.serve.worker import SessionWorker
@@ -73,7 +84,6 @@ log = logging.getLogger("cubicle.serve")
 
 DELETE_WAIT_S = 120.0
 SSE_PING_S = 15
-MAX_METADATA = 16
 MAX_BODY_BYTES = 64 * 1024 * 1024
 """Largest request body read (inline files are at most 32 MiB each, base64 grows them by 4/3)."""
 DEFAULT_MAX_SESSIONS = 4
@@ -156,100 +166,29 @@ def _page_response(request: Request, rows: list[dict[str, Any]]) -> Response:
     )
 
 
-def _metadata(value: object) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or len(value) > MAX_METADATA:
-        raise bad_request("metadata must be an object of at most 16 string pairs", "metadata")
-    for key, val in value.items():
-        if not isinstance(val, str) or len(key) > 64 or len(val) > 512:
-            raise bad_request(
-                f"metadata.{key}: keys up to 64 and string values up to 512 characters",
-                f"metadata.{key}",
-            )
-    return dict(value)
-
-
-def _input_content(value: object, param: str) -> list[dict[str, Any]]:
-    """The content parts of a message input (a string or a list of user messages)."""
-    if isinstance(value, str):
-        if not value:
-            raise bad_request(f"{param} must not be empty", param)
-        return [{"type": "input_text", "text": value}]
-    if not isinstance(value, list) or not value:
-        raise bad_request(f"{param} must be a string or a non-empty list of messages", param)
-    parts: list[dict[str, Any]] = []
-    for index, message in enumerate(value):
-        p = f"{param}[{index}]"
-        if not isinstance(message, dict) or message.get("role") != "user":
-            raise bad_request(f"{p} must be a user message", p)
-        content = message.get("content")
-        if isinstance(content, str):
-            content = [{"type": "input_text", "text": content}]
-        if not isinstance(content, list) or not content:
-            raise bad_request(f"{p}.content must be a non-empty list", f"{p}.content")
-        for j, part in enumerate(content):
-            if not isinstance(part, dict) or part.get("type") != "input_text":
-                raise bad_request(
-                    f"{p}.content[{j}]: cubicle agents take input_text parts only",
-                    f"{p}.content[{j}]",
-                )
-            if not isinstance(part.get("text"), str):
-                raise bad_request(f"{p}.content[{j}].text must be a string", f"{p}.content[{j}]")
-            parts.append({"type": "input_text", "text": part["text"]})
-    return parts
-
-
 # -- sessions --------------------------------------------------------------------------------------
-
-CREATE_FIELDS = {
-    "environment",
-    "agent",
-    "agent_id",
-    "input",
-    "metadata",
-    "prompt_cache_options",
-    "review",
-    "spend_control",
-    "stream",
-    "stream_options",
-    "vault_ids",
-}
 
 
 async def create_session(request: Request) -> Response:
     state = _state(request)
-    body = await _json(request)
-    for key in body:
-        if key not in CREATE_FIELDS:
-            raise bad_request(f"{key} is not a known field", key)
-    for key in ("vault_ids", "prompt_cache_options"):
-        if body.get(key) not in (None, [], {}):
-            raise bad_request(f"{key} is not supported by cubicle serve", key)
-    stream = body.get("stream", False)
-    if stream not in (True, False):
-        raise bad_request("stream must be a boolean", "stream")
-    if body.get("stream_options") is not None and not stream:
+    raw = await _json(request)
+    body = validate(CreateRequest, raw)
+    if body.stream_options is not None and not body.stream:
         raise bad_request("stream_options is only allowed when stream is true", "stream_options")
-    review = body.get("review", "none")
-    if review not in ("none", "auto_review"):
-        raise bad_request("review must be 'none' or 'auto_review'", "review")
-    if review == "auto_review" and state.policy is None:
+    if body.review == "auto_review" and state.policy is None:
         raise bad_request(
             "review 'auto_review' needs a server-side policy: start cubicle serve with "
             "--policy FILE",
             "review",
         )
-    plan = parse_environment(body.get("environment"), ask_timeout=state.ask_timeout)
+    plan = parse_environment(body.environment, ask_timeout=state.ask_timeout)
     if state.internal_networks and plan.network.proxied:
         plan.network = plan.network.with_internal(state.internal_networks)
-    agent = parse_agent(body)
-    limit = parse_spend_control(body.get("spend_control"), model=agent.model, prices=state.prices)
-    metadata = _metadata(body.get("metadata"))
-    content = None
-    if body.get("input") is not None:
-        content = _input_content(body["input"], "input")
-    elif stream:
+    agent = parse_agent(raw)
+    limit = body.spend_control.limit if body.spend_control is not None else None
+    limit = check_limit(limit, model=agent.model, prices=state.prices)
+    content = None if body.input is None else content_of(body.input)
+    if content is None and body.stream:
         raise bad_request("input is required when stream is true", "input")
 
     _check_session_cap(state)  # before anything is made: a refused create leaves nothing
@@ -257,11 +196,11 @@ async def create_session(request: Request) -> Response:
         wire.new_id("sess"),
         agent=agent,
         plan=plan,
-        metadata=metadata,
-        review=str(review),
+        metadata=dict(body.metadata or {}),
+        review=body.review,
         spend=Spend(state.prices.price(agent.model), limit),
     )
-    queue = session.subscribe()[0] if stream else None
+    queue = session.subscribe()[0] if body.stream else None
     worker = SessionWorker(
         session,
         backend=state.backend,
@@ -327,30 +266,23 @@ async def retrieve_session(request: Request) -> Response:
     return JSONResponse(state.store.get(request.path_params["session_id"]).snapshot())
 
 
-UPDATE_FIELDS = {"metadata", "spend_control"}
-
-
 async def update_session(request: Request) -> Response:
-    """``sessions.update``: ``metadata`` and ``spend_control`` (omitted: unchanged). A session
-    paused at its limit (``budget_reached``) resumes (``idle``) when the new limit is above
-    what it consumed, or null."""
+    """``sessions.update``: ``metadata`` and ``spend_control`` (omitted: unchanged; null: cleared,
+    no limit). A session paused at its limit (``budget_reached``) resumes (``idle``) when the new
+    limit is above what it consumed, or null."""
     state = _state(request)
     session = state.store.get(request.path_params["session_id"])
-    body = await _json(request)
-    for key in body:
-        if key not in UPDATE_FIELDS:
-            raise bad_request(f"{key}: cubicle serve updates metadata and spend_control only", key)
-    metadata = _metadata(body["metadata"]) if "metadata" in body else None
-    spend = "spend_control" in body
-    limit = (
-        parse_spend_control(body["spend_control"], model=session.agent.model, prices=state.prices)
-        if spend
-        else None
-    )
+    body = validate(UpdateRequest, await _json(request))
+    given = body.model_fields_set
+    limit = None
+    if body.spend_control is not None:
+        limit = check_limit(
+            body.spend_control.limit, model=session.agent.model, prices=state.prices
+        )
     with session.lock:
-        if metadata is not None:  # null or {} clears it
-            session.metadata = metadata
-        if spend:
+        if "metadata" in given:
+            session.metadata = dict(body.metadata or {})
+        if "spend_control" in given:
             session.spend.limit = limit
         resume = session.status == "budget_reached" and not session.spend.reached
     if resume:
@@ -452,10 +384,7 @@ def _submit_message(
 async def post_events(request: Request) -> Response:
     state = _state(request)
     session = state.store.get(request.path_params["session_id"])
-    body = await _json(request)
-    events = body.get("events")
-    if not isinstance(events, list) or not events:
-        raise bad_request("events must be a non-empty list", "events")
+    events = validate(EventsRequest, await _json(request)).events
     key = request.headers.get("idempotency-key")
     if key:
         seen = state.seen_keys.setdefault(session.id, set())
@@ -473,55 +402,41 @@ async def post_events(request: Request) -> Response:
     return Response(status_code=202)
 
 
-def _check_input(session: Session, index: int, entry: object) -> Any:
-    """Validate one input event; return what applies it (so nothing applies when any is bad)."""
+def _check_input(session: Session, index: int, entry: InputEvent) -> Any:
+    """Check one input event against the session (its shape is checked:
+    :class:`~cubicle.orchestrator.serve.requests.EventsRequest`); return what applies it (so
+    nothing applies when any is bad)."""
     p = f"events[{index}]"
-    if not isinstance(entry, dict):
-        raise bad_request(f"{p} must be an object", p)
-    kind = entry.get("type")
-    if kind == "agent.session.input.message":
-        content = _input_content(entry.get("input"), f"{p}.input")
+    if isinstance(entry, MessageInput):
+        content = content_of(entry.input)
         return lambda worker: _submit_message(session, worker, content)
-    if kind == "agent.session.input.cancel":
+    if isinstance(entry, CancelInput):
         with session.lock:
             turn = session.turn
         if turn is None:
             raise bad_request("there is no active turn to cancel", p, code="no_active_turn")
         return lambda worker: turn.cancel.set()
-    if kind == "agent.session.input.computer_use_approval_request_result":
-        request_id = entry.get("request_id")
-        with session.lock:
-            pending = session.pending.get(str(request_id))
-        if pending is None:
-            raise bad_request(
-                f"{p}.request_id {request_id!r} names no pending approval request",
-                f"{p}.request_id",
-            )
-        response = entry.get("response")
-        if not isinstance(response, dict) or response.get("type") != pending.kind:
-            raise bad_request(
-                f"{p}.response must be {{type: {pending.kind!r}, decision: ...}} for this request",
-                f"{p}.response",
-            )
-        decision = response.get("decision")
-        if decision not in ("approve", "deny", "cancel"):
-            raise bad_request(
-                f"{p}.response.decision must be approve, deny or cancel", f"{p}.response.decision"
-            )
-
-        def answer(_worker: SessionWorker) -> None:
-            pending.decision = str(decision)
-            pending.answered.set()
-
-        return answer
-    if kind in (
-        "agent.session.input.tool_result",
-        "agent.session.input.mcp_approval_request_result",
-    ):
+    assert isinstance(entry, ApprovalResult)  # the tools' inputs are refused by the schema
+    with session.lock:
+        pending = session.pending.get(entry.request_id)
+    if pending is None:
         raise bad_request(
-            f"{p}.type {kind!r}: cubicle agents have no function or MCP tools", f"{p}.type"
+            f"{p}.request_id {entry.request_id!r} names no pending approval request",
+            f"{p}.request_id",
         )
-    raise bad_request(f"{p}.type {kind!r} is not a session input", f"{p}.type")
+    if entry.response.type != pending.kind:
+        raise bad_request(
+            f"{p}.response.type must be {pending.kind!r} for this request, "
+            f"got {entry.response.type!r}",
+            f"{p}.response.type",
+        )
+    decision = entry.response.decision
+
+    def answer(_worker: SessionWorker) -> None:
+        pending.decision = decision
+        pending.answered.set()
+
+    return answer
 
 
 def _sse(

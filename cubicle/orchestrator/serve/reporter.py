@@ -2,8 +2,9 @@
 
 Every loop cubicle runs (the drill, a task, a Responses model) records into a trajectory folder
 (:mod:`cubicle.orchestrator.trajectory.recorder`: ``trajectory.jsonl`` plus ``shots/``). A
-:class:`TrajectoryFollower` thread reads that file as it grows and a :class:`TurnReporter`
-maps each record to the wire:
+:class:`TurnReporter` observes the recorder in process (a
+:class:`~cubicle.orchestrator.trajectory.recorder.TrajectoryObserver`: each record as it is
+written, a screenshot with its image) and maps each record to the wire:
 
 - ``model_turn``: each computer call → a ``computer_use_call`` item (``in_progress``,
   ``agent.session.turn.item.added``, titled with its actions); a final message → an assistant
@@ -14,17 +15,16 @@ maps each record to the wire:
   ``incomplete``.
 
 The session's latest screenshot (the console's image) follows every screenshot. Each
-``model_turn``'s ``usage`` adds to the turn's and the session's token totals (the spend is
-counted in the loop itself: :meth:`cubicle.orchestrator.serve.worker.SessionWorker.run_turn`).
+``model_turn``'s ``usage`` adds to the turn's and the session's token totals and to the
+session's spend (:mod:`cubicle.orchestrator.serve.spend`); at its limit, a response with computer
+calls cancels the turn before they run (the worker then pauses the session: ``budget_reached``).
 """
 
 from __future__ import annotations
 
 import base64
 import io
-import json
-import threading
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from PIL import Image
@@ -32,11 +32,9 @@ from PIL import Image
 from cubicle.orchestrator.modelrun.usage import UsageTotals
 from cubicle.orchestrator.serve import wire
 from cubicle.orchestrator.serve.store import Session
-from cubicle.orchestrator.trajectory.recorder import TRAJECTORY_FILE
 
-__all__ = ["TrajectoryFollower", "TurnReporter", "jpeg_data_url"]
+__all__ = ["TurnReporter", "jpeg_data_url"]
 
-POLL_S = 0.05
 JPEG_QUALITY = 80
 
 
@@ -71,10 +69,9 @@ def describe_actions(actions: list[dict[str, Any]]) -> str:
 class TurnReporter:
     """Maps one turn's trajectory records to items and events (see the module doc)."""
 
-    def __init__(self, session: Session, turn_id: str, folder: Path) -> None:
+    def __init__(self, session: Session, turn_id: str) -> None:
         self.session = session
         self.turn_id = turn_id
-        self.folder = folder
         self.open_calls: list[dict[str, Any]] = []
         self.final_message: str | None = None
         self.usage = UsageTotals()
@@ -92,7 +89,7 @@ class TurnReporter:
             )
         )
 
-    def record(self, rec: dict[str, Any]) -> None:
+    def on_record(self, rec: Mapping[str, Any]) -> None:
         kind = rec.get("kind")
         if kind == "model_turn":
             self._account(rec)
@@ -109,17 +106,23 @@ class TurnReporter:
             message = rec.get("message")
             if isinstance(message, str) and message:
                 self._message(message)
-        elif kind == "screenshot":
-            self._screenshot(rec)
         elif kind == "approval" and rec.get("subject") == "safety_check" and not rec.get("allowed"):
             self._close_calls("failed", None)
 
-    def _account(self, rec: dict[str, Any]) -> None:
-        """The token usage of one completed model response."""
+    def _account(self, rec: Mapping[str, Any]) -> None:
+        """The token usage and spend of one completed model response. Called as the record is
+        written, in the loop's thread before the SDK acts on the response: at the session's
+        spending limit a response with computer calls cancels the turn before they run."""
         if rec.get("status") != "completed":
             return
-        self.usage.add_response(rec.get("usage"), counts=True)
-        self.session.usage.add_response(rec.get("usage"), counts=True)
+        usage = rec.get("usage")
+        self.usage.add_response(usage, counts=True)
+        self.session.usage.add_response(usage, counts=True)
+        if self.session.spend.add(usage) and rec.get("calls"):
+            with self.session.lock:
+                turn = self.session.turn
+            if turn is not None and turn.id == self.turn_id:
+                turn.cancel.set()
 
     def _message(self, text: str) -> None:
         self.final_message = text
@@ -140,12 +143,8 @@ class TurnReporter:
         )
         self._item_event("agent.session.turn.item.done", item)
 
-    def _screenshot(self, rec: dict[str, Any]) -> None:
-        try:
-            png = (self.folder / str(rec["file"])).read_bytes()
-            jpeg = to_jpeg(png)
-        except (OSError, KeyError, ValueError):
-            return
+    def on_screenshot(self, rec: Mapping[str, Any], png: bytes) -> None:
+        jpeg = to_jpeg(png)
         with self.session.lock:
             self.session.latest_screenshot = jpeg
         if rec.get("note") is None and self.open_calls:
@@ -165,60 +164,3 @@ class TurnReporter:
     def finish(self) -> None:
         """Close what the loop left open (``incomplete``)."""
         self._close_calls("incomplete", None)
-
-
-class TrajectoryFollower:
-    """Reads ``folder/trajectory.jsonl`` as it grows, in a thread, into ``reporter``.
-
-    :meth:`stop` (after the loop returned) reads what is left, then ends the thread.
-    """
-
-    def __init__(self, folder: Path, reporter: TurnReporter) -> None:
-        self.path = folder / TRAJECTORY_FILE
-        self.reporter = reporter
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._main, name="cubicle-serve-follow", daemon=True)
-
-    def start(self) -> TrajectoryFollower:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _main(self) -> None:
-        handle = None
-        buffer = ""
-        try:
-            while True:
-                stopping = self._stop.is_set()
-                if handle is None:
-                    try:
-                        handle = self.path.open(encoding="utf-8")
-                    except FileNotFoundError:
-                        if stopping:
-                            return
-                        self._stop.wait(POLL_S)
-                        continue
-                chunk = handle.read()
-                if chunk:
-                    buffer += chunk
-                    *lines, buffer = buffer.split("\n")
-                    for line in lines:
-                        self._line(line)
-                    continue
-                if stopping:
-                    return
-                self._stop.wait(POLL_S)
-        finally:
-            if handle is not None:
-                handle.close()
-
-    def _line(self, line: str) -> None:
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            return
-        if isinstance(rec, dict):
-            self.reporter.record(rec)

@@ -32,7 +32,7 @@ from typing import Any
 from cubicle.orchestrator.errors import ConfigError
 from cubicle.orchestrator.serve.errors import bad_request
 
-__all__ = ["ModelPrice", "PriceTable", "Spend", "load_prices", "parse_spend_control"]
+__all__ = ["ModelPrice", "PriceTable", "Spend", "check_limit", "load_prices"]
 
 PER_TOKENS = 1_000_000
 
@@ -168,35 +168,14 @@ class Spend:
         return {"limit": self.limit, "consumed": self.consumed}
 
 
-def parse_spend_control(value: object, *, model: str, prices: PriceTable) -> int | None:
-    """A request's ``spend_control`` → the limit in USD cents (``None``: unlimited; null and
-    ``{"limit": null}`` both mean that).
+def check_limit(limit: int | None, *, model: str, prices: PriceTable) -> int | None:
+    """A request's ``spend_control.limit`` (its shape already checked:
+    :class:`cubicle.orchestrator.serve.requests.SpendControl`) for a session of ``model``.
 
-    :raises ApiError: 400 naming ``spend_control`` or the field in it: not an object, unknown
-        fields, no ``limit``, a limit that is not a positive whole number of cents, or a
-        numeric limit for a model the price table has no price for (naming the model).
+    :raises ApiError: 400 naming ``spend_control.limit`` and the model when it is a number and
+        the price table has no price for the model (its spend could not be counted).
     """
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise bad_request("spend_control must be an object or null", "spend_control")
-    for key in value:
-        if key != "limit":
-            raise bad_request(f"spend_control.{key} is not a known field", f"spend_control.{key}")
-    if "limit" not in value:
-        raise bad_request(
-            "spend_control.limit is required (null for an unlimited session)",
-            "spend_control.limit",
-        )
-    limit = value["limit"]
-    if limit is None:
-        return None
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise bad_request(
-            f"spend_control.limit {limit!r} must be a positive whole number of USD cents or null",
-            "spend_control.limit",
-        )
-    if prices.price(model) is None:
+    if limit is not None and prices.price(model) is None:
         raise bad_request(
             f"spend_control.limit {limit}: cubicle serve has no price for model {model!r} "
             f"({prices.source}), so it cannot count spend against a limit; start it with "

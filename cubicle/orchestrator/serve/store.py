@@ -67,8 +67,6 @@ class TurnState:
     """Ask mode: records the origin decisions made during the turn in its trajectory (the
     ``origin_answers`` hook of ``run_task``;
     :class:`cubicle.orchestrator.serve.origins.TurnRecords`)."""
-    on_response: Callable[[dict[str, Any]], None] | None = None
-    """Counts each model response's spend (the ``on_response`` hook of ``run_task``)."""
 
 
 class Session:

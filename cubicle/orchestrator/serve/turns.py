@@ -1,39 +1,35 @@
 """Run one turn's loop for a session's agent (:mod:`cubicle.orchestrator.serve.agents`).
 
-Every kind goes through the recorded SDK loop cubicle already has
-(:mod:`cubicle.orchestrator.modelrun.loop`), writing a trajectory folder:
+Every kind goes through the one run skeleton (:func:`cubicle.orchestrator.modelrun.run.run`),
+writing a trajectory folder that the turn's reporter observes as it is written:
 
 - ``drill``: :func:`cubicle.orchestrator.drill.runner.run_drill` (the ``toolset`` loop, the scripted
   model and the drill's script and checks);
 - ``task``: :func:`~cubicle.orchestrator.drill.runner.run_drill` with the task loaded by
   :func:`cubicle.orchestrator.serve.agents.resolve_task` (its script and checks);
-- ``responses``: :func:`cubicle.orchestrator.run_task.run_task` with the user's text as the task,
-  against ``OPENAI_BASE_URL`` (default the OpenAI API) with the server's ``OPENAI_API_KEY``.
+- ``responses``: a :class:`~cubicle.orchestrator.modelrun.responses_model.ResponsesModel` with the
+  user's text as the task, against ``OPENAI_BASE_URL`` (default the OpenAI API) with the server's
+  ``OPENAI_API_KEY``.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from cubicle.drivers.approvals import ApprovalPolicy
+from cubicle.orchestrator.drill.runner import run_drill
+from cubicle.orchestrator.modelrun.responses_model import DEFAULT_BASE_URL, ResponsesModel
+from cubicle.orchestrator.modelrun.run import RunResult, RunSpec, run
 from cubicle.orchestrator.sandbox import Sandbox
 from cubicle.orchestrator.serve.agents import AgentSpec
+from cubicle.orchestrator.serve.reporter import TurnReporter
 from cubicle.orchestrator.serve.store import TurnState
 from cubicle.orchestrator.serve.worker import TurnOutcome, TurnRun
+from cubicle.orchestrator.tasks import Task
 
 __all__ = ["turn_runner", "user_text"]
-
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
-
-
-class _Result(Protocol):
-    @property
-    def ok(self) -> bool: ...
-
-    error: str | None
-    cancelled: bool
 
 
 def user_text(content: list[dict[str, Any]]) -> str:
@@ -49,8 +45,8 @@ def model_input(agent: AgentSpec, content: list[dict[str, Any]]) -> str:
     return f"{agent.instructions}\n\n{text}" if agent.instructions else text
 
 
-def outcome_of(result: _Result, policy: ApprovalPolicy) -> TurnOutcome:
-    """The turn's outcome from the loop's result; a turn stopped by a refused safety check (the
+def outcome_of(result: RunResult, policy: ApprovalPolicy) -> TurnOutcome:
+    """The turn's outcome from the run's result; a turn stopped by a refused safety check (the
     policy's log says so) fails with code ``invalid_request`` and who refused it."""
     if result.cancelled:
         return TurnOutcome("cancelled", result.error)
@@ -64,7 +60,7 @@ def outcome_of(result: _Result, policy: ApprovalPolicy) -> TurnOutcome:
         )
     error = result.error
     if error is None:
-        failed = [c.describe() for c in getattr(result, "checks", []) if not c.ok]
+        failed = [c.describe() for c in result.checks if not c.ok]
         error = "verification failed: " + "; ".join(failed) if failed else "the run failed"
     return TurnOutcome("failed", error, "sandbox_error")
 
@@ -72,45 +68,44 @@ def outcome_of(result: _Result, policy: ApprovalPolicy) -> TurnOutcome:
 def turn_runner(agent: AgentSpec) -> TurnRun:
     """The function the session worker calls for each turn of ``agent``."""
 
-    def run(sandbox: Sandbox, turn: TurnState, out: Path, policy: ApprovalPolicy) -> TurnOutcome:
+    def run_turn(
+        sandbox: Sandbox,
+        turn: TurnState,
+        out: Path,
+        policy: ApprovalPolicy,
+        reporter: TurnReporter,
+    ) -> TurnOutcome:
         cancel = turn.cancel.is_set
-        result: _Result
-        if agent.kind == "drill":
-            from cubicle.orchestrator.drill.runner import run_drill  # noqa: PLC0415
-
-            result = run_drill(
-                sandbox, loop="toolset", out=out, safety_policy=policy, cancel_requested=cancel
-            )
-        elif agent.kind == "task":
-            from cubicle.orchestrator.drill.runner import run_drill  # noqa: PLC0415
-            from cubicle.orchestrator.tasks import Task  # noqa: PLC0415
-
-            if not isinstance(agent.task, Task):
-                raise TypeError(f"a task agent needs a Task, got {type(agent.task).__name__}")
+        result: RunResult
+        if agent.kind in ("drill", "task"):
+            task: Task | None = None
+            if agent.kind == "task":
+                if not isinstance(agent.task, Task):
+                    raise TypeError(f"a task agent needs a Task, got {type(agent.task).__name__}")
+                task = agent.task
             result = run_drill(
                 sandbox,
-                task=agent.task,
+                task=task,
                 loop="toolset",
                 out=out,
                 safety_policy=policy,
                 cancel_requested=cancel,
+                observers=[reporter],
             )
         else:
-            from cubicle.orchestrator.run_task import run_task  # noqa: PLC0415
-
-            result = run_task(
-                sandbox,
-                base_url=os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
+            model = ResponsesModel(
+                agent.model,
                 api_key=os.environ.get("OPENAI_API_KEY", ""),
-                task=model_input(agent, turn.content),
-                model=agent.model,
-                out=out,
-                safety_policy=policy,
-                cancel_requested=cancel,
-                # run_task only closes what the hook returns (origin_answers.Answering)
-                origin_answers=turn.origin_records,
-                on_response=turn.on_response,
+                base_url=os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
             )
+            spec = RunSpec(
+                out=out,
+                prompt=model_input(agent, turn.content),
+                safety_policy=policy,
+                # the run only closes what the hook returns (origin_answers.Answering)
+                origin_answers=turn.origin_records,
+            )
+            result = run(sandbox, spec, model, observers=[reporter], cancel_requested=cancel)
         return outcome_of(result, policy)
 
-    return run
+    return run_turn

@@ -7,10 +7,11 @@ files, env and setup commands (:mod:`cubicle.orchestrator.serve.environment`), t
 ``agent.session.environment.ready`` — or ``environment.failed`` and a failed session, naming
 what failed.
 
-Spend (:mod:`cubicle.orchestrator.serve.spend`): each model response's usage is counted in the
-loop's thread as it arrives; when it reaches the session's limit the turn is cancelled before
-that response's computer calls run, and the session pauses (``budget_reached``, the event
-``agent.session.budget_reached``) until ``sessions.update`` raises the limit.
+Spend (:mod:`cubicle.orchestrator.serve.spend`): each model response's usage is counted as its
+record is written (:class:`~cubicle.orchestrator.serve.reporter.TurnReporter`, in the loop's
+thread, before the SDK acts on the response); when it reaches the session's limit the turn is
+cancelled before that response's computer calls run, and the session pauses (``budget_reached``,
+the event ``agent.session.budget_reached``) until ``sessions.update`` raises the limit.
 
 A turn (:meth:`SessionWorker.run_turn`) runs the agent's loop
 (:mod:`cubicle.orchestrator.serve.agents`) into a trajectory folder that
@@ -44,7 +45,7 @@ from cubicle.orchestrator.sandbox import Sandbox
 from cubicle.orchestrator.serve import origins, wire
 from cubicle.orchestrator.serve.environment import WORKSPACE, EnvironmentPlan
 from cubicle.orchestrator.serve.registry import Registry
-from cubicle.orchestrator.serve.reporter import TrajectoryFollower, TurnReporter
+from cubicle.orchestrator.serve.reporter import TurnReporter
 from cubicle.orchestrator.serve.store import PendingApproval, Session, TurnState
 from cubicle_guest.errors import CubicleError
 
@@ -103,7 +104,9 @@ class TurnOutcome:
         self.code = code
 
 
-TurnRun = Callable[[Sandbox, TurnState, Path, ApprovalPolicy], TurnOutcome]
+TurnRun = Callable[[Sandbox, TurnState, Path, ApprovalPolicy, TurnReporter], TurnOutcome]
+"""Runs one turn: ``(sandbox, turn, trajectory folder, approval policy, the turn's reporter,
+which observes the run's trajectory)``."""
 
 
 class SessionWorker:
@@ -250,8 +253,7 @@ class SessionWorker:
             )
         )
         out = self.folder / turn.id
-        reporter = TurnReporter(session, turn.id, out)
-        follower = TrajectoryFollower(out, reporter).start()
+        reporter = TurnReporter(session, turn.id)
         policy: ApprovalPolicy = (
             FilePolicy(self._policy)
             if session.review == "auto_review" and self._policy
@@ -260,28 +262,16 @@ class SessionWorker:
         assert session.sandbox is not None
         if self._questions is not None:
             turn.origin_records = self._records.attach
-        turn.on_response = lambda body: self._charge(turn, body)
         try:
-            outcome = self._run(session.sandbox, turn, out, policy)
+            outcome = self._run(session.sandbox, turn, out, policy, reporter)
         except Exception as exc:  # the loop's own failures come back as outcomes
             log.exception("session %s: turn %s failed", session.id, turn.id)
             outcome = TurnOutcome("failed", f"{type(exc).__name__}: {exc}")
         finally:
-            follower.stop()
             reporter.finish()
         if turn.cancel.is_set() and outcome.status != "completed":
             outcome = TurnOutcome("cancelled", outcome.error)
         self._end_turn(turn, outcome, wire.token_usage(reporter.usage))
-
-    def _charge(self, turn: TurnState, body: dict[str, Any]) -> None:
-        """Count one model response's spend; at the limit, cancel the turn before the response's
-        computer calls run (a final message still ends the turn completed)."""
-        reached = self.session.spend.add(body.get("usage"))
-        output = body.get("output") or []
-        if reached and any(
-            isinstance(i, dict) and i.get("type") == "computer_call" for i in output
-        ):
-            turn.cancel.set()
 
     def _turn_object(
         self,

@@ -47,37 +47,63 @@ Kinds and their fields:
 - ``origin_access``: ``question``, ``origin``, ``host``, ``port``, ``answer`` (``approve`` |
   ``deny`` | ``cancel`` | ``timeout``), ``by`` (an ``ask:`` sandbox's proxy held a guest
   connection to ``origin`` until this decision: :mod:`cubicle.orchestrator.origin_answers`)
-- ``end``: ``ok``, ``final_message``, ``wall_s``, ``usage`` (token totals: ``input_tokens``,
-  ``output_tokens``, ``total_tokens``, ``cached_tokens``, ``reasoning_tokens``, ``requests``,
-  ``incomplete``, ``requests_without_usage``)
+- ``end``: ``ok``, ``final_message``, ``wall_s``, ``guest_wait_s``, ``driver_s``, ``error``,
+  ``usage`` (token totals: ``input_tokens``, ``output_tokens``, ``total_tokens``,
+  ``cached_tokens``, ``reasoning_tokens``, ``requests``, ``incomplete``,
+  ``requests_without_usage``)
 
 The recorder is thread-safe (the scripted model's hooks run on the HTTP server's thread). The
 caller owns it and calls :meth:`close`; screenshots never go to the terminal, only to files.
+
+Observers (:class:`TrajectoryObserver`, e.g. ``cubicle serve``'s turn reporter) see every record
+in process, in the order it was written, right after it is in the file: the file stays the
+record, and nobody re-reads it to follow a run.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
-__all__ = ["TRAJECTORY_FILE", "TrajectoryRecorder", "read_trajectory"]
+__all__ = ["TRAJECTORY_FILE", "TrajectoryObserver", "TrajectoryRecorder", "read_trajectory"]
+
+log = logging.getLogger(__name__)
 
 TRAJECTORY_FILE = "trajectory.jsonl"
 SHOTS_DIR = "shots"
+
+
+class TrajectoryObserver(Protocol):
+    """Sees a run's records as they are written (:class:`TrajectoryRecorder`'s ``observers``).
+
+    Called on the writing thread with the recorder's lock held, so records arrive one at a time
+    and in file order; an observer must be quick and must not write to the recorder. An
+    exception is logged and does not stop the run.
+    """
+
+    def on_record(self, record: Mapping[str, Any]) -> None:
+        """Any record but ``screenshot`` (the line as written, ``kind`` and ``t`` included)."""
+
+    def on_screenshot(self, record: Mapping[str, Any], png: bytes) -> None:
+        """A ``screenshot`` record and the image it names (PNG, model-view size)."""
 
 
 class TrajectoryRecorder:
     """Append-only writer of a run folder.
 
     :param folder: where to write; created if missing. Existing trajectory files are replaced.
+    :param observers: told of every record after it is written (:class:`TrajectoryObserver`).
     """
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, observers: Iterable[TrajectoryObserver] = ()) -> None:
         self.folder = folder
+        self._observers = tuple(observers)
         (folder / SHOTS_DIR).mkdir(parents=True, exist_ok=True)
         for old in (folder / SHOTS_DIR).glob("*.png"):
             old.unlink()
@@ -96,7 +122,9 @@ class TrajectoryRecorder:
         with self._lock:
             return self._write_locked(kind, fields)
 
-    def _write_locked(self, kind: str, fields: dict[str, Any]) -> dict[str, Any]:
+    def _write_locked(
+        self, kind: str, fields: dict[str, Any], png: bytes | None = None
+    ) -> dict[str, Any]:
         if self._closed:
             raise ValueError(
                 f"trajectory recorder for {self.folder} is closed; cannot add {kind!r}"
@@ -104,6 +132,14 @@ class TrajectoryRecorder:
         record = {"kind": kind, "t": round(time.monotonic() - self._start, 4), **fields}
         self._file.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
         self._file.flush()
+        for observer in self._observers:
+            try:
+                if png is None:
+                    observer.on_record(record)
+                else:
+                    observer.on_screenshot(record, png)
+            except Exception:
+                log.exception("trajectory observer %r failed on a %s record", observer, kind)
         return record
 
     @property
@@ -132,7 +168,7 @@ class TrajectoryRecorder:
             fields = {"index": index, "file": name, "size": list(size), "native": native}
             if note:
                 fields["note"] = note
-            self._write_locked("screenshot", fields)
+            self._write_locked("screenshot", fields, png)
             return index
 
     @property
