@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
-__all__ = ["AgentOps", "Point", "Region"]
+__all__ = ["AgentOps", "Point", "Region", "Settle"]
 
 R = TypeVar("R")
 
@@ -24,6 +24,9 @@ Point = Mapping[str, int]
 """``{"x": int, "y": int}``, native screen pixels."""
 Region = Mapping[str, int]
 """``{"x", "y", "width", "height"}``, native screen pixels."""
+Settle = Mapping[str, int | None]
+"""An action's ``settle`` (:class:`cubicle_guest.protocol.SettleSpec`'s fields, milliseconds);
+``None`` turns an optional one off (``typing_quiet_ms``, ``idle_quiet_ms``, ``launch_cap_ms``)."""
 
 
 def _args(**values: Any) -> dict[str, Any]:
@@ -57,12 +60,15 @@ class AgentOps(Generic[R]):
         y: int,
         *,
         button: str | None = None,
+        count: int | None = None,
         keys: Sequence[str] | None = None,
-        settle: Mapping[str, int] | None = None,
+        settle: Settle | None = None,
         timeout: float | None = None,
     ) -> R:
         return self.call(
-            "click", _args(x=x, y=y, button=button, keys=keys, settle=settle), timeout=timeout
+            "click",
+            _args(x=x, y=y, button=button, count=count, keys=keys, settle=settle),
+            timeout=timeout,
         )
 
     def double_click(
@@ -71,7 +77,7 @@ class AgentOps(Generic[R]):
         y: int,
         *,
         keys: Sequence[str] | None = None,
-        settle: Mapping[str, int] | None = None,
+        settle: Settle | None = None,
         timeout: float | None = None,
     ) -> R:
         return self.call("double_click", _args(x=x, y=y, keys=keys, settle=settle), timeout=timeout)
@@ -82,7 +88,7 @@ class AgentOps(Generic[R]):
         y: int,
         *,
         keys: Sequence[str] | None = None,
-        settle: Mapping[str, int] | None = None,
+        settle: Settle | None = None,
         timeout: float | None = None,
     ) -> R:
         return self.call("move", _args(x=x, y=y, keys=keys, settle=settle), timeout=timeout)
@@ -92,7 +98,7 @@ class AgentOps(Generic[R]):
         path: Sequence[Point],
         *,
         keys: Sequence[str] | None = None,
-        settle: Mapping[str, int] | None = None,
+        settle: Settle | None = None,
         timeout: float | None = None,
     ) -> R:
         return self.call(
@@ -107,7 +113,7 @@ class AgentOps(Generic[R]):
         scroll_y: int,
         *,
         keys: Sequence[str] | None = None,
-        settle: Mapping[str, int] | None = None,
+        settle: Settle | None = None,
         timeout: float | None = None,
     ) -> R:
         args = _args(x=x, y=y, scroll_x=scroll_x, scroll_y=scroll_y, keys=keys, settle=settle)
@@ -117,18 +123,50 @@ class AgentOps(Generic[R]):
         self,
         keys: Sequence[str],
         *,
-        settle: Mapping[str, int] | None = None,
+        settle: Settle | None = None,
         timeout: float | None = None,
     ) -> R:
         return self.call("keypress", _args(keys=list(keys), settle=settle), timeout=timeout)
 
-    def type(
-        self, text: str, *, settle: Mapping[str, int] | None = None, timeout: float | None = None
-    ) -> R:
+    def type(self, text: str, *, settle: Settle | None = None, timeout: float | None = None) -> R:
         return self.call("type", _args(text=text, settle=settle), timeout=timeout)
 
     def wait(self, *, ms: int | None = None, timeout: float | None = None) -> R:
         return self.call("wait", _args(ms=ms), timeout=timeout)
+
+    def mouse_down(
+        self,
+        *,
+        button: str | None = None,
+        settle: Mapping[str, int] | None = None,
+        timeout: float | None = None,
+    ) -> R:
+        """Press ``button`` (default left) at the pointer; it stays down until ``mouse_up``."""
+        return self.call("mouse_down", _args(button=button, settle=settle), timeout=timeout)
+
+    def mouse_up(
+        self,
+        *,
+        button: str | None = None,
+        settle: Mapping[str, int] | None = None,
+        timeout: float | None = None,
+    ) -> R:
+        return self.call("mouse_up", _args(button=button, settle=settle), timeout=timeout)
+
+    def hold_keys(
+        self,
+        keys: Sequence[str],
+        ms: int,
+        *,
+        settle: Mapping[str, int] | None = None,
+        timeout: float | None = None,
+    ) -> R:
+        """Hold the chord ``keys`` for ``ms`` milliseconds, released before the reply."""
+        return self.call("hold_keys", _args(keys=list(keys), ms=ms, settle=settle), timeout=timeout)
+
+    def pointer(self, *, timeout: float | None = None) -> R:
+        """Where the pointer is: ``x``, ``y`` (native pixels)."""
+        return self.call("pointer", {}, timeout=timeout)
 
     def release_all(self, *, timeout: float | None = None) -> R:
         """Release every key and button still held; ``released`` names them."""

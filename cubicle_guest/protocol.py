@@ -108,12 +108,20 @@ MAX_LAUNCH_CAP_MS: Final = 180_000
 """Largest ``launch_cap_ms`` of a ``settle`` argument (milliseconds): how long the agent follows a
 launch at all. 180 s: under TCG on a slow host Chromium's first frame came over 60 s after a
 launcher click (``make conformance``, 2026-12-01)."""
-FEATURES: Final = ("receipts", "typing_quiet", "idle_quiet", "settle_until_idle", "launch_cap")
+FEATURES: Final = (
+    "receipts",
+    "typing_quiet",
+    "idle_quiet",
+    "settle_until_idle",
+    "launch_cap",
+    "hold",
+)
 """Optional protocol-v1 features this agent has, listed in ``hello``/``info`` ``features``.
 ``receipts``: input ops take ``settle`` and answer with a ``receipt``; ``typing_quiet``: the
 ``settle`` object also takes ``typing_quiet_ms``; ``idle_quiet``: it also takes
 ``idle_quiet_ms`` (:class:`SettleSpec`); ``settle_until_idle``: the ``settle`` op takes
-``until_idle``; ``launch_cap``: the ``settle`` object also takes ``launch_cap_ms``."""
+``until_idle``; ``launch_cap``: the ``settle`` object also takes ``launch_cap_ms``; ``hold``: the
+ops ``mouse_down``, ``mouse_up``, ``hold_keys`` and ``pointer``."""
 TYPING_QUIET_MS: Final = 150
 """Default ``typing_quiet_ms``: the quiet period after typing into a normal (non-dialog) window."""
 IDLE_QUIET_MS: Final = 70
@@ -575,7 +583,9 @@ OPS: Final[Mapping[str, OpSpec]] = {
     "hello": OpSpec(required={"protocol": INT}, optional={"client": STR}),
     "info": OpSpec(),
     # the openai ComputerDriver actions (native screen pixels)
-    "click": OpSpec(required={"x": INT, "y": INT}, optional={"button": BUTTON, **_POINTER_KEYS}),
+    "click": OpSpec(
+        required={"x": INT, "y": INT}, optional={"button": BUTTON, "count": INT, **_POINTER_KEYS}
+    ),
     "double_click": OpSpec(required={"x": INT, "y": INT}, optional=_POINTER_KEYS),
     "move": OpSpec(required={"x": INT, "y": INT}, optional=_POINTER_KEYS),
     "drag": OpSpec(required={"path": POINTS}, optional=_POINTER_KEYS),
@@ -585,6 +595,11 @@ OPS: Final[Mapping[str, OpSpec]] = {
     "keypress": OpSpec(required={"keys": KEYS}, optional={"settle": SETTLE}),
     "type": OpSpec(required={"text": STR}, optional={"settle": SETTLE}),
     "wait": OpSpec(optional={"ms": INT}),
+    # held input (feature "hold"): a button held across requests, a chord held for a time
+    "mouse_down": OpSpec(optional={"button": BUTTON, "settle": SETTLE}),
+    "mouse_up": OpSpec(optional={"button": BUTTON, "settle": SETTLE}),
+    "hold_keys": OpSpec(required={"keys": KEYS, "ms": INT}, optional={"settle": SETTLE}),
+    "pointer": OpSpec(),
     # observation
     "screenshot": OpSpec(
         optional={
@@ -625,6 +640,13 @@ Replies (``result`` fields; sizes in pixels, times in milliseconds):
   An agent without the feature rejects ``settle`` with ``bad_args``, so a client checks
   ``features`` first: this is a compatible extension of version 1, not a version 2.
 - ``wait``: ``waited_ms``.
+- ``click``'s optional ``count`` (1..3, default 1; feature ``hold``): clicks in one burst, so a
+  count of 3 is a triple click.
+- ``mouse_down``/``mouse_up`` (default button ``left``): press or release at the pointer; a
+  pressed button stays down across requests until ``mouse_up``, ``release_all`` or the agent's
+  close (the host driver sends ``release_all`` when it lets go). ``hold_keys``: press the
+  chord, hold it ``ms`` (0..MAX_WAIT_MS) and release it in reverse, in that one request
+  (released even when it fails). ``pointer``: ``x``, ``y`` of the pointer (native pixels).
 - ``screenshot``: ``native`` {width, height} of the screen, ``region`` grabbed (native pixels),
   ``width``/``height`` of the image, ``format``; the image bytes are the blob.
 - ``settle``: ``settled`` (bool), ``waited_ms``, ``changed``, ``damage`` (as in a receipt);

@@ -98,6 +98,10 @@ class Agent:
             "keypress": self._keypress,
             "type": self._type,
             "wait": self._wait,
+            "mouse_down": self._mouse_down,
+            "mouse_up": self._mouse_up,
+            "hold_keys": self._hold_keys,
+            "pointer": self._pointer,
             "screenshot": self._screenshot,
             "settle": self._settle,
             "windows": self._windows,
@@ -271,7 +275,11 @@ class Agent:
         return self._act(
             args,
             lambda: self.input.click(
-                args["x"], args["y"], args.get("button") or "left", args.get("keys") or ()
+                args["x"],
+                args["y"],
+                args.get("button") or "left",
+                args.get("keys") or (),
+                1 if args.get("count") is None else args["count"],
             ),
             pointer=True,
         )
@@ -314,6 +322,22 @@ class Agent:
             lambda: self.input.type_text(args["text"]),
             typing=not any(char in args["text"] for char in "\n\r\t"),
         )
+
+    def _mouse_down(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
+        return self._act(
+            args, lambda: self.input.mouse_down(args.get("button") or "left"), pointer=True
+        )
+
+    def _mouse_up(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
+        return self._act(
+            args, lambda: self.input.mouse_up(args.get("button") or "left"), pointer=True
+        )
+
+    def _hold_keys(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
+        return self._act(args, lambda: self.input.hold_keys(args["keys"], args["ms"]))
+
+    def _pointer(self, _args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
+        return dict(self.input.pointer()), b""
 
     def _wait(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
         ms = args.get("ms")

@@ -121,13 +121,21 @@ class XInput:
 
     # -- pointer actions ------------------------------------------------------------------
 
-    def click(self, x: int, y: int, button: str = "left", keys: Sequence[str] = ()) -> None:
+    def click(
+        self, x: int, y: int, button: str = "left", keys: Sequence[str] = (), count: int = 1
+    ) -> None:
+        """Click ``button`` ``count`` times (1..3, one burst: 3 is a triple click) at (x, y)."""
         number = self._button(button)
         self._check_point(x, y)
+        if not 1 <= count <= 3:
+            raise GuestError(
+                "bad_args", f"click count must be 1..3, got {count}", details={"count": count}
+            )
         chord = resolve_chord(keys) if keys else []
         with self._lock, self._x_errors("click"), self._holding(chord):
             self._motion(x, y)
-            self._click_button(number)
+            for _ in range(count):
+                self._click_button(number)
             self._display.sync()
 
     def double_click(self, x: int, y: int, keys: Sequence[str] = ()) -> None:
@@ -194,7 +202,54 @@ class XInput:
             self._display.sync()
             return {"clicks_x": clicks["x"], "clicks_y": clicks["y"]}
 
+    def mouse_down(self, button: str = "left") -> None:
+        """Press ``button`` where the pointer is and keep it pressed (until :meth:`mouse_up` or
+        :meth:`release_all`); pressing a button already down is refused."""
+        number = self._button(button)
+        with self._lock, self._x_errors("mouse_down"):
+            if number in self._held_buttons:
+                raise GuestError(
+                    "bad_args", f"button {button!r} is already down", details={"button": button}
+                )
+            self._press_button(number)
+            self._display.sync()
+
+    def mouse_up(self, button: str = "left") -> None:
+        """Release ``button`` (one :meth:`mouse_down` pressed; refused when it is not down)."""
+        number = self._button(button)
+        with self._lock, self._x_errors("mouse_up"):
+            if number not in self._held_buttons:
+                raise GuestError(
+                    "bad_args", f"button {button!r} is not down", details={"button": button}
+                )
+            self._release_button(number)
+            self._display.sync()
+
+    def pointer(self) -> dict[str, int]:
+        """Where the pointer is, native pixels."""
+        with self._lock, self._x_errors("pointer"):
+            reply = self._root.query_pointer()
+            return {"x": int(reply.root_x), "y": int(reply.root_y)}
+
     # -- keyboard actions -----------------------------------------------------------------
+
+    def hold_keys(self, keys: Sequence[str], ms: int) -> None:
+        """Press a chord in order, hold it ``ms`` milliseconds, release it in reverse (the release
+        is sent even when the hold fails). Validated before pressing."""
+        if not 0 <= ms <= protocol.MAX_WAIT_MS:
+            raise GuestError(
+                "bad_args",
+                f"hold_keys ms must be 0..{protocol.MAX_WAIT_MS}, got {ms}",
+                details={"ms": ms, "limit": protocol.MAX_WAIT_MS},
+            )
+        chord = resolve_chord(keys)
+        with self._lock, self._x_errors("hold_keys"):
+            self._refresh_if_remapped()
+            used: set[int] = set()
+            self._bind_all([key.keysym for key in chord], used)
+            with self._holding(chord):
+                self._display.sync()
+                time.sleep(ms / 1000)
 
     def keypress(self, keys: Sequence[str]) -> None:
         """Press a chord in order and release it in reverse (validated before pressing)."""

@@ -27,6 +27,7 @@ from openai.lib.computer import Screenshot
 from openai.types.responses import computer_action as modern
 from openai.types.responses import response_computer_tool_call as legacy
 
+from cubicle.drivers.actions import PlannedAction
 from cubicle.drivers.async_client import AsyncAgentClient, connect_unix_async
 from cubicle.drivers.errors import DriverError
 from cubicle.drivers.guest_errors import map_guest_errors
@@ -39,9 +40,15 @@ from cubicle.drivers.options import (
 )
 from cubicle.drivers.records import ActionObserver
 from cubicle.drivers.settle import SettleOption, check_settle, settle_for_agent
-from cubicle.drivers.steps import ActionStep, DriverBase, ScreenshotStep, wait_pauses
-from cubicle.drivers.view_state import ViewState, screen_from_hello, screenshot_output
-from cubicle.drivers.viewport import Viewport
+from cubicle.drivers.steps import ActionStep, DriverBase, Planner, ScreenshotStep, wait_pauses
+from cubicle.drivers.view_state import (
+    ViewState,
+    pointer_of,
+    region_png,
+    screen_from_hello,
+    screenshot_output,
+)
+from cubicle.drivers.viewport import Rect, Viewport
 
 __all__ = ["AsyncGuestDriver"]
 
@@ -171,23 +178,65 @@ class AsyncGuestDriver(DriverBase):
         self._emit(step.done(png))
         return screenshot_output(png)
 
-    async def _act(self, kind: str, action: object, cancelled: Cancelled) -> None:
+    # -- for provider adapters (cubicle.drivers.claude_toolset) -------------------------------
+
+    async def perform(
+        self, kind: str, planner: Planner, *, cancelled: Cancelled = None, extra_s: float = 0.0
+    ) -> None:
+        """See :meth:`GuestDriver.perform <cubicle.drivers.computer.GuestDriver.perform>`."""
         step = ActionStep(kind, self._view)
         try:
-            plan = step.prepare(action, cancelled, self._settle)
-            if plan.op is None:
-                await self._wait(cancelled)
-            else:
-                with map_guest_errors(kind):
-                    reply = await self._client.call(
-                        plan.op, plan.args, timeout=step.timeout_s(self._action_timeout)
-                    )
-                step.accept(reply)
+            plan = step.prepare_plan(planner, cancelled, self._settle)
+            await self._send(step, plan, cancelled, extra_s)
         except DriverError as exc:
             self._emit(step.record(exc))
             raise
         self._emit(step.record(None))
 
-    async def _wait(self, cancelled: Cancelled) -> None:
-        for pause in wait_pauses(self._wait_ms, cancelled):
+    async def pointer(self) -> tuple[int, int]:
+        """Where the pointer is, native screen pixels."""
+        with map_guest_errors("pointer"):
+            reply = await self._client.call("pointer", {}, timeout=self._action_timeout)
+        return pointer_of(reply)
+
+    async def capture(self, region: Rect) -> bytes:
+        """A PNG of native ``region`` at native resolution."""
+        with map_guest_errors("screenshot"):
+            reply = await self._client.screenshot(
+                format="png", region=region.as_region(), timeout=self._screenshot_timeout
+            )
+        return region_png(reply, region)
+
+    async def release_all(self) -> list[str]:
+        """Release every key and button still held in the guest; names what was."""
+        with map_guest_errors("release_all"):
+            reply = await self._client.release_all(timeout=self._action_timeout)
+        return [str(name) for name in reply.result.get("released") or []]
+
+    # -- internals -------------------------------------------------------------------------
+
+    async def _act(self, kind: str, action: object, cancelled: Cancelled) -> None:
+        step = ActionStep(kind, self._view)
+        try:
+            plan = step.prepare(action, cancelled, self._settle)
+            await self._send(step, plan, cancelled, 0.0)
+        except DriverError as exc:
+            self._emit(step.record(exc))
+            raise
+        self._emit(step.record(None))
+
+    async def _send(
+        self, step: ActionStep, plan: PlannedAction, cancelled: Cancelled, extra_s: float
+    ) -> None:
+        if plan.op is None:
+            await self._wait(cancelled, plan.args.get("ms", self._wait_ms))
+            return
+        with map_guest_errors(step.kind):
+            reply = await self._client.call(
+                plan.op, plan.args, timeout=step.timeout_s(self._action_timeout) + extra_s
+            )
+        step.accept(reply)
+
+    async def _wait(self, cancelled: Cancelled, ms: int) -> None:
+        for pause in wait_pauses(ms, cancelled):
             await anyio.sleep(pause)

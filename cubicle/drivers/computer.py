@@ -34,6 +34,7 @@ from openai.lib.computer import Screenshot
 from openai.types.responses import computer_action as modern
 from openai.types.responses import response_computer_tool_call as legacy
 
+from cubicle.drivers.actions import PlannedAction
 from cubicle.drivers.errors import DriverError
 from cubicle.drivers.guest_errors import map_guest_errors
 from cubicle.drivers.options import (
@@ -45,9 +46,15 @@ from cubicle.drivers.options import (
 )
 from cubicle.drivers.records import ActionObserver
 from cubicle.drivers.settle import SettleOption, check_settle, settle_for_agent
-from cubicle.drivers.steps import ActionStep, DriverBase, ScreenshotStep, wait_pauses
-from cubicle.drivers.view_state import ViewState, screen_from_hello, screenshot_output
-from cubicle.drivers.viewport import Viewport
+from cubicle.drivers.steps import ActionStep, DriverBase, Planner, ScreenshotStep, wait_pauses
+from cubicle.drivers.view_state import (
+    ViewState,
+    pointer_of,
+    region_png,
+    screen_from_hello,
+    screenshot_output,
+)
+from cubicle.drivers.viewport import Rect, Viewport
 from cubicle_guest.client import AgentClient, connect_unix
 
 __all__ = ["GuestDriver"]
@@ -175,25 +182,68 @@ class GuestDriver(DriverBase):
         self._emit(step.done(png))
         return screenshot_output(png)
 
+    # -- for provider adapters (cubicle.drivers.claude_toolset, gemini_actions) ---------------
+
+    def perform(
+        self, kind: str, planner: Planner, *, cancelled: Cancelled = None, extra_s: float = 0.0
+    ) -> None:
+        """Run one provider call planned by ``planner`` (validated and mapped with the current
+        geometry, :mod:`cubicle.drivers.claude_plans`) with the same settle, receipt and record
+        as the nine methods. A plan without an op waits ``args["ms"]`` on the host.
+        ``extra_s`` lengthens the request's deadline (a held chord's time)."""
+        step = ActionStep(kind, self._view)
+        try:
+            plan = step.prepare_plan(planner, cancelled, self._settle)
+            self._send(step, plan, cancelled, extra_s)
+        except DriverError as exc:
+            self._emit(step.record(exc))
+            raise
+        self._emit(step.record(None))
+
+    def pointer(self) -> tuple[int, int]:
+        """Where the pointer is, native screen pixels (agent op ``pointer``)."""
+        with map_guest_errors("pointer"):
+            reply = self._client.call("pointer", {}, timeout=self._action_timeout)
+        return pointer_of(reply)
+
+    def capture(self, region: Rect) -> bytes:
+        """A PNG of native ``region`` at native resolution (no scaling; not a view screenshot)."""
+        with map_guest_errors("screenshot"):
+            reply = self._client.screenshot(
+                format="png", region=region.as_region(), timeout=self._screenshot_timeout
+            )
+        return region_png(reply, region)
+
+    def release_all(self) -> list[str]:
+        """Release every key and button still held in the guest; names what was."""
+        with map_guest_errors("release_all"):
+            reply = self._client.release_all(timeout=self._action_timeout)
+        return [str(name) for name in reply.result.get("released") or []]
+
     # -- internals -------------------------------------------------------------------------
 
     def _act(self, kind: str, action: object, cancelled: Cancelled) -> None:
         step = ActionStep(kind, self._view)
         try:
             plan = step.prepare(action, cancelled, self._settle)
-            if plan.op is None:
-                self._wait(cancelled)
-            else:
-                with map_guest_errors(kind):
-                    reply = self._client.call(
-                        plan.op, plan.args, timeout=step.timeout_s(self._action_timeout)
-                    )
-                step.accept(reply)
+            self._send(step, plan, cancelled, 0.0)
         except DriverError as exc:
             self._emit(step.record(exc))
             raise
         self._emit(step.record(None))
 
-    def _wait(self, cancelled: Cancelled) -> None:
-        for pause in wait_pauses(self._wait_ms, cancelled):
+    def _send(
+        self, step: ActionStep, plan: PlannedAction, cancelled: Cancelled, extra_s: float
+    ) -> None:
+        if plan.op is None:
+            self._wait(cancelled, plan.args.get("ms", self._wait_ms))
+            return
+        with map_guest_errors(step.kind):
+            reply = self._client.call(
+                plan.op, plan.args, timeout=step.timeout_s(self._action_timeout) + extra_s
+            )
+        step.accept(reply)
+
+    def _wait(self, cancelled: Cancelled, ms: int) -> None:
+        for pause in wait_pauses(ms, cancelled):
             time.sleep(pause)

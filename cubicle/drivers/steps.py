@@ -16,7 +16,7 @@ the rest lives here, synchronous and without I/O:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from cubicle.drivers.actions import PlannedAction, plan_action
@@ -30,7 +30,10 @@ from cubicle_guest.client import Reply
 from cubicle_guest.protocol import SettleSpec
 from cubicle_guest.waiting import Deadline
 
-__all__ = ["ActionStep", "DriverBase", "ScreenshotStep", "wait_pauses"]
+__all__ = ["ActionStep", "DriverBase", "Planner", "ScreenshotStep", "wait_pauses"]
+
+Planner = Callable[[ViewGeometry], PlannedAction]
+"""Validates one provider call and maps it to a guest request with the geometry in force."""
 
 
 class ActionStep:
@@ -56,7 +59,19 @@ class ActionStep:
         :raises ActionRejected: the action does not validate (nothing is sent).
         :raises ActionCancelled: ``cancelled()`` is true.
         """
-        self.plan = plan_action(self.kind, action, self.geometry)
+        return self.prepare_plan(
+            lambda geometry: plan_action(self.kind, action, geometry), cancelled, settle
+        )
+
+    def prepare_plan(
+        self,
+        planner: Planner,
+        cancelled: Cancelled,
+        settle: SettleSpec | None = None,
+    ) -> PlannedAction:
+        """:meth:`prepare` with a provider adapter's own ``planner`` (it validates and maps the
+        call with the geometry, raising ``ActionRejected``; :mod:`cubicle.drivers.claude_plans`)."""
+        self.plan = planner(self.geometry)
         if settle is not None and self.plan.op is not None:
             self.plan.args["settle"] = settle.as_args()
             self.settle = settle

@@ -20,9 +20,10 @@ from PIL import Image
 
 from cubicle.drivers.errors import ScreenshotMismatch
 from cubicle.drivers.png import PngError, data_url, png_size
-from cubicle.drivers.viewport import ViewGeometry, Viewport
+from cubicle.drivers.viewport import Rect, ViewGeometry, Viewport
+from cubicle_guest.client import Reply
 
-__all__ = ["ViewState", "screen_from_hello", "screenshot_output"]
+__all__ = ["ViewState", "pointer_of", "region_png", "screen_from_hello", "screenshot_output"]
 
 
 def screen_from_hello(hello: Mapping[str, Any], name: str) -> tuple[int, int]:
@@ -123,3 +124,35 @@ def _resize_png(blob: bytes, size: tuple[int, int]) -> bytes:
 def screenshot_output(png: bytes) -> Screenshot:
     """The dict ``screenshot()`` returns to the SDK."""
     return {"type": "computer_screenshot", "image_url": data_url(png)}
+
+
+def pointer_of(reply: Reply) -> tuple[int, int]:
+    """The native point a ``pointer`` reply reports.
+
+    :raises ScreenshotMismatch: the reply has no integer ``x``/``y``.
+    """
+    x, y = reply.result.get("x"), reply.result.get("y")
+    if not isinstance(x, int) or not isinstance(y, int):
+        raise ScreenshotMismatch(f"pointer: the agent answered {reply.result!r:.80}")
+    return x, y
+
+
+def region_png(reply: Reply, region: Rect) -> bytes:
+    """The PNG of a native-resolution ``screenshot`` of ``region``, checked.
+
+    :raises ScreenshotMismatch: another region, format or size came back.
+    """
+    if reply.result.get("region") != region.as_region() or reply.result.get("format") != "png":
+        raise ScreenshotMismatch(
+            f"screenshot: asked for {region.as_region()} as png, got "
+            f"{reply.result.get('region')!r:.80} as {reply.result.get('format')!r}"
+        )
+    try:
+        size = png_size(reply.blob)
+    except PngError as exc:
+        raise ScreenshotMismatch(f"screenshot: {exc}") from None
+    if size != (region.width, region.height):
+        raise ScreenshotMismatch(
+            f"screenshot: the region is {region.width}x{region.height}, the PNG {size[0]}x{size[1]}"
+        )
+    return reply.blob

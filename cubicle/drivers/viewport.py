@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from cubicle.drivers.errors import CoordinateOutOfView, ViewportError
+from cubicle.drivers.errors import ActionRejected, CoordinateOutOfView, ViewportError
 from cubicle_guest.geometry import Rect, fit_size
 
 __all__ = ["Point", "Rect", "ViewGeometry", "Viewport"]
@@ -99,6 +99,38 @@ class ViewGeometry:
         native_x = min(native_x, self.crop.x + self.crop.width - 1)
         native_y = min(native_y, self.crop.y + self.crop.height - 1)
         return native_x, native_y
+
+    def to_model(self, x: int, y: int) -> Point | None:
+        """The model pixel a native screen point ``(x, y)`` lies in (``None``: outside the view's
+        crop). The inverse of :meth:`to_native` up to rounding: ``floor((x - crop.x) / scale)``."""
+        if not (
+            self.crop.x <= x < self.crop.x + self.crop.width
+            and self.crop.y <= y < self.crop.y + self.crop.height
+        ):
+            return None
+        model_x = min(math.floor((x - self.crop.x) / self.scale_x), self.width - 1)
+        model_y = min(math.floor((y - self.crop.y) / self.scale_y), self.height - 1)
+        return model_x, model_y
+
+    def region_to_native(self, x0: int, y0: int, x1: int, y1: int, *, action: str) -> Rect:
+        """Map a model-pixel rectangle (corners ``(x0, y0)`` inclusive, ``(x1, y1)`` exclusive)
+        to the native rectangle it shows.
+
+        :raises ActionRejected: the corners are not ordered, or the rectangle leaves the image
+            (never clamped).
+        """
+        if not (0 <= x0 < x1 <= self.width and 0 <= y0 < y1 <= self.height):
+            raise ActionRejected(
+                action,
+                f"region ({x0}, {y0}, {x1}, {y1}) is not a rectangle inside the "
+                f"{self.width}x{self.height} screenshot (need 0 <= x0 < x1 <= {self.width}, "
+                f"0 <= y0 < y1 <= {self.height})",
+            )
+        left = self.crop.x + _round_half_up(x0 * self.scale_x)
+        top = self.crop.y + _round_half_up(y0 * self.scale_y)
+        right = self.crop.x + _round_half_up(x1 * self.scale_x)
+        bottom = self.crop.y + _round_half_up(y1 * self.scale_y)
+        return Rect(left, top, max(right - left, 1), max(bottom - top, 1))
 
     def scroll_to_native(self, scroll_x: int, scroll_y: int) -> Point:
         """Scale a scroll distance (model px) to native px per axis, rounding half away from 0."""

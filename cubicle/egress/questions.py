@@ -31,6 +31,7 @@ Control protocol (version 1), JSON lines both ways::
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -58,6 +59,7 @@ __all__ = [
     "AllowList",
     "Answer",
     "AskJudge",
+    "DecisionRecord",
     "Judge",
     "PersonAnswer",
     "PolicyJudge",
@@ -148,19 +150,7 @@ class QuestionRecord:
 
     def message(self) -> dict[str, object]:
         """The ``question`` line (the target cut to :data:`LOG_TARGET_CHARS`)."""
-        return {
-            "type": "question",
-            "id": self.id,
-            "origin": self.origin,
-            "host": self.host,
-            "port": self.port,
-            "method": self.method,
-            "target": self.target[:LOG_TARGET_CHARS],
-            "client": self.client,
-            "reason": self.reason,
-            "asked_at": round(self.asked_at, 3),
-            "deadline": round(self.deadline, 3),
-        }
+        return {**_line("question", self), "target": self.target[:LOG_TARGET_CHARS]}
 
     @classmethod
     def from_message(cls, message: Mapping[str, Any]) -> QuestionRecord:
@@ -168,18 +158,59 @@ class QuestionRecord:
 
         :raises KeyError, TypeError, ValueError: a field is missing or of the wrong kind.
         """
-        return cls(
-            id=str(message["id"]),
-            origin=str(message["origin"]),
-            host=str(message["host"]),
-            port=int(message["port"]),
-            method=str(message["method"]),
-            target=str(message["target"]),
-            client=str(message["client"]),
-            reason=str(message["reason"]),
-            asked_at=float(message["asked_at"]),
-            deadline=float(message["deadline"]),
-        )
+        return cls(**_values(cls, message))
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    """How a question ended, as the control protocol carries it (``{"type": "decided", ...}``),
+    the one definition of its fields for both sides (the host's is
+    :class:`cubicle.orchestrator.origin_questions.OriginDecision`). ``answer``: ``approve``,
+    ``deny``, ``cancel`` or ``timeout``; ``by``: who answered (``timeout`` for the proxy's own);
+    ``at``: Unix time of the proxy's clock."""
+
+    id: str
+    origin: str
+    host: str
+    port: int
+    answer: str
+    by: str
+    at: float
+
+    def message(self) -> dict[str, object]:
+        """The ``decided`` line."""
+        return _line("decided", self)
+
+    @classmethod
+    def from_message(cls, message: Mapping[str, Any]) -> DecisionRecord:
+        """The record of a ``decided`` line.
+
+        :raises KeyError, TypeError, ValueError: a field is missing or of the wrong kind.
+        """
+        return cls(**_values(cls, message))
+
+
+_KINDS: Final[Mapping[str, Callable[[Any], object]]] = {"str": str, "int": int, "float": float}
+"""How a record's field type (as annotated: a string) converts a control line's value."""
+
+
+def _line(kind: str, record: QuestionRecord | DecisionRecord) -> dict[str, object]:
+    """A record as a control line: ``type`` first, then its fields in order, times to ms."""
+    fields = dataclasses.asdict(record)
+    return {
+        "type": kind,
+        **{k: round(v, 3) if isinstance(v, float) else v for k, v in fields.items()},
+    }
+
+
+def _values(
+    record: type[QuestionRecord | DecisionRecord], message: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The values of ``record``'s fields in a control line, each converted to its type."""
+    return {
+        field.name: _KINDS[str(field.type)](message[field.name])
+        for field in dataclasses.fields(record)
+    }
 
 
 @dataclass
@@ -321,16 +352,10 @@ class Questions:
         if answer in ("approve", "deny"):
             self.remembered[key] = (answer, by)
         now = round(time.time(), 3)
-        message: dict[str, object] = {
-            "type": "decided",
-            "id": question.id,
-            "origin": question.origin,
-            "host": question.host,
-            "port": question.port,
-            "answer": answer,
-            "by": by,
-            "at": now,
-        }
+        record = DecisionRecord(
+            question.id, question.origin, question.host, question.port, answer, by, now
+        )
+        message = record.message()
         self.emit({"ts": now, "event": "answer", **_without_type(message)})
         self._broadcast(message)
 

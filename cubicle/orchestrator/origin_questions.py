@@ -49,6 +49,7 @@ from cubicle.egress.questions import (
     ANSWERS,
     CONTROL_VERSION,
     MAX_BY_CHARS,
+    DecisionRecord,
     PersonAnswer,
     QuestionRecord,
 )
@@ -106,18 +107,13 @@ class OriginQuestion(QuestionRecord):
 
 
 @dataclass(frozen=True)
-class OriginDecision:
-    """How a question ended: ``answer`` is ``approve``/``deny``/``cancel``/``timeout``; ``by``
-    who answered (the ``by`` given to :meth:`OriginQuestions.answer`, or ``timeout``)."""
+class OriginDecision(DecisionRecord):
+    """How a question ended: the proxy's ``decided`` line
+    (:class:`~cubicle.egress.questions.DecisionRecord`, the protocol's one definition of its
+    fields: ``answer`` is ``approve``/``deny``/``cancel``/``timeout``, ``by`` who answered — the
+    ``by`` given to :meth:`OriginQuestions.answer`, or ``timeout``) and the sandbox it came from."""
 
-    id: str
     sandbox_id: str
-    origin: str
-    host: str
-    port: int
-    answer: str
-    by: str
-    at: float
 
     @property
     def approved(self) -> bool:
@@ -277,16 +273,8 @@ class OriginQuestions:
                 self._fresh.append(question)
                 self._heard.add(question.id)
             elif kind == "decided":
-                decision = OriginDecision(
-                    id=str(message["id"]),
-                    sandbox_id=self.sandbox_id,
-                    origin=str(message["origin"]),
-                    host=str(message["host"]),
-                    port=int(message["port"]),
-                    answer=str(message["answer"]),
-                    by=str(message["by"]),
-                    at=float(message["at"]),
-                )
+                decided = DecisionRecord.from_message(message)
+                decision = OriginDecision(sandbox_id=self.sandbox_id, **dataclasses.asdict(decided))
                 self._pending.pop(decision.id, None)
                 self._decisions.append(decision)
                 self._heard.add(decision.id)

@@ -404,10 +404,8 @@ class Provider(abc.ABC):
             raise ConfigError(f"exec needs a non-empty argument list, got {argv!r:.80}")
         with self.connect(sandbox_id, timeout=10.0) as client:
             client.hello(timeout=10.0)
-            result = client.call(
-                "exec",
-                {"argv": list(argv), "timeout_ms": int(timeout * 1000)},
-                timeout=timeout + EXEC_MARGIN_S,
+            result = client.exec(
+                argv, timeout_ms=int(timeout * 1000), timeout=timeout + EXEC_MARGIN_S
             ).result
         return ExecResult.from_reply(result)
 

@@ -15,12 +15,10 @@ import asyncio
 import ipaddress
 import socket
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from types import TracebackType
 
 import pytest
 
@@ -31,7 +29,7 @@ from cubicle.orchestrator.origin_questions import OriginQuestions
 from cubicle.orchestrator.provider import AgentStream
 from tests.orchestrator.support import http_server
 from tests.support.egress import WAIT_S, egress_proxy, free_port, statuses, upstream
-from tests.support.listener import host_addresses
+from tests.support.listener import Listener, host_addresses
 
 pytestmark = [pytest.mark.attack]
 
@@ -153,47 +151,9 @@ def hosts_file(*lines: str) -> Iterator[str]:
         yield file.name
 
 
-class _Accepting:
-    """A TCP listener counting the connections it accepts (what the proxy reached)."""
-
-    def __init__(self, address: str, port: int = 0) -> None:
-        self.sock = socket.create_server((address, port))
-        self.address = address
-        self.port: int = self.sock.getsockname()[1]
-        self.accepted = 0
-        self._changed = threading.Condition()
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            conn.close()
-            with self._changed:
-                self.accepted += 1
-                self._changed.notify_all()
-
-    def wait_accepted(self, count: int) -> bool:
-        with self._changed:
-            return self._changed.wait_for(lambda: self.accepted >= count, WAIT_S)
-
-    def __enter__(self) -> _Accepting:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.sock.close()
-
-
-def _listener_on_80() -> _Accepting | None:
+def _listener_on_80() -> Listener | None:
     try:
-        return _Accepting(str(PRIVATE), 80)
+        return Listener(str(PRIVATE), 80)
     except OSError:  # not root: the domain-rule case then shows the refusal (403, not 502)
         return None
 
@@ -243,7 +203,7 @@ def test_px4_domain_rule_on_port_80_is_refused_for_a_private_address() -> None:
         assert all("is a private" in str(line["reason"]) for line in lines), lines
     finally:
         if listener is not None:
-            listener.sock.close()
+            listener.close()
 
 
 @needs_private
@@ -309,7 +269,7 @@ def test_px4_the_address_connected_to_is_the_one_checked() -> None:
     """DNS rebinding: the name is resolved once; the connection goes to exactly the checked
     socket address, even if a second lookup would now answer loopback."""
     calls: list[str] = []
-    with _Accepting(str(PRIVATE)) as checked, _Accepting("127.0.0.1") as rebound:
+    with Listener(str(PRIVATE)) as checked, Listener("127.0.0.1") as rebound:
 
         async def rebinding(host: str, port: int) -> list[guard.SocketAddress]:
             calls.append(host)
@@ -323,7 +283,7 @@ def test_px4_the_address_connected_to_is_the_one_checked() -> None:
             writer.close()
 
         asyncio.run(scenario())
-        assert checked.wait_accepted(1)
+        assert checked.wait_accepted(1, WAIT_S)
     assert calls == ["rebind.example.test"]
     assert rebound.accepted == 0
 

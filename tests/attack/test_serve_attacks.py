@@ -24,8 +24,8 @@ from cubicle.orchestrator import labels as L
 from cubicle.orchestrator.serve.body import MAX_JSON_DEPTH
 from cubicle.orchestrator.serve.logs import BURST
 from tests.orchestrator.support import leftovers
-from tests.serve.conftest import TOKEN, Server, start_server
 from tests.serve.support import DRILL_ENV
+from tests.support.serve_process import TOKEN, Server, start_server
 
 pytestmark = pytest.mark.attack
 

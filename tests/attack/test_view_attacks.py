@@ -104,7 +104,7 @@ def test_sessions_opening_while_control_is_given_back_deliver_nothing(
         point = (300 + 40 * round_, 600)
         with sandbox.connect() as client:
             client.hello(timeout=10.0)
-            client.call("click", {"x": point[0], "y": point[1]})
+            client.click(point[0], point[1])
         agent_clicks.append(point)
         recorder.wait_for(partial(_press_at, point))
         presses = [

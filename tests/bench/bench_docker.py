@@ -109,12 +109,12 @@ def _exec_paths(report: Report, provider: DockerProvider) -> None:
         with sandbox.connect() as client:
             info = report.measure(
                 "agent connection: info op (trivial round trip)",
-                lambda: client.call("info"),
+                client.info,
                 repeat=50,
             )
             ours = report.measure(
                 "agent connection: exec ['true']",
-                lambda: client.call("exec", {"argv": ["true"]}),
+                lambda: client.exec(["true"]),
                 repeat=30,
             )
         peer = report.measure(

@@ -147,7 +147,7 @@ def _framing_round_trip(result: dict[str, Any], blob: bytes, *, base64_json: boo
 def _bench_clicks(report: Report, client: AgentClient, xserver: Xvfb) -> None:
     ours = report.measure(
         "click ours (socket → agent → XTEST, round trip)",
-        lambda: client.call("click", {"x": 640, "y": 400}),
+        lambda: client.click(640, 400),
         repeat=300,
     )
     report.target(ours, CLICK_TARGET_S)
@@ -194,7 +194,7 @@ def _bench_screenshots(
     try:
         ours = report.measure(
             f"screenshot {size} ours PNG lossless, a word changed since the last",
-            lambda: (word.change(), client.call("screenshot")),
+            lambda: (word.change(), client.screenshot()),
             repeat=40,
         )
         if (width, height) == (1280, 800):
@@ -208,20 +208,20 @@ def _bench_screenshots(
             today = report.measure(
                 f"screenshot {size} every PNG encoded whole (the path before the frame cache), "
                 "a word changed",
-                lambda: (word.change(), whole_client.call("screenshot")),
+                lambda: (word.change(), whole_client.screenshot()),
                 repeat=40,
             )
             report.ratio(ours, today)
             whole_still = report.measure(
                 f"screenshot {size} every PNG encoded whole, nothing changed",
-                lambda: whole_client.call("screenshot"),
+                whole_client.screenshot,
                 repeat=40,
             )
     finally:
         word.close()
     still = report.measure(
         f"screenshot {size} ours PNG lossless, nothing changed since the last",
-        lambda: client.call("screenshot"),
+        client.screenshot,
         repeat=40,
     )
     report.ratio(still, whole_still)
@@ -230,7 +230,7 @@ def _bench_screenshots(
     def whole_screen_changed() -> object:
         turn[0] += 1
         backgrounds.show(turn[0] % 2)
-        return client.call("screenshot")
+        return client.screenshot()
 
     everything = report.measure(
         f"screenshot {size} ours PNG lossless, the whole screen changed since the last",
@@ -238,13 +238,13 @@ def _bench_screenshots(
         repeat=40,
     )
     report.ratio(everything, today)
-    reply = client.call("screenshot")
+    reply = client.screenshot()
     jpeg = report.measure(
         f"screenshot {size} ours JPEG q80",
-        lambda: client.call("screenshot", {"format": "jpeg"}),
+        lambda: client.screenshot(format="jpeg"),
         repeat=40,
     )
-    jpeg_bytes = len(client.call("screenshot", {"format": "jpeg"}).blob)
+    jpeg_bytes = len(client.screenshot(format="jpeg").blob)
     b64 = report.measure(
         f"screenshot {size} ours PNG, base64-in-JSON variant", lambda: _b64_call(client), repeat=40
     )
@@ -287,7 +287,7 @@ def _bench_screenshots(
 
 def _b64_call(client: AgentClient) -> bytes:
     """Our screenshot as if the protocol carried it base64 inside the JSON."""
-    reply = client.call("screenshot")
+    reply = client.screenshot()
     return _framing_round_trip(reply.result, reply.blob, base64_json=True)
 
 
@@ -312,7 +312,7 @@ def run(report: Report) -> None:
                     if (width, height) == (1280, 800):
                         _bench_clicks(report, client, xserver)
                     _bench_screenshots(report, client, xserver, scratch, backgrounds)
-                    info = client.call("info").result
+                    info = client.info().result
                     report.line(
                         f"agent info: {json.dumps(info['screen'])}, "
                         f"screenshots {info['screenshot_method']}"

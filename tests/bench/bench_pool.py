@@ -66,7 +66,7 @@ def _first_screenshot(pool: bool) -> tuple[float, float, float, bool]:
         ready = time.perf_counter() - started
         with sandbox.connect() as client:
             connected = time.perf_counter() - started
-            client.call("screenshot", {})
+            client.screenshot()
         shot = time.perf_counter() - started
         return ready, connected, shot, any("warm pool" in line for line in said)
     finally:
@@ -185,7 +185,7 @@ def _density(report: Report, provider: DockerProvider) -> None:
         with probe.connect() as client:
             shots = report.measure(
                 f"screenshot under load ({count} idle sandboxes)",
-                lambda: client.call("screenshot", {}),
+                client.screenshot,
                 repeat=30,
             )
         report.target(shots, 0.100)

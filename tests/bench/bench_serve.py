@@ -20,8 +20,8 @@ import docker
 from cubicle.orchestrator import labels as L
 from cubicle.orchestrator.sandbox import Sandbox
 from tests.bench.report import Report, Sample
-from tests.serve.conftest import Server, start_server
 from tests.serve.support import DRILL_ENV
+from tests.support.serve_process import Server, start_server
 
 SESSIONS = 20
 

@@ -51,7 +51,7 @@ DEBUG_DIR = os.environ.get("CUBICLE_BENCH_STALE_DIR")
 
 
 def _shot(client: AgentClient) -> Image.Image:
-    blob = client.call("screenshot", {"format": "png"}, timeout=30).blob
+    blob = client.screenshot(format="png", timeout=30).blob
     return Image.open(io.BytesIO(blob)).convert("RGB")
 
 
@@ -160,10 +160,19 @@ def _timeline(receipt: dict[str, Any], answered_s: float, shot_s: float) -> tupl
     return app, settle_ms - app, answered_s * 1000 - settle_ms, shot_s * 1000
 
 
-def _call(client: AgentClient, op: str, args: dict[str, Any]) -> Callable[..., dict[str, Any]]:
+ACT_TIMEOUT_S = protocol.MAX_LAUNCH_CAP_MS / 1000 + 30
+
+
+def _type(client: AgentClient, text: str) -> Callable[..., dict[str, Any]]:
     def act(settle: dict[str, Any] | None) -> dict[str, Any]:
-        full = {**args, "settle": settle} if settle else dict(args)
-        return client.call(op, full, timeout=protocol.MAX_LAUNCH_CAP_MS / 1000 + 30).result
+        return client.type(text, settle=settle or None, timeout=ACT_TIMEOUT_S).result
+
+    return act
+
+
+def _keypress(client: AgentClient, *keys: str) -> Callable[..., dict[str, Any]]:
+    def act(settle: dict[str, Any] | None) -> dict[str, Any]:
+        return client.keypress(keys, settle=settle or None, timeout=ACT_TIMEOUT_S).result
 
     return act
 
@@ -211,7 +220,7 @@ def _run_on(report: Report, backend: str) -> None:
         settle = _settle_values(scaled_settle(scale) if scale > 1 else protocol.SettleSpec())
         features = (client.hello_result or {}).get("features", [])
         report.line(
-            f"settle method: {client.call('info').result.get('settle_method')}; "
+            f"settle method: {client.info().result.get('settle_method')}; "
             f"accelerator: {sandbox.info.detail.get('accelerator', 'none (container)')}; "
             f"settle: {settle}; agent features: {features}"
         )
@@ -228,15 +237,15 @@ def _run_on(report: Report, backend: str) -> None:
             report,
             client,
             "type 12 chars in the editor",
-            _call(client, "type", {"text": "hello world "}),
+            _type(client, "hello world "),
             how=how,
         )
         _scenario(
             report,
             client,
             "ctrl+O opens a dialog",
-            _call(client, "keypress", {"keys": ["CTRL", "O"]}),
-            reset=lambda: _call(client, "keypress", {"keys": ["ESCAPE"]})(settle),
+            _keypress(client, "CTRL", "O"),
+            reset=lambda: _keypress(client, "ESCAPE")(settle),
             how=how,
         )
         steps.stop_launched()
@@ -257,14 +266,14 @@ def _run_on(report: Report, backend: str) -> None:
         counter = iter(range(10_000))
 
         def type_url() -> None:
-            _call(client, "keypress", {"keys": ["CTRL", "L"]})(settle)
-            _call(client, "type", {"text": f"127.0.0.1:{port}/?n={next(counter)}"})(settle)
+            _keypress(client, "CTRL", "L")(settle)
+            _type(client, f"127.0.0.1:{port}/?n={next(counter)}")(settle)
 
         _scenario(
             report,
             client,
             "load a local page (Enter after the URL)",
-            _call(client, "keypress", {"keys": ["ENTER"]}),
+            _keypress(client, "ENTER"),
             before=type_url,
             how=how,
         )

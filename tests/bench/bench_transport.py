@@ -33,7 +33,7 @@ def _click_times(client: AgentClient, repeat: int) -> list[float]:
     seconds = []
     for _ in range(repeat):
         start = time.perf_counter()
-        client.call("click", {"x": 640, "y": 400})
+        client.click(640, 400)
         seconds.append(time.perf_counter() - start)
     return seconds
 
@@ -63,11 +63,11 @@ def _interleaved(report: Report, bridged: AgentClient, local: AgentClient) -> No
 async def _async_clicks(report: Report, name: str, client: AsyncAgentClient) -> None:
     async with client:
         for _ in range(5):
-            await client.call("click", {"x": 640, "y": 400})
+            await client.click(640, 400)
         seconds = []
         for _ in range(CLICKS // 2):
             start = anyio.current_time()
-            await client.call("click", {"x": 640, "y": 400})
+            await client.click(640, 400)
             seconds.append(anyio.current_time() - start)
     _line(report, Sample(name, seconds))
 

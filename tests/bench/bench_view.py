@@ -104,7 +104,7 @@ def _click_to_canvas(page: Page, agent: AgentClient) -> float:
 
     def click() -> None:
         started.append(time.perf_counter())
-        agent.call("click", {"x": PIXEL[0], "y": PIXEL[1]})
+        agent.click(PIXEL[0], PIXEL[1])
 
     clicker = threading.Timer(0.05, click)
     clicker.start()
@@ -115,10 +115,10 @@ def _click_to_canvas(page: Page, agent: AgentClient) -> float:
 
 
 def _click_to_screenshot(agent: AgentClient) -> float:
-    before = agent.call("screenshot", {"region": REGION}).blob
+    before = agent.screenshot(region=REGION).blob
     started = time.perf_counter()
-    agent.call("click", {"x": PIXEL[0], "y": PIXEL[1]})
-    while agent.call("screenshot", {"region": REGION}).blob == before:
+    agent.click(PIXEL[0], PIXEL[1])
+    while agent.screenshot(region=REGION).blob == before:
         pass
     return time.perf_counter() - started
 

@@ -58,7 +58,7 @@ def _to_painted(provider: VmProvider, sandbox_id: str, started: float) -> tuple[
     with provider.connect(sandbox_id, timeout=10) as client:
         client.hello(timeout=10)
         while True:
-            blob = client.call("screenshot", {"format": "png"}).blob
+            blob = client.screenshot(format="png").blob
             with Image.open(io.BytesIO(blob)) as image:
                 if image.getcolors(1) is None:
                     return ready, time.perf_counter() - started
@@ -108,7 +108,7 @@ def _pool_claims(network: NetworkPolicy, repeat: int, report: Report) -> list[fl
             started = time.perf_counter()
             with Sandbox.create("vm", spec=spec, progress=said.append) as sandbox:
                 with sandbox.connect() as client:
-                    client.call("screenshot", {"format": "png"})
+                    client.screenshot(format="png")
                 seconds.append(time.perf_counter() - started)
             if not any("claimed from a warm pool" in line for line in said):
                 report.line(f"note: {sandbox.id} ({network}) was started, not claimed")

@@ -46,7 +46,7 @@ POLL_S = 0.1
 
 def screenshot(client: AgentClient) -> Image.Image:
     """The full-size screenshot the agent returns, as RGB."""
-    reply = client.call("screenshot", {}, timeout=60)
+    reply = client.screenshot(timeout=60)
     return Image.open(io.BytesIO(reply.blob)).convert("RGB")
 
 
@@ -122,7 +122,7 @@ def wait_window(
     with ``title``), polled until ``timeout_s``; fails naming what it saw."""
     deadline = time.monotonic() + timeout_s
     while True:
-        windows = client.call("windows", {}, timeout=30).result["windows"]
+        windows = client.windows(timeout=30).result["windows"]
         for window in windows:
             if (
                 wm_class in window["wm_class"]
@@ -143,7 +143,7 @@ def click_launcher(client: AgentClient, name: str) -> None:
     hello = client.hello_result or {}
     screen = (int(hello["screen"]["width"]), int(hello["screen"]["height"]))
     x, y = PANEL.launcher_center(name, screen)
-    client.call("click", {"x": x, "y": y, "button": "left"}, timeout=30)
+    client.click(x, y, button="left", timeout=30)
 
 
 RENDERER_PROBE = """
@@ -214,7 +214,7 @@ def assert_chromium_opens_a_page_without_gpu_failures(sandbox: Sandbox, timeout_
     path = "/home/cubicle/gpu-probe.html"
     # one connection at a time: a VM's agent port takes one host connection
     with sandbox.connect(timeout=60) as client:
-        client.call("write_file", {"path": path}, blob=PROBE_PAGE, timeout=30)
+        client.write_file(path, PROBE_PAGE, timeout=30)
     opened = sandbox.exec(["chromium", f"file://{path}"], timeout=timeout_s)
     assert opened.exit_code == 0, opened.stderr
     with sandbox.connect(timeout=60) as client:

@@ -6,6 +6,7 @@ namespace) under the guest's seccomp profile, with no GPU process that fails to 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -59,7 +60,7 @@ def test_an_idle_desktop_stays_still(sandbox: Sandbox) -> None:
     """No per-second redraws (the clock shows minutes): 2.1 s without a changed pixel. One
     change (the minute turning) still leaves such a quiet stretch within the timeout."""
     with sandbox.connect() as client:
-        settled = client.call("settle", {"quiet_ms": 2100, "timeout_ms": 4500}, timeout=30)
+        settled = client.settle(quiet_ms=2100, timeout_ms=4500, timeout=30)
     assert settled.result["settled"], settled.result
 
 
@@ -70,7 +71,7 @@ def test_a_click_on_a_launcher_opens_its_app(sandbox: Sandbox, name: str) -> Non
         before = screenshot(client)
         click_launcher(client, name)
         window = wait_window(client, launcher.wm_class, APP_TIMEOUT_S)
-        client.call("settle", {"quiet_ms": 500, "timeout_ms": 20_000}, timeout=60)
+        client.settle(quiet_ms=500, timeout_ms=20_000, timeout=60)
         after = screenshot(client)
     width, height = after.size
     top = PANEL.top(after.size)
@@ -91,11 +92,11 @@ def test_an_emoji_typed_into_the_editor_is_drawn_in_colour(sandbox: Sandbox) -> 
     with sandbox.connect() as client:
         click_launcher(client, "editor")
         window = wait_window(client, "Mousepad", APP_TIMEOUT_S)
-        client.call("settle", {"quiet_ms": 500, "timeout_ms": 20_000}, timeout=60)
+        client.settle(quiet_ms=500, timeout_ms=20_000, timeout=60)
         box = window_box(window)
         plain = saturated_pixels(screenshot(client), box)
-        client.call("type", {"text": "😀🎉🌈🍎🚀"}, timeout=60)
-        client.call("settle", {"quiet_ms": 500, "timeout_ms": 20_000}, timeout=60)
+        client.type("😀🎉🌈🍎🚀", timeout=60)
+        client.settle(quiet_ms=500, timeout_ms=20_000, timeout=60)
         typed = saturated_pixels(screenshot(client), box)
     # five emoji at the editor's font size: hundreds of strongly coloured pixels; boxes (no
     # emoji font) or monochrome glyphs would add none
@@ -108,11 +109,11 @@ def test_window_manager_keys_switch_and_close_windows(sandbox: Sandbox) -> None:
         terminal = wait_window(client, "XTerm", APP_TIMEOUT_S)
         click_launcher(client, "editor")
         wait_window(client, "Mousepad", APP_TIMEOUT_S)
-        client.call("keypress", {"keys": ["ALT", "TAB"]}, timeout=30)
+        client.keypress(["ALT", "TAB"], timeout=30)
         assert wait_window(client, "XTerm", 10)["id"] == terminal["id"]
-        client.call("keypress", {"keys": ["ALT", "F4"]}, timeout=30)
+        client.keypress(["ALT", "F4"], timeout=30)
         wait_window(client, "Mousepad", 10)
-        classes = [w["wm_class"] for w in client.call("windows", {}, timeout=30).result["windows"]]
+        classes = [w["wm_class"] for w in client.windows(timeout=30).result["windows"]]
     assert not any("XTerm" in c for c in classes), classes
 
 
@@ -124,7 +125,7 @@ field.focus();
 document.title = "caret probe " + (document.activeElement === field ? "focused" : "not focused");
 </script></body></html>"""
 """A page whose text field takes the focus, titled once it has it."""
-STILL = {"quiet_ms": 2100, "timeout_ms": 8000}
+STILL: dict[str, Any] = {"quiet_ms": 2100, "timeout_ms": 8000}
 """A settle that needs 2.1 s without a changed pixel: a blinking caret redraws every ~0.6 s."""
 
 
@@ -136,17 +137,17 @@ def test_a_focused_text_field_shows_a_steady_caret(sandbox: Sandbox) -> None:
     with sandbox.connect() as client:
         click_launcher(client, "editor")
         wait_window(client, editor, APP_TIMEOUT_S)
-        client.call("type", {"text": "caret"}, timeout=60)
-        still = client.call("settle", STILL, timeout=60).result
+        client.type("caret", timeout=60)
+        still = client.settle(**STILL, timeout=60).result
         assert still["settled"], ("the editor's caret", still)
-        client.call("write_file", {"path": page}, blob=CARET_PAGE, timeout=30)
+        client.write_file(page, CARET_PAGE, timeout=30)
         click_launcher(client, "browser")
         wait_window(client, browser, APP_TIMEOUT_S)
     opened = sandbox.exec(["chromium", f"file://{page}"], timeout=APP_TIMEOUT_S)
     assert opened.exit_code == 0, opened.stderr
     with sandbox.connect() as client:
         wait_window(client, browser, APP_TIMEOUT_S, title="caret probe focused")
-        still = client.call("settle", STILL, timeout=60).result
+        still = client.settle(**STILL, timeout=60).result
         assert still["settled"], ("the browser's caret", still)
 
 
@@ -193,7 +194,7 @@ def test_a_dialog_keeps_its_size_centred_over_its_application(sandbox: Sandbox) 
     with sandbox.connect() as client:
         click_launcher(client, "editor")
         editor = wait_window(client, "Mousepad", APP_TIMEOUT_S)
-        client.call("keypress", {"keys": ["CTRL", "O"]}, timeout=30)
+        client.keypress(["CTRL", "O"], timeout=30)
         dialog = wait_window(client, "Mousepad", APP_TIMEOUT_S, exclude=[editor["id"]])
     parent_centre = editor["x"] + editor["width"] / 2
     assert abs(parent_centre - (dialog["x"] + dialog["width"] / 2)) <= 2, (editor, dialog)

@@ -126,9 +126,7 @@ def test_the_agent_answers_once_the_desktop_is_drawn_and_runs_programs_privately
         # hello came after the first agent saw openbox, then the panel, drawn
         assert re.search(r"openbox ready in .*panel ready in .*desktop ready in", log, re.S), log
         made = tmp_path / "made-by-the-user"
-        done = client.call(
-            "exec", {"argv": ["sh", "-c", f'pwd && umask && touch "{made}"'], "timeout_ms": 10000}
-        ).result
+        done = client.exec(["sh", "-c", f'pwd && umask && touch "{made}"'], timeout_ms=10000).result
     assert (done["exit_code"], done["stdout"].split()) == (0, [str(tmp_path), "0077"]), done
     assert made.stat().st_mode & 0o777 == 0o600
     assert desktop.socket.parent.stat().st_mode & 0o777 == 0o700  # made by the supervisor

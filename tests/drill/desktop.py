@@ -148,9 +148,9 @@ def wait_for_window(desktop: LocalDesktop, title: str) -> None:
     """Set-up before the first model turn: the app's window is up and drawn."""
     with desktop.connect() as client:
         for _ in range(300):
-            windows = client.call("windows", {}).result["windows"]
+            windows = client.windows().result["windows"]
             if any(title in w["title"] and w["focused"] for w in windows):
-                client.call("settle", {"quiet_ms": 500, "timeout_ms": 10_000}, timeout=20)
+                client.settle(quiet_ms=500, timeout_ms=10_000, timeout=20)
                 return
-            client.call("wait", {"ms": 100})
+            client.wait(ms=100)
     raise AssertionError(f"no focused window titled like {title!r}")

@@ -64,7 +64,7 @@ def test_set_up_writes_files_with_modes_starts_the_form_server_and_opens_apps(
             b = local_desktop.home / "b.sh"
             assert a.read_bytes() == "é\n".encode() and stat.S_IMODE(a.stat().st_mode) == 0o600
             assert stat.S_IMODE(b.stat().st_mode) == 0o755
-            windows = client.call("windows", {}).result["windows"]
+            windows = client.windows().result["windows"]
             assert any("Mousepad" in w["wm_class"] and w["focused"] for w in windows), windows
             body = json.dumps({"name": "x"}).encode()
             request = urllib.request.Request(

@@ -270,7 +270,7 @@ def test_no_change_returns_after_the_expect_window_and_animation_does_not_pin_th
     with app(local_desktop, "python3", "-c", animation):
         wait_for_window(local_desktop, "Spinner")
         with local_desktop.connect() as client:  # let the agent see the animation run idle
-            client.call("wait", {"ms": 2500})
+            client.wait(ms=2500)
         _run(
             local_desktop,
             [
@@ -367,9 +367,9 @@ def test_bad_settle_options_are_refused_naming_the_option(
             GuestDriver(client, settle=settle)
         # the agent refuses the same, names it, and keeps serving
         with pytest.raises(GuestError, match=named) as refused:
-            client.call("click", {"x": 5, "y": 5, "settle": settle})
+            client.click(5, 5, settle=settle)
         assert refused.value.code == "bad_args"
-        assert client.call("info").result["settle_method"] == "damage"
+        assert client.info().result["settle_method"] == "damage"
     text = ",".join(f"{k}={v}" for k, v in settle.items())
     with pytest.raises(ConfigError, match=named):
         parse_settle(text)

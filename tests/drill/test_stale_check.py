@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.x11
 EFFECTS = Path(__file__).resolve().parents[1] / "guest" / "tk_effects.py"
 SCREEN = (1280, 800)
 VIEW = (1024, 640)
-SHOT = {"format": "png", "max_width": VIEW[0], "max_height": VIEW[1]}
+SHOT: dict[str, Any] = {"format": "png", "max_width": VIEW[0], "max_height": VIEW[1]}
 
 
 @pytest.fixture
@@ -45,7 +46,7 @@ def effects(xserver: Xvfb, client: AgentClient, *args: str) -> subprocess.Popen[
         text=True,
     )
     assert process.stdout is not None and process.stdout.readline().strip() == "ready"
-    client.call("settle", {"quiet_ms": 300, "timeout_ms": 3000})
+    client.settle(quiet_ms=300, timeout_ms=3000)
     return process
 
 
@@ -58,8 +59,8 @@ def test_an_effect_that_shows_after_the_screenshot_makes_it_stale(
 ) -> None:
     process = effects(xserver, client)
     try:
-        client.call("keypress", {"keys": ["d"]})  # a red block 250 ms later
-        seen = client.call("screenshot", SHOT).blob
+        client.keypress(["d"])  # a red block 250 ms later
+        seen = client.screenshot(**SHOT).blob
         stale = check(client)
         verdict = stale.check(seen, 0)
         assert verdict.stale and stale.stale == 1
@@ -74,11 +75,11 @@ def test_ongoing_animation_is_not_a_late_effect_but_a_late_effect_beside_it_is(
     process = effects(xserver, client, "--animate")  # a 40x40 square moving every 40 ms, forever
     try:
         stale = check(client)
-        verdict = stale.check(client.call("screenshot", SHOT).blob, 0)
+        verdict = stale.check(client.screenshot(**SHOT).blob, 0)
         assert not verdict.stale, verdict
         assert verdict.animating is not None, "the moving square was seen moving"
-        client.call("keypress", {"keys": ["d"]})
-        verdict = stale.check(client.call("screenshot", SHOT).blob, 1)
+        client.keypress(["d"])
+        verdict = stale.check(client.screenshot(**SHOT).blob, 1)
         assert verdict.stale, "the red block arrived after the screenshot, beside the animation"
         assert (stale.checked, stale.stale) == (2, 1)
     finally:

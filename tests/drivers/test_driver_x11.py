@@ -55,7 +55,7 @@ def presses_until_marker(desktop: Desktop, recorder: Recorder) -> list[RecordedE
     every ButtonPress the window got — the agent executes requests in order, so anything the
     run caused was delivered before the marker."""
     with desktop.agent.client() as client:
-        client.call("click", {"x": 7, "y": 7, "button": "right"})
+        client.click(7, 7, button="right")
     recorder.wait_for(
         lambda e: e.kind == "ButtonPress" and e.button == 3 and (e.root_x, e.root_y) == (7, 7),
         what="marker click",

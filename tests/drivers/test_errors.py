@@ -72,9 +72,9 @@ def test_async_client_times_out_then_reports_broken() -> None:
                 with pytest.raises(
                     AgentTimeout, match=r"silent-agent did not answer info within 0\.2 s"
                 ):
-                    await client.call("info", timeout=0.2)
+                    await client.info(timeout=0.2)
                 with pytest.raises(AgentConnectionError, match="broken by an earlier failure"):
-                    await client.call("info", timeout=0.2)
+                    await client.info(timeout=0.2)
 
         try:
             anyio.run(main)

@@ -40,4 +40,4 @@ def client(agent: RunningAgent) -> Iterator[AgentClient]:
 def recorder(xserver: Xvfb, client: AgentClient) -> Iterator[Recorder]:
     with Recorder(xserver.display) as rec:
         yield rec
-    client.call("release_all")
+    client.release_all()

@@ -32,14 +32,14 @@ def test_hello_and_info_describe_the_agent(client: AgentClient, agent: RunningAg
     assert sorted(hello["ops"]) == sorted(protocol.OPS)
     assert hello["pid"] == agent.pid
     assert hello["screenshot_method"] == "incremental"  # this Xvfb has DAMAGE
-    info = client.call("info").result
+    info = client.info().result
     assert info["uptime_ms"] > 0 and isinstance(info["keysyms_remapped"], int)
 
 
 def test_wait_defaults_and_bounds(client: AgentClient) -> None:
-    assert client.call("wait", {"ms": 0}).result["waited_ms"] >= 0
-    assert client.call("wait", {"ms": 50}).result["waited_ms"] >= 50
-    assert client.call("wait").result["waited_ms"] >= protocol.DEFAULT_WAIT_MS
+    assert client.wait(ms=0).result["waited_ms"] >= 0
+    assert client.wait(ms=50).result["waited_ms"] >= 50
+    assert client.wait().result["waited_ms"] >= protocol.DEFAULT_WAIT_MS
 
 
 def test_concurrent_connections_are_all_served(agent: RunningAgent, recorder: Recorder) -> None:
@@ -49,8 +49,8 @@ def test_concurrent_connections_are_all_served(agent: RunningAgent, recorder: Re
         try:
             with agent.client() as own:
                 for column in range(25):
-                    own.call("click", {"x": 10 + column * 40, "y": 100 + row * 100})
-                    own.call("screenshot", {"max_width": 64}) if column % 10 == 0 else None
+                    own.click(10 + column * 40, 100 + row * 100)
+                    own.screenshot(max_width=64) if column % 10 == 0 else None
         except BaseException as exc:  # reported below
             errors.append(exc)
 
@@ -75,17 +75,17 @@ def test_release_all_releases_keys_held_by_anyone(
 ) -> None:
     subprocess.run(["xdotool", "keydown", "shift", "mousedown", "1"], env=xserver.env(), check=True)
     recorder.wait_for(lambda e: e.kind == "ButtonPress")
-    released = client.call("release_all").result["released"]
+    released = client.release_all().result["released"]
     assert len(released) == 2
     recorder.wait_for(lambda e: e.kind == "KeyRelease" and e.keysym_name == "Shift_L")
     recorder.wait_for(lambda e: e.kind == "ButtonRelease" and e.button == 1)
-    assert client.call("release_all").result["released"] == []
+    assert client.release_all().result["released"] == []
 
 
 def test_sigterm_stops_cleanly_and_removes_the_socket(xserver: Xvfb, tmp_path: Path) -> None:
     with start_agent(xserver.display, tmp_path) as running:
         with running.client() as own:
-            own.call("type", {"text": "日"})  # binds a spare keycode, restored on exit
+            own.type("日")  # binds a spare keycode, restored on exit
         pid = running.pid
         os.kill(pid, signal.SIGTERM)
         assert running.stop() == 0
@@ -111,7 +111,7 @@ def test_stale_socket_is_replaced_and_a_live_one_is_refused(xserver: Xvfb, tmp_p
         assert second.returncode == 1
         assert "already listening" in second.stderr
         with running.client() as own:
-            own.call("info")
+            own.info()
 
 
 def test_missing_display_is_a_clear_error(tmp_path: Path) -> None:

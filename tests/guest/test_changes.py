@@ -67,7 +67,7 @@ def _effects(display: str, *args: str) -> subprocess.Popen[str]:
 @pytest.fixture
 def effects(xserver: Xvfb, client: AgentClient) -> Iterator[None]:
     process = _effects(xserver.display)
-    client.call("settle", {"quiet_ms": 300, "timeout_ms": 3000})
+    client.settle(quiet_ms=300, timeout_ms=3000)
     yield
     stop_process(process)
 
@@ -81,7 +81,7 @@ def test_hello_says_which_method_tracks_changes(client: AgentClient, agent: Runn
 def test_a_delayed_effect_is_in_the_receipt_and_on_screen_when_the_action_returns(
     client: AgentClient, effects: None
 ) -> None:
-    receipt = client.call("keypress", {"keys": ["d"], "settle": SETTLE}).result["receipt"]
+    receipt = client.keypress(["d"], settle=SETTLE).result["receipt"]
     assert pixel_at(client, 150, 100) == (255, 0, 0), "the red block was not painted yet"
     assert receipt["changed"] is True and receipt["settled"] is True, receipt
     assert receipt["settle_ms"] >= 250
@@ -92,7 +92,7 @@ def test_a_delayed_effect_is_in_the_receipt_and_on_screen_when_the_action_return
 def test_a_two_stage_effect_is_waited_out_across_its_gap(
     client: AgentClient, effects: None
 ) -> None:
-    receipt = client.call("keypress", {"keys": ["s"], "settle": SETTLE}).result["receipt"]
+    receipt = client.keypress(["s"], settle=SETTLE).result["receipt"]
     assert pixel_at(client, 75, 300) == (0, 0, 255)
     assert pixel_at(client, 225, 300) == (0, 128, 0), "the second stage came after the answer"
     assert receipt["changed"] is True and receipt["settle_ms"] >= 150
@@ -101,17 +101,17 @@ def test_a_two_stage_effect_is_waited_out_across_its_gap(
 def test_nothing_happening_returns_after_the_expect_window(
     client: AgentClient, effects: None
 ) -> None:
-    receipt = client.call("keypress", {"keys": ["x"], "settle": SETTLE}).result["receipt"]
+    receipt = client.keypress(["x"], settle=SETTLE).result["receipt"]
     assert receipt["changed"] is False and receipt["settled"] is True
     assert SETTLE["expect_ms"] <= receipt["settle_ms"] < SETTLE["expect_ms"] + 400
     assert receipt["damage"] is None
 
 
 def test_settling_off_answers_before_the_effect(client: AgentClient, effects: None) -> None:
-    result = client.call("keypress", {"keys": ["d"]}).result
+    result = client.keypress(["d"]).result
     assert "receipt" not in result
     assert pixel_at(client, 150, 100) == (255, 255, 255), "answered after the delayed effect"
-    client.call("settle", {"quiet_ms": 400, "timeout_ms": 3000})
+    client.settle(quiet_ms=400, timeout_ms=3000)
 
 
 def test_a_running_animation_does_not_hold_actions_but_new_effects_still_count(
@@ -121,13 +121,13 @@ def test_a_running_animation_does_not_hold_actions_but_new_effects_still_count(
         pytest.skip("frame polling cannot tell background animation from effects (documented)")
     process = _effects(xserver.display, "--animate")
     try:
-        client.call("wait", {"ms": 2000})  # the agent sees the animation run while idle
-        inert = client.call("keypress", {"keys": ["x"], "settle": SETTLE}).result["receipt"]
+        client.wait(ms=2000)  # the agent sees the animation run while idle
+        inert = client.keypress(["x"], settle=SETTLE).result["receipt"]
         assert inert["changed"] is False and inert["settled"] is True
         assert inert["settle_ms"] < SETTLE["expect_ms"] + 400, "the animation held the action"
-        again = client.call("keypress", {"keys": ["x"], "settle": SETTLE}).result["receipt"]
+        again = client.keypress(["x"], settle=SETTLE).result["receipt"]
         assert again["changed"] is False
-        effect = client.call("keypress", {"keys": ["s"], "settle": SETTLE}).result["receipt"]
+        effect = client.keypress(["s"], settle=SETTLE).result["receipt"]
         assert effect["changed"] is True and effect["settle_ms"] >= 150
         assert pixel_at(client, 225, 300) == (0, 128, 0)
     finally:
@@ -135,9 +135,9 @@ def test_a_running_animation_does_not_hold_actions_but_new_effects_still_count(
 
 
 def test_the_same_place_changing_twice_is_seen_twice(client: AgentClient, effects: None) -> None:
-    first = client.call("keypress", {"keys": ["s"], "settle": SETTLE}).result["receipt"]
-    client.call("keypress", {"keys": ["c"], "settle": SETTLE})
-    second = client.call("keypress", {"keys": ["s"], "settle": SETTLE}).result["receipt"]
+    first = client.keypress(["s"], settle=SETTLE).result["receipt"]
+    client.keypress(["c"], settle=SETTLE)
+    second = client.keypress(["s"], settle=SETTLE).result["receipt"]
     assert first["changed"] and second["changed"], (first, second)
     assert second["settle_ms"] >= 150
 
@@ -147,13 +147,13 @@ def test_a_panel_repainted_with_the_same_pixels_is_no_visible_change(
 ) -> None:
     """tint2's clock tick: the whole panel is damaged, a digit's 10x11 pixels differ. A receipt
     says what differs on screen, so the tick is no visible change (nor a stall reset)."""
-    first = client.call("keypress", {"keys": ["t"], "settle": SETTLE}).result["receipt"]
+    first = client.keypress(["t"], settle=SETTLE).result["receipt"]
     assert first["changed"] is True, first  # the strip appeared: that is a change
-    tick = client.call("keypress", {"keys": ["t"], "settle": SETTLE}).result["receipt"]
+    tick = client.keypress(["t"], settle=SETTLE).result["receipt"]
     assert tick["damage_events"] >= 1 and tick["settled"] is True, tick
     assert tick["changed"] is False, tick
     assert tick["damage"] == {"x": 1280 - 22, "y": 800 - 26, "width": 10, "height": 11}, tick
-    real = client.call("keypress", {"keys": ["d"], "settle": SETTLE}).result["receipt"]
+    real = client.keypress(["d"], settle=SETTLE).result["receipt"]
     assert real["changed"] is True and real["damage"] == {
         "x": 0,
         "y": 0,
@@ -175,8 +175,9 @@ def test_bad_settle_arguments_name_the_option_and_the_agent_keeps_serving(
         ([], "argument .settle. must be an object"),
     ):
         with pytest.raises(Exception, match=named.replace("(", r"\(").replace(")", r"\)")):
+            # raw call: malformed settle values (a string, a list) are the point
             client.call("move", {"x": 1, "y": 1, "settle": settle})
-    assert client.call("info").result["features"] == list(protocol.FEATURES)
+    assert client.info().result["features"] == list(protocol.FEATURES)
 
 
 @pytest.mark.parametrize("window_type", ["normal", "dialog"])
@@ -185,11 +186,11 @@ def test_typing_waits_the_typing_quiet_period_only_in_a_normal_window(
 ) -> None:
     process = _effects(xserver.display, *(["--dialog"] if window_type == "dialog" else []))
     try:
-        client.call("settle", {"quiet_ms": 300, "timeout_ms": 3000})
-        typed = client.call("keypress", {"keys": ["b"], "settle": LONG_QUIET}).result["receipt"]
+        client.settle(quiet_ms=300, timeout_ms=3000)
+        typed = client.keypress(["b"], settle=LONG_QUIET).result["receipt"]
         assert typed["changed"] is True and typed["focus_before"]["type"] == window_type
-        text = client.call("type", {"text": "b", "settle": LONG_QUIET}).result["receipt"]
-        committed = client.call("keypress", {"keys": ["Return"], "settle": LONG_QUIET})
+        text = client.type("b", settle=LONG_QUIET).result["receipt"]
+        committed = client.keypress(["Return"], settle=LONG_QUIET)
         assert committed.result["receipt"]["changed"] is True
         assert committed.result["receipt"]["settle_ms"] >= 1000, "Enter is not typing"
         if window_type == "normal":
@@ -197,9 +198,7 @@ def test_typing_waits_the_typing_quiet_period_only_in_a_normal_window(
             assert typed["settle_ms"] >= 150
         else:
             assert typed["settle_ms"] >= 1000 and text["settle_ms"] >= 1000, (typed, text)
-        off = client.call(
-            "keypress", {"keys": ["b"], "settle": {**LONG_QUIET, "typing_quiet_ms": None}}
-        )
+        off = client.keypress(["b"], settle={**LONG_QUIET, "typing_quiet_ms": None})
         assert off.result["receipt"]["settle_ms"] >= 1000, "typing_quiet_ms null turns it off"
     finally:
         stop_process(process)
@@ -220,7 +219,7 @@ under load (and a long expect window: a starved window still paints within it)."
 def named(xserver: Xvfb, client: AgentClient) -> Iterator[None]:
     """The effects window with ``_NET_WM_PID``: the agent's busy probe can watch its program."""
     process = _effects(xserver.display, "--pid")
-    client.call("settle", {"quiet_ms": 300, "timeout_ms": 3000})
+    client.settle(quiet_ms=300, timeout_ms=3000)
     yield
     stop_process(process)
 
@@ -228,7 +227,7 @@ def named(xserver: Xvfb, client: AgentClient) -> Iterator[None]:
 def test_an_idle_program_settles_after_the_idle_quiet_period(
     client: AgentClient, agent: RunningAgent, named: None
 ) -> None:
-    receipt = client.call("keypress", {"keys": ["b"], "settle": IDLE}).result["receipt"]
+    receipt = client.keypress(["b"], settle=IDLE).result["receipt"]
     assert receipt["changed"] is True and receipt["settled"] is True
     assert receipt["settle_ms"] >= IDLE["idle_quiet_ms"]
     if agent._extra_env["CUBICLE_SETTLE_METHOD"] == "poll":
@@ -237,10 +236,10 @@ def test_an_idle_program_settles_after_the_idle_quiet_period(
     else:
         assert receipt["settle_ms"] < IDLE["quiet_ms"], receipt
         assert receipt["quiet_ms"] == IDLE["idle_quiet_ms"]
-    off = client.call("keypress", {"keys": ["b"], "settle": {**IDLE, "idle_quiet_ms": None}})
+    off = client.keypress(["b"], settle={**IDLE, "idle_quiet_ms": None})
     assert off.result["receipt"]["settle_ms"] >= IDLE["quiet_ms"], "idle_quiet_ms null: off"
     assert off.result["receipt"]["quiet_ms"] == IDLE["quiet_ms"]
-    inert = client.call("keypress", {"keys": ["x"], "settle": IDLE}).result["receipt"]
+    inert = client.keypress(["x"], settle=IDLE).result["receipt"]
     assert inert["changed"] is False and inert["quiet_ms"] is None
 
 
@@ -249,7 +248,7 @@ def test_a_program_still_working_after_its_first_change_is_waited_for(
 ) -> None:
     settle = {**protocol.SettleSpec().as_args(), "typing_quiet_ms": None}
     assert settle["idle_quiet_ms"] < 250 < settle["quiet_ms"]  # type: ignore[operator]
-    receipt = client.call("keypress", {"keys": ["w"], "settle": settle}).result["receipt"]
+    receipt = client.keypress(["w"], settle=settle).result["receipt"]
     assert pixel_at(client, 750, 250) == (255, 165, 0)
     assert pixel_at(client, 850, 250) == (0, 255, 255), "answered while the program still worked"
     assert receipt["changed"] is True and receipt["settle_ms"] >= 250
@@ -265,7 +264,7 @@ def test_a_program_that_draws_in_steps_while_it_works_is_waited_for_past_the_bus
     if agent._extra_env["CUBICLE_SETTLE_METHOD"] == "poll":
         pytest.skip("frame polling has no busy probe (documented)")
     settle = {"expect_ms": 100, "quiet_ms": 100, "cap_ms": 5000, "typing_quiet_ms": None}
-    receipt = client.call("keypress", {"keys": ["p"], "settle": settle}).result["receipt"]
+    receipt = client.keypress(["p"], settle=settle).result["receipt"]
     assert pixel_at(client, 850, 450) == (255, 192, 203)
     assert pixel_at(client, 950, 450) == (0, 128, 128), "answered while the program still worked"
     assert receipt["changed"] is True and receipt["settled"] is True
@@ -280,20 +279,21 @@ def test_the_settle_op_until_idle_waits_for_the_focused_program_to_finish_its_wo
     screen it answers after shows the second step."""
     if agent._extra_env["CUBICLE_SETTLE_METHOD"] == "poll":
         pytest.skip("frame polling has no busy probe (documented)")
-    client.call("keypress", {"keys": ["w"]})  # orange now, then 250 ms of work, then cyan
-    result = client.call("settle", {"quiet_ms": 100, "timeout_ms": 5000, "until_idle": True})
+    client.keypress(["w"])  # orange now, then 250 ms of work, then cyan
+    result = client.settle(quiet_ms=100, timeout_ms=5000, until_idle=True)
     assert result.result["settled"] is True
     assert pixel_at(client, 750, 250) == (255, 165, 0)
     assert pixel_at(client, 850, 250) == (0, 255, 255), "answered while the program still worked"
     with pytest.raises(GuestError, match="until_idle"):
+        # raw call: a non-boolean until_idle is the point, which settle() would refuse
         client.call("settle", {"quiet_ms": 100, "until_idle": "yes"})
-    assert client.call("settle", {"quiet_ms": 0, "timeout_ms": 0}).result["settled"] is True
+    assert client.settle(quiet_ms=0, timeout_ms=0).result["settled"] is True
 
 
 def test_a_program_the_agent_cannot_name_keeps_the_long_quiet_period(
     client: AgentClient, effects: None
 ) -> None:
-    receipt = client.call("keypress", {"keys": ["b"], "settle": IDLE}).result["receipt"]
+    receipt = client.keypress(["b"], settle=IDLE).result["receipt"]
     assert receipt["changed"] is True and receipt["settle_ms"] >= IDLE["quiet_ms"], receipt
 
 
@@ -302,11 +302,11 @@ def test_an_action_into_a_dialog_never_takes_the_idle_quiet_period(
 ) -> None:
     process = _effects(xserver.display, "--pid", "--dialog")
     try:
-        client.call("settle", {"quiet_ms": 300, "timeout_ms": 3000})
-        typed = client.call("keypress", {"keys": ["b"], "settle": IDLE}).result["receipt"]
+        client.settle(quiet_ms=300, timeout_ms=3000)
+        typed = client.keypress(["b"], settle=IDLE).result["receipt"]
         assert typed["focus_before"]["type"] == "dialog"
         assert typed["settle_ms"] >= IDLE["quiet_ms"], "a late completion popup would be missed"
-        committed = client.call("keypress", {"keys": ["Return"], "settle": IDLE}).result
+        committed = client.keypress(["Return"], settle=IDLE).result
         assert committed["receipt"]["changed"] is True
         assert committed["receipt"]["settle_ms"] >= IDLE["quiet_ms"], "Save As closes late"
         assert committed["receipt"]["quiet_ms"] == IDLE["quiet_ms"]
@@ -317,7 +317,7 @@ def test_an_action_into_a_dialog_never_takes_the_idle_quiet_period(
 def test_a_click_waits_for_the_program_under_the_pointer_not_only_the_focused_one(
     xserver: Xvfb, client: AgentClient, named: None
 ) -> None:
-    client.call("move", {"x": 5, "y": 5})  # a Tk window mapped under the pointer takes the focus
+    client.move(5, 5)  # a Tk window mapped under the pointer takes the focus
     process = subprocess.Popen(
         [sys.executable, str(EFFECTS.with_name("tk_clicker.py"))],
         env={"DISPLAY": xserver.display, "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)},
@@ -326,9 +326,9 @@ def test_a_click_waits_for_the_program_under_the_pointer_not_only_the_focused_on
     )
     try:
         assert process.stdout is not None and process.stdout.readline().strip() == "ready"
-        client.call("settle", {"quiet_ms": 300, "timeout_ms": 3000})
+        client.settle(quiet_ms=300, timeout_ms=3000)
         settle = {**protocol.SettleSpec().as_args(), "typing_quiet_ms": None}
-        receipt = client.call("click", {"x": 1100, "y": 600, "settle": settle}).result["receipt"]
+        receipt = client.click(1100, 600, settle=settle).result["receipt"]
         assert receipt["focus_before"]["title"] == "tk", "the effects window keeps the focus"
         assert pixel_at(client, 1050, 600) == (255, 165, 0)
         assert pixel_at(client, 1150, 600) == (0, 255, 255), "answered while the clicked one worked"
@@ -343,15 +343,15 @@ def test_a_program_busy_all_the_time_gets_the_idle_quiet_period_above_its_backgr
         pytest.skip("frame polling cannot tell background animation from effects (documented)")
     process = _effects(xserver.display, "--pid", "--animate-cpu")
     try:
-        client.call("keypress", {"keys": ["x"], "settle": IDLE})  # a settled action ends...
-        client.call("wait", {"ms": 2000})  # ...then the animation runs while nobody acts
-        typed = client.call("keypress", {"keys": ["b"], "settle": IDLE}).result["receipt"]
+        client.keypress(["x"], settle=IDLE)  # a settled action ends...
+        client.wait(ms=2000)  # ...then the animation runs while nobody acts
+        typed = client.keypress(["b"], settle=IDLE).result["receipt"]
         assert typed["changed"] is True and typed["settled"] is True
         assert typed["settle_ms"] < IDLE["quiet_ms"], "the animation's CPU held the action"
         assert typed["quiet_ms"] == IDLE["idle_quiet_ms"]
-        client.call("wait", {"ms": 1000})
+        client.wait(ms=1000)
         settle = {**protocol.SettleSpec().as_args(), "typing_quiet_ms": None}
-        worked = client.call("keypress", {"keys": ["w"], "settle": settle}).result["receipt"]
+        worked = client.keypress(["w"], settle=settle).result["receipt"]
         assert pixel_at(client, 850, 250) == (0, 255, 255), "answered while the program worked"
         # settle_ms counts from the end of the input (XTEST sent and synced); the program starts
         # its 250 ms of work when the key arrives, which can be a few ms before that (seen: 248)

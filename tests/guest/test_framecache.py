@@ -272,6 +272,6 @@ def test_the_agent_says_how_it_encodes_and_shows_each_change_at_once(
         try:
             for colour in (0x00FF00, 0x0000FF, 0xFFFFFF):  # a change, then at once a screenshot
                 painter.recolor(window, colour)
-                assert _pixels(client.call("screenshot").blob) == _whole(reference)
+                assert _pixels(client.screenshot().blob) == _whole(reference)
         finally:
             reference.close()

@@ -20,7 +20,7 @@ LOCKS = {"Caps_Lock", "Num_Lock", "Scroll_Lock"}
 def _press_and_wait(
     client: AgentClient, recorder: Recorder, keys: list[str], releases: int
 ) -> list[RecordedEvent]:
-    client.call("keypress", {"keys": keys})
+    client.keypress(keys)
     return recorder.wait_until(
         lambda evs: sum(e.kind == "KeyRelease" for e in evs) >= releases,
         what=f"{releases} key releases for {keys}",
@@ -32,9 +32,9 @@ def test_every_key_table_entry_delivers_its_keysym(
     client: AgentClient, recorder: Recorder, name: str, canonical: str
 ) -> None:
     expected = keysym_number(canonical)
-    client.call("keypress", {"keys": [name]})
+    client.keypress([name])
     if canonical in LOCKS:  # toggle it back off so later tests see a clean state
-        client.call("keypress", {"keys": [name]})
+        client.keypress([name])
     press = recorder.wait_for(
         lambda e: e.kind == "KeyPress" and e.keysym == expected,
         what=f"KeyPress {canonical} for {name!r}",
@@ -52,7 +52,7 @@ def test_every_key_table_entry_delivers_its_keysym(
 @pytest.mark.parametrize("name", [*(f"F{n}" for n in range(1, 25)), "f1", "f12", "f24"])
 def test_function_keys_f1_to_f24(client: AgentClient, recorder: Recorder, name: str) -> None:
     expected = keysym_number(name.upper())
-    client.call("keypress", {"keys": [name]})
+    client.keypress([name])
     press = recorder.wait_for(lambda e: e.kind == "KeyPress", what=name)
     assert press.keysym == expected
 
@@ -73,7 +73,7 @@ def test_function_keys_f1_to_f24(client: AgentClient, recorder: Recorder, name: 
 def test_single_character_keys_are_exact(
     client: AgentClient, recorder: Recorder, char: str
 ) -> None:
-    client.call("keypress", {"keys": [char]})
+    client.keypress([char])
     events = recorder.wait_until(
         lambda evs: any(e.kind == "KeyRelease" and e.char == char for e in evs), what=repr(char)
     )
@@ -132,18 +132,18 @@ def test_unknown_key_is_an_error_naming_it_and_nothing_is_pressed(
     client: AgentClient, recorder: Recorder, keys: list[str]
 ) -> None:
     with pytest.raises(GuestError) as caught:
-        client.call("keypress", {"keys": keys})
+        client.keypress(keys)
     assert caught.value.code == "unknown_key"
     bad = next(k for k in keys if k.lower() not in KEY_NAMES and len(k) != 1)
     assert repr(bad) in caught.value.reason
-    client.call("move", {"x": 3, "y": 3})
+    client.move(3, 3)
     recorder.wait_for(lambda e: e.kind == "MotionNotify" and e.root_x == 3)
     assert recorder.key_events() == [] and recorder.key_events("KeyRelease") == []
 
 
 def test_empty_chord_is_rejected(client: AgentClient) -> None:
     with pytest.raises(GuestError) as caught:
-        client.call("keypress", {"keys": []})
+        client.keypress([])
     assert caught.value.code == "bad_args"
     assert "empty chord" in caught.value.reason
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from cubicle_guest import protocol
 from cubicle_guest.client import AgentClient
+from cubicle_guest.client_ops import Settle
 from tests.guest import late_launcher
 from tests.support.agent import RunningAgent, pixel_at, start_agent
 from tests.support.processes import stop_process
@@ -64,14 +65,14 @@ def launcher(xserver: Xvfb, client: AgentClient) -> Iterator[None]:
         text=True,
     )
     assert process.stdout is not None and process.stdout.readline().strip() == "ready"
-    client.call("settle", {"quiet_ms": 300, "timeout_ms": 3000})
+    client.settle(quiet_ms=300, timeout_ms=3000)
     yield
     stop_process(process)
 
 
-def _click(client: AgentClient, settle: Mapping[str, object]) -> dict[str, object]:
+def _click(client: AgentClient, settle: Settle) -> dict[str, object]:
     x, y = LAUNCHER_PIXEL
-    reply = client.call("click", {"x": x, "y": y, "settle": settle})
+    reply = client.click(x, y, settle=settle)
     receipt: dict[str, object] = reply.result["receipt"]
     return receipt
 
@@ -101,7 +102,7 @@ def test_an_action_that_launched_nothing_keeps_its_own_cap(
 ) -> None:
     x, y = LAUNCHER_PIXEL
     settle = {**SHORT_CAP, "launch_cap_ms": 10_000}
-    receipt = client.call("click", {"x": x, "y": y, "button": "right", "settle": settle})
+    receipt = client.click(x, y, button="right", settle=settle)
     result = receipt.result["receipt"]
     assert result["settled"] is False, "an animation it started holds it to its cap"
     assert 1000 <= result["settle_ms"] < FIRST_FRAME_S * 1000, result
@@ -113,5 +114,6 @@ def test_a_launch_cap_outside_its_range_is_named_and_the_agent_keeps_serving(
     for launch_cap_ms in (500, protocol.MAX_LAUNCH_CAP_MS + 1, "long"):
         with pytest.raises(Exception, match=r"settle\.launch_cap_ms"):
             settle = {**SHORT_CAP, "launch_cap_ms": launch_cap_ms}
+            # raw call: a value of the wrong kind ("long") is the point, which move() would refuse
             client.call("move", {"x": 1, "y": 1, "settle": settle})
-    assert "launch_cap" in client.call("info").result["features"]
+    assert "launch_cap" in client.info().result["features"]

@@ -20,7 +20,7 @@ def _buttons(rec: Recorder, kind: str | None = None) -> list[RecordedEvent]:
 
 @pytest.mark.parametrize("name", sorted(BUTTONS))
 def test_click_delivers_button_at_pixel(client: AgentClient, recorder: Recorder, name: str) -> None:
-    client.call("click", {"x": 960, "y": 540, "button": name})
+    client.click(960, 540, button=name)
     events = recorder.wait_until(
         lambda evs: any(e.kind == "ButtonRelease" for e in evs), what=f"{name} release"
     )
@@ -33,7 +33,7 @@ def test_click_delivers_button_at_pixel(client: AgentClient, recorder: Recorder,
 
 
 def test_click_defaults_to_left(client: AgentClient, recorder: Recorder) -> None:
-    client.call("click", {"x": 0, "y": 799})
+    client.click(0, 799)
     press = recorder.wait_for(lambda e: e.kind == "ButtonPress")
     assert (press.button, press.root_x, press.root_y) == (1, 0, 799)
 
@@ -41,7 +41,7 @@ def test_click_defaults_to_left(client: AgentClient, recorder: Recorder) -> None
 def test_click_with_keys_holds_modifiers_and_releases_them(
     client: AgentClient, recorder: Recorder
 ) -> None:
-    client.call("click", {"x": 100, "y": 200, "keys": ["ctrl", "shift"]})
+    client.click(100, 200, keys=["ctrl", "shift"])
     recorder.wait_until(
         lambda evs: sum(e.kind == "KeyRelease" for e in evs) == 2, what="modifier releases"
     )
@@ -63,7 +63,7 @@ def test_click_with_keys_holds_modifiers_and_releases_them(
 def test_double_click_sends_two_left_clicks_at_pixel(
     client: AgentClient, recorder: Recorder
 ) -> None:
-    client.call("double_click", {"x": 321, "y": 123})
+    client.double_click(321, 123)
     events = recorder.wait_until(
         lambda evs: len(_buttons_of(evs, "ButtonRelease")) == 2, what="two releases"
     )
@@ -76,8 +76,8 @@ def _buttons_of(events: list[RecordedEvent], kind: str) -> list[RecordedEvent]:
 
 
 def test_move_delivers_motion_to_pixel(client: AgentClient, recorder: Recorder) -> None:
-    client.call("move", {"x": 5, "y": 6})
-    client.call("move", {"x": 1279, "y": 799})
+    client.move(5, 6)
+    client.move(1279, 799)
     motion = recorder.wait_for(lambda e: e.kind == "MotionNotify" and e.root_x == 1279)
     assert (motion.root_x, motion.root_y) == (1279, 799)
     assert not _buttons(recorder)
@@ -87,7 +87,7 @@ def test_drag_presses_at_first_moves_through_path_releases_at_last(
     client: AgentClient, recorder: Recorder
 ) -> None:
     path = [{"x": 10, "y": 10}, {"x": 200, "y": 50}, {"x": 400, "y": 300}, {"x": 600, "y": 310}]
-    client.call("drag", {"path": path})
+    client.drag(path)
     events = recorder.wait_until(
         lambda evs: any(e.kind == "ButtonRelease" for e in evs), what="release"
     )
@@ -104,10 +104,10 @@ def test_drag_presses_at_first_moves_through_path_releases_at_last(
 def test_scroll_converts_pixels_to_wheel_clicks_and_carries_remainder(
     client: AgentClient, recorder: Recorder
 ) -> None:
-    first = client.call("scroll", {"x": 50, "y": 60, "scroll_x": 0, "scroll_y": 250}).result
-    second = client.call("scroll", {"x": 50, "y": 60, "scroll_x": 0, "scroll_y": 50}).result
-    third = client.call("scroll", {"x": 50, "y": 60, "scroll_x": -130, "scroll_y": -99}).result
-    fourth = client.call("scroll", {"x": 50, "y": 60, "scroll_x": 300, "scroll_y": 0}).result
+    first = client.scroll(50, 60, 0, 250).result
+    second = client.scroll(50, 60, 0, 50).result
+    third = client.scroll(50, 60, -130, -99).result
+    fourth = client.scroll(50, 60, 300, 0).result
     assert SCROLL_PIXELS_PER_CLICK == 100
     assert (first["clicks_y"], second["clicks_y"], third["clicks_y"]) == (2, 1, 0)
     assert (third["clicks_x"], fourth["clicks_x"]) == (-1, 2)  # -130 → -1 (carry -30); 270 → 2
@@ -149,6 +149,6 @@ def test_bad_pointer_input_is_rejected_before_anything_happens(
         protocol.parse_reply(frames[0].message, op=op)
     assert caught.value.code == code
     assert named in caught.value.reason
-    client.call("move", {"x": 700, "y": 700})  # a marker: everything before it was delivered
+    client.move(700, 700)  # a marker: everything before it was delivered
     recorder.wait_for(lambda e: e.kind == "MotionNotify" and e.root_x == 700)
     assert [e for e in recorder.events if e.kind != "MotionNotify"] == []

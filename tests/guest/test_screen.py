@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from PIL import Image
@@ -28,8 +29,8 @@ def painted(xserver: Xvfb) -> Iterator[Painter]:
         yield painter
 
 
-def _image(client: AgentClient, **args: object) -> tuple[dict[str, object], Image.Image]:
-    reply = client.call("screenshot", args)
+def _image(client: AgentClient, **args: Any) -> tuple[dict[str, object], Image.Image]:
+    reply = client.screenshot(**args)
     image = Image.open(io.BytesIO(reply.blob))
     image.load()
     return reply.result, image
@@ -93,16 +94,16 @@ def test_jpeg_screenshot(client: AgentClient, painted: Painter) -> None:
     ],
 )
 def test_bad_screenshot_arguments(
-    client: AgentClient, args: dict[str, object], code: str, named: str
+    client: AgentClient, args: dict[str, Any], code: str, named: str
 ) -> None:
     with pytest.raises(GuestError) as caught:
-        client.call("screenshot", args)
+        client.screenshot(**args)
     assert caught.value.code == code
     assert named in caught.value.reason
 
 
 def test_settle_returns_when_screen_is_quiet(client: AgentClient, painted: Painter) -> None:
-    result = client.call("settle", {"quiet_ms": 200, "timeout_ms": 5000}).result
+    result = client.settle(quiet_ms=200, timeout_ms=5000).result
     assert result["settled"] is True
     assert result["waited_ms"] >= 200
 
@@ -123,14 +124,9 @@ def test_settle_reports_a_screen_that_keeps_changing(
     thread = threading.Thread(target=flicker)
     thread.start()
     try:
-        changing = client.call("settle", {"quiet_ms": 400, "timeout_ms": 800}).result
-        elsewhere = client.call(
-            "settle",
-            {
-                "quiet_ms": 100,
-                "timeout_ms": 3000,
-                "region": {"x": 0, "y": 0, "width": 300, "height": 300},
-            },
+        changing = client.settle(quiet_ms=400, timeout_ms=800).result
+        elsewhere = client.settle(
+            quiet_ms=100, timeout_ms=3000, region={"x": 0, "y": 0, "width": 300, "height": 300}
         ).result
     finally:
         stop.set()

@@ -41,7 +41,7 @@ TEXTS = [
 
 @pytest.mark.parametrize("text", [*TEXTS, "🙂 non-BMP 𝄞"])
 def test_type_delivers_exact_characters(client: AgentClient, recorder: Recorder, text: str) -> None:
-    client.call("type", {"text": text})
+    client.type(text)
     recorder.wait_until(
         lambda evs: sum(e.kind == "KeyRelease" and e.char is not None for e in evs) >= len(text),
         what=f"{len(text)} chars",
@@ -109,7 +109,7 @@ def tk_text(xserver: Xvfb) -> Iterator[TkText]:
 def test_type_into_real_tk_text_widget(client: AgentClient, tk_text: TkText, text: str) -> None:
     assert tk_text.command("clear") == "ok"
     assert tk_text.command("focus") == "ok"
-    client.call("type", {"text": text})
+    client.type(text)
     assert tk_text.content(text) == text
 
 
@@ -120,7 +120,7 @@ def test_type_many_distinct_unmapped_characters_in_one_request(
     text = "".join(chr(c) for c in range(0x4E00, 0x4E00 + 40))
     assert tk_text.command("clear") == "ok"
     assert tk_text.command("focus") == "ok"
-    client.call("type", {"text": text})
+    client.type(text)
     assert tk_text.content(text) == text
 
 
@@ -128,17 +128,17 @@ def test_oversized_text_is_refused_and_nothing_typed(
     client: AgentClient, recorder: Recorder
 ) -> None:
     with pytest.raises(GuestError) as caught:
-        client.call("type", {"text": "a" * (MAX_TEXT_CHARS + 1)})
+        client.type("a" * (MAX_TEXT_CHARS + 1))
     assert caught.value.code == "too_large"
     assert str(MAX_TEXT_CHARS) in caught.value.reason
-    client.call("move", {"x": 9, "y": 9})
+    client.move(9, 9)
     recorder.wait_for(lambda e: e.kind == "MotionNotify" and e.root_x == 9)
     assert recorder.key_events() == []
 
 
 def test_empty_text_types_nothing(client: AgentClient, recorder: Recorder) -> None:
-    client.call("type", {"text": ""})
-    client.call("move", {"x": 8, "y": 8})
+    client.type("")
+    client.move(8, 8)
     recorder.wait_for(lambda e: e.kind == "MotionNotify" and e.root_x == 8)
     assert recorder.key_events() == []
 
@@ -146,11 +146,11 @@ def test_empty_text_types_nothing(client: AgentClient, recorder: Recorder) -> No
 def test_type_is_exact_with_caps_lock_on(client: AgentClient, tk_text: TkText) -> None:
     assert tk_text.command("clear") == "ok"
     assert tk_text.command("focus") == "ok"
-    client.call("keypress", {"keys": ["CapsLock"]})
+    client.keypress(["CapsLock"])
     try:
-        client.call("type", {"text": "aB cD 1!"})
+        client.type("aB cD 1!")
         assert tk_text.content("aB cD 1!") == "aB cD 1!"
-        client.call("keypress", {"keys": ["x"]})  # Caps Lock is still on for other input
+        client.keypress(["x"])  # Caps Lock is still on for other input
         assert tk_text.content("aB cD 1!X") == "aB cD 1!X"
     finally:
-        client.call("keypress", {"keys": ["CapsLock"]})
+        client.keypress(["CapsLock"])

@@ -69,7 +69,7 @@ def test_the_agent_listens_only_once_the_gate_closes(tmp_path: Path) -> None:
                 time.sleep(0.02)
             with connect_unix(str(socket_path), timeout=10) as client:
                 assert client.hello()["protocol"]
-                assert client.call("screenshot", {"format": "png"}).result["width"] == 640
+                assert client.screenshot(format="png").result["width"] == 640
         finally:
             if gate_w >= 0:
                 os.close(gate_w)

@@ -24,7 +24,7 @@ def test_windows_lists_mapped_top_levels(client: AgentClient, xserver: Xvfb) -> 
             wm_class=("editor", "Editor"),
             pid=4242,
         )
-        listed = client.call("windows").result["windows"]
+        listed = client.windows().result["windows"]
         entry = next(w for w in listed if w["id"] == window.id)
         assert entry == {
             "id": window.id,
@@ -38,12 +38,12 @@ def test_windows_lists_mapped_top_levels(client: AgentClient, xserver: Xvfb) -> 
             "pid": 4242,
             "focused": False,
         }
-    after = client.call("windows").result["windows"]
+    after = client.windows().result["windows"]
     assert all(w["id"] != window.id for w in after)
 
 
 def test_windows_marks_the_focused_window(client: AgentClient, recorder: Recorder) -> None:
-    listed = client.call("windows").result["windows"]
+    listed = client.windows().result["windows"]
     entry = next(w for w in listed if w["id"] == recorder.window_id)
     assert entry["focused"] is True
     assert entry["title"] == "cubicle-recorder"

@@ -402,16 +402,16 @@ def test_the_guest_browser_waits_for_the_answer_and_shows_what_it_allowed(
         for host, answer in (("asked.test", "approve"), ("denied.test", "deny")):
             # settled as the driver does by default: typing must not start before the
             # address bar has the focus (a lost first letter makes the URL a search)
-            focus = {"keys": ["CTRL", "L"], "settle": {"expect_ms": 300, "quiet_ms": 400}}
-            client.call("keypress", focus, timeout=30)
-            client.call("type", {"text": f"http://{host}/page"}, timeout=30)
-            client.call("keypress", {"keys": ["Return"]}, timeout=30)
+            focus = {"expect_ms": 300, "quiet_ms": 400}
+            client.keypress(["CTRL", "L"], settle=focus, timeout=30)
+            client.type(f"http://{host}/page", timeout=30)
+            client.keypress(["Return"], timeout=30)
             try:
                 answer_for(host, answer, questions)  # type: ignore[arg-type]
             except AssertionError:
                 screenshot(client).save(f"/tmp/wt18-browser-{host}.png")
                 raise
-            client.call("settle", {"quiet_ms": 800, "timeout_ms": 20_000}, timeout=60)
+            client.settle(quiet_ms=800, timeout_ms=20_000, timeout=60)
             shot = screenshot(client)
             share = colour_share(shot, box, {GREEN})
             if host == "asked.test":

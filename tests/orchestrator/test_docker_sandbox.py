@@ -81,17 +81,15 @@ def test_applications_open_maximized_above_the_panel(sandboxes: Tracker) -> None
     sandbox = sandboxes.create()
     sandbox.exec(["python3", "-c", SPAWN, "xterm", "-title", "cubicle-test-term"])
     with sandbox.connect() as client:
-        settle = client.call("settle", {"quiet_ms": 300, "timeout_ms": 20000}).result
-        windows = client.call("windows").result["windows"]
+        settle = client.settle(quiet_ms=300, timeout_ms=20000).result
+        windows = client.windows().result["windows"]
         terms = [w for w in windows if w["title"] == "cubicle-test-term"]
         for _ in range(100):
             if terms:
                 break
-            client.call("wait", {"ms": 100})
+            client.wait(ms=100)
             terms = [
-                w
-                for w in client.call("windows").result["windows"]
-                if w["title"] == "cubicle-test-term"
+                w for w in client.windows().result["windows"] if w["title"] == "cubicle-test-term"
             ]
     assert settle["waited_ms"] >= 0
     assert terms, f"xterm never mapped a window; windows: {windows}"
@@ -227,7 +225,7 @@ def test_attach_unknown_and_malformed_ids(provider: DockerProvider) -> None:
 def test_agent_errors_pass_through(sandboxes: Tracker) -> None:
     sandbox = sandboxes.create()
     with sandbox.connect() as client, pytest.raises(GuestError) as caught:
-        client.call("click", {"x": 5000, "y": 10})
+        client.click(5000, 10)
     assert caught.value.code == "out_of_bounds"
 
 

@@ -109,7 +109,7 @@ def test_large_binary_payloads_cross_the_exec_stream_intact(sandboxes: Tracker) 
     sandbox = sandboxes.create()
     data = os.urandom(8 * 1024 * 1024)
     with sandbox.connect() as client:
-        written = client.call("write_file", {"path": "/tmp/blob"}, blob=data, timeout=60)
+        written = client.write_file("/tmp/blob", data, timeout=60)
         assert written.result["size"] == len(data)
-        back = client.call("read_file", {"path": "/tmp/blob"}, timeout=60)
+        back = client.read_file("/tmp/blob", timeout=60)
     assert back.blob == data

@@ -381,3 +381,22 @@ def test_block_and_ask_never_reach_the_proxys_own_loopback(pool: ThreadPoolExecu
     assert statuses(reply) == [403] and REFUSED in reply and b"someone" not in reply, reply
     assert str(line["reason"]).startswith("approved by someone; but localhost resolves")
     assert private.paths == []
+
+
+def test_the_control_lines_round_trip_through_their_one_record() -> None:
+    """Both ends of the control protocol read and write its ``question`` and ``decided`` lines
+    through one record each (the proxy writes ``message()``, the host reads ``from_message``)."""
+    question = egress_questions.QuestionRecord(
+        "q1", "https://example.com", "example.com", 443, "CONNECT", "example.com:443",
+        "10.0.0.2:5555", "not in the allow list", 1.5, 121.5,
+    )  # fmt: skip
+    decided = egress_questions.DecisionRecord(
+        "q1", "https://example.com", "example.com", 443, "deny", "alice", 2.25
+    )
+    for record in (question, decided):
+        line = json.loads(json.dumps(record.message()))
+        assert type(record).from_message(line) == record
+        del line["port"]
+        with pytest.raises(KeyError, match="port"):
+            type(record).from_message(line)
+    assert decided.message()["type"] == "decided" and question.message()["type"] == "question"

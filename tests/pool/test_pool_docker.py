@@ -370,8 +370,8 @@ def test_the_first_connect_reuses_the_connection_create_opened(pools: Pools) -> 
             container_id = str(pools.provider._guest(sandbox.id).id)
             opened = set(_bridge_execs(pools.provider, container_id))
             with sandbox.connect() as first:
-                assert first.call("screenshot", {}).blob
+                assert first.screenshot().blob
                 assert set(_bridge_execs(pools.provider, container_id)) == opened, pool
             with sandbox.connect() as second:
-                assert second.call("screenshot", {}).blob
+                assert second.screenshot().blob
                 assert len(set(_bridge_execs(pools.provider, container_id)) - opened) == 1

@@ -121,7 +121,7 @@ def test_agent_over_the_relayed_exec_stream(on_remote: Remote) -> None:
     with Sandbox.create(screen=(1280, 800)) as sandbox:
         with sandbox.connect() as agent:
             for _ in range(3):
-                reply = agent.call("screenshot", {})
+                reply = agent.screenshot()
                 image = Image.open(io.BytesIO(reply.blob))
                 assert image.size == (1280, 800)
             text = "Ünïcødé ✓ " * 6000  # ~100 kB in one argument (under the kernel's 128 kB)

@@ -4,7 +4,6 @@ loopback and the error shape of the raw wire."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import openai
 import pytest
 
 from tests.serve.conftest import REPO, TOKEN, Server, api_server, start_server
+from tests.support.serve_process import serve_argv
 
 __all__ = ["api_server"]
 
@@ -270,17 +270,7 @@ def test_bad_server_options_are_refused_before_anything_starts(
 ) -> None:
     data = tmp_path / "d"
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cubicle.orchestrator.cli",
-            "serve",
-            *options,
-            "--port",
-            "0",
-            "--data-dir",
-            str(data),
-        ],
+        serve_argv(data, *options),
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -102,7 +102,7 @@ class Run:
                 self.window = window_box(wait_window(client, "Chromium", WAIT_S))
                 # the start page (its origin asked and cancelled) done drawing, as a person
                 # looks before typing: a late error page would take the address bar's text
-                client.call("settle", {"quiet_ms": 800, "timeout_ms": 20_000}, timeout=60)
+                client.settle(quiet_ms=800, timeout_ms=20_000, timeout=60)
         elif index == 2:
             self.decided.wait(WAIT_S)  # no exception here: the model server would answer 500
 

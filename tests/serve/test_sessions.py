@@ -243,8 +243,8 @@ def test_environment_files_env_setup(
     assert event.type == "agent.session.environment.ready"
     sandbox_id = sandbox_of(engine, server)
     with Sandbox.attach(sandbox_id) as sandbox, sandbox.connect() as agent:
-        out = agent.call("read_file", {"path": "/home/cubicle/workspace/out.txt"}).blob
-        copy = agent.call("read_file", {"path": "/home/cubicle/workspace/in/copy.bin"}).blob
+        out = agent.read_file("/home/cubicle/workspace/out.txt").blob
+        copy = agent.read_file("/home/cubicle/workspace/in/copy.bin").blob
     assert out == b"cubicle|it's $HOME|/home/cubicle/workspace"
     assert copy == b"bytes\x00\x01"
     assert_deleted(engine, server, client, session.id, sandbox_id)

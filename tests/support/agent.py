@@ -2,7 +2,7 @@
 
     with Xvfb(1280, 800) as x, start_agent(x.display, tmp_path) as agent:
         with agent.client() as client:
-            client.call("click", {"x": 10, "y": 10})
+            client.click(10, 10)
 
 The :class:`RunningAgent` owns the process it started and stops it (by its pid) on exit, even
 when the body fails; the agent's stderr is kept in ``socket_dir/agent.log`` and attached to
@@ -158,8 +158,6 @@ def start_agent(
 
 def pixel_at(client: AgentClient, x: int, y: int) -> tuple[int, ...]:
     """The RGB colour of screen pixel (``x``, ``y``), read through the agent's ``screenshot``."""
-    reply = client.call(
-        "screenshot", {"format": "png", "region": {"x": x, "y": y, "width": 1, "height": 1}}
-    )
+    reply = client.screenshot(format="png", region={"x": x, "y": y, "width": 1, "height": 1})
     with Image.open(BytesIO(reply.blob)) as image:
         return tuple(image.convert("RGB").getpixel((0, 0)))  # type: ignore[arg-type]

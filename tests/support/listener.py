@@ -7,17 +7,24 @@ import json
 import socket
 import subprocess
 import threading
+from types import TracebackType
 
 __all__ = ["Listener", "host_addresses"]
 
 
 class Listener:
-    """Listens on ``address`` (a free port); ``accepted`` counts connections. ``close()`` it."""
+    """Listens on ``address``:``port`` (0: a free port); ``accepted`` counts connections.
+    ``close()`` it, or use it as a context manager.
 
-    def __init__(self, address: str) -> None:
-        self.sock = socket.create_server((address, 0))
+    :raises OSError: the address cannot be bound (e.g. port 80 when not root).
+    """
+
+    def __init__(self, address: str, port: int = 0) -> None:
+        self.sock = socket.create_server((address, port))
+        self.address = address
         self.port: int = self.sock.getsockname()[1]
         self.accepted = 0
+        self._changed = threading.Condition()
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
 
@@ -27,12 +34,30 @@ class Listener:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
-            self.accepted += 1
             conn.close()
+            with self._changed:
+                self.accepted += 1
+                self._changed.notify_all()
+
+    def wait_accepted(self, count: int, timeout: float) -> bool:
+        """Whether ``count`` connections were accepted within ``timeout`` seconds."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self.accepted >= count, timeout)
 
     def close(self) -> None:
         self.sock.close()
         self._thread.join(timeout=5)
+
+    def __enter__(self) -> Listener:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
 
 def host_addresses() -> list[str]:

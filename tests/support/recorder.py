@@ -1,7 +1,7 @@
 """A test X client that maps a window and records the input events the X server delivers to it.
 
     with Recorder(x.display) as rec:               # fullscreen window at 0,0, focused
-        client.call("click", {"x": 960, "y": 540})
+        client.click(960, 540)
         press = rec.wait_for(lambda e: e.kind == "ButtonPress")
         assert (press.button, press.root_x, press.root_y) == (1, 960, 540)
 

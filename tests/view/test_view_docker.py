@@ -75,7 +75,7 @@ def wait_canvas_matches(page: Page, sandbox: Sandbox, *, timeout_s: float = 20.0
 def agent_click(sandbox: Sandbox, x: int, y: int) -> None:
     with sandbox.connect() as client:
         client.hello(timeout=10.0)
-        client.call("click", {"x": x, "y": y})
+        client.click(x, y)
 
 
 def presses(recorder: GuestRecorder) -> list[tuple[int, int]]:

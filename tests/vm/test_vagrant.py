@@ -81,7 +81,7 @@ def test_vagrant_up_reaches_the_agent_and_destroy_leaves_nothing(
             assert hello["screen"] == {"width": 1280, "height": 800}
             deadline = time.monotonic() + 60
             while True:  # the first frame can precede the root window's paint
-                png = client.call("screenshot", {"format": "png"}).blob
+                png = client.screenshot(format="png").blob
                 with Image.open(io.BytesIO(png)) as shot:
                     size, colors = shot.size, shot.getcolors(1)
                 if colors is None or time.monotonic() > deadline:

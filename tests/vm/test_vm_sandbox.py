@@ -271,7 +271,7 @@ def _painted_png(provider: VmProvider, sandbox_id: str) -> Image.Image:
     wait_ready(provider, sandbox_id, timeout=240, painted=True)
     with provider.connect(sandbox_id, timeout=30) as client:
         client.hello(timeout=30)
-        blob = client.call("screenshot", {"format": "png"}).blob
+        blob = client.screenshot(format="png").blob
     image = Image.open(io.BytesIO(blob))
     assert image.getcolors(1) is None, f"{sandbox_id}: the screen is one colour"
     return image

@@ -78,12 +78,9 @@ for pgid in sys.argv[1:]:
 
 def guest_home(client: AgentClient) -> str:
     """The home folder of the user the guest agent runs as (asked through ``exec``)."""
-    reply = client.call(
-        "exec",
-        {
-            "argv": ["python3", "-c", "import pathlib; print(pathlib.Path.home())"],
-            "timeout_ms": 10_000,
-        },
+    reply = client.exec(
+        ["python3", "-c", "import pathlib; print(pathlib.Path.home())"],
+        timeout_ms=10_000,
         timeout=20,
     ).result
     home = str(reply.get("stdout", "")).strip()
@@ -181,11 +178,13 @@ class GuestSteps:
             return
         folder = resources.files("cubicle.orchestrator.modelrun.guest_files")
         for name in GUEST_FILES:
-            self._call(
-                "write_file",
-                {"path": f"{self.helpers}/{name}", "mkdirs": True},
-                blob=folder.joinpath(name).read_bytes(),
-            )
+            with self._lock:
+                self.client.write_file(
+                    f"{self.helpers}/{name}",
+                    folder.joinpath(name).read_bytes(),
+                    mkdirs=True,
+                    timeout=30,
+                )
         self._helpers_written = True
 
     def prepare(self, task: Task) -> TaskGuest:
@@ -198,11 +197,14 @@ class GuestSteps:
         stale = [guest.path(c.file) for c in task.checks if c.file is not None]
         self._exec(["rm", "-f", "--", guest.form_data, *stale], timeout_ms=10_000)
         for item in task.setup.files:
-            self._call(
-                "write_file",
-                {"path": guest.path(item.path), "mkdirs": True, "mode": item.mode},
-                blob=item.content.encode("utf-8"),
-            )
+            with self._lock:
+                self.client.write_file(
+                    guest.path(item.path),
+                    item.content.encode("utf-8"),
+                    mode=item.mode,
+                    mkdirs=True,
+                    timeout=30,
+                )
         if task.port is not None:
             self.start_form_server(task.port)
         self._timed("prepare", f"{len(task.setup.files)} files in {guest.workdir}", started)
@@ -297,10 +299,11 @@ class GuestSteps:
         too (where the agent has feature ``settle_until_idle``; else the screen alone)."""
         started = time.monotonic()
         quiet, timeout = self._scaled(quiet_ms), self._scaled(timeout_ms)
-        args: dict[str, Any] = {"quiet_ms": quiet, "timeout_ms": timeout}
-        if until_idle and "settle_until_idle" in self.features:
-            args["until_idle"] = True
-        result = self._call("settle", args, timeout_s=timeout / 1000 + 10)
+        idle = True if until_idle and "settle_until_idle" in self.features else None
+        with self._lock:
+            result = self.client.settle(
+                quiet_ms=quiet, timeout_ms=timeout, until_idle=idle, timeout=timeout / 1000 + 10
+            ).result
         settled = bool(result.get("settled"))
         self._timed(
             "settle", "settled" if settled else f"still changing after {timeout} ms", started
@@ -327,7 +330,8 @@ class GuestSteps:
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             self._check_cancelled()
-            windows = self._call("windows", {}).get("windows") or []
+            with self._lock:
+                windows = self.client.windows(timeout=30).result.get("windows") or []
             for window in windows:
                 if (
                     isinstance(window, dict)
@@ -365,15 +369,10 @@ class GuestSteps:
     # -- internals -----------------------------------------------------------------------------
 
     def _exec(self, argv: list[str], *, timeout_ms: int) -> dict[str, Any]:
-        return self._call(
-            "exec", {"argv": argv, "timeout_ms": timeout_ms}, timeout_s=timeout_ms / 1000 + 5
-        )
-
-    def _call(
-        self, op: str, args: dict[str, Any], *, blob: bytes = b"", timeout_s: float = 30.0
-    ) -> dict[str, Any]:
         with self._lock:
-            return self.client.call(op, args, blob=blob, timeout=timeout_s).result
+            return self.client.exec(
+                argv, timeout_ms=timeout_ms, timeout=timeout_ms / 1000 + 5
+            ).result
 
     def _timed(self, op: str, detail: str, started: float) -> None:
         elapsed = time.monotonic() - started

@@ -27,7 +27,15 @@ request field                         cubicle
 Anything else cubicle cannot honour (``type: "none"`` or ``"self_hosted"``, ``environment_id``,
 ``environment_template_id``, ``file_id`` files, ``packages``, ``plugins``, ``skills``,
 ``capability_directories``, unknown keys) is a 400 naming the field — never silently ignored.
-Empty lists and ``null`` are accepted where the API defaults them to empty.
+Empty lists and ``null`` are accepted where the API defaults them to empty (``packages``: each
+of its lists).
+
+The shape is :class:`EnvironmentBody` and the models below it, in the style of
+:mod:`cubicle.orchestrator.serve.requests` (strict types, unknown fields refused, fields as the
+installed ``openai`` package's ``EnvironmentParamOpenAIHosted`` declares them): a 400's
+``param`` is the field's dotted path (``environment.files[2].path``) and its message starts with
+it. The network checks that need the server's ask mode or compare two fields come after the
+shape, in :func:`parse_environment`, naming their field the same way.
 """
 
 from __future__ import annotations
@@ -37,44 +45,43 @@ import binascii
 import posixpath
 import re
 import secrets
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+)
+from pydantic_core import PydanticCustomError
 
 from cubicle.orchestrator.errors import ConfigError
 from cubicle.orchestrator.network import DEFAULT_ASK_TIMEOUT_S, NetworkPolicy
 from cubicle.orchestrator.serve.errors import bad_request
+from cubicle.orchestrator.serve.requests import validate
 from cubicle_guest.protocol import MAX_FILE_BYTES
 
-__all__ = ["WORKSPACE", "EnvironmentPlan", "FileToWrite", "SetupCommand", "parse_environment"]
+__all__ = [
+    "WORKSPACE",
+    "EnvironmentBody",
+    "EnvironmentPlan",
+    "FileToWrite",
+    "SetupCommand",
+    "parse_environment",
+]
 
 WORKSPACE = "/home/cubicle/workspace"
 """Where the API's ``/workspace`` lives in a cubicle guest (the desktop user's home)."""
 API_WORKSPACE = "/workspace"
-SIZES: dict[str, tuple[float, int]] = {
+SIZES: Final[dict[str, tuple[float, int]]] = {
     "small": (1.0, 2048),
     "medium": (1.0, 2048),
     "large": (2.0, 4096),
 }
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-_KNOWN = {
-    "type",
-    "desktop",
-    "network",
-    "files",
-    "env",
-    "setup_commands",
-    "container_size",
-}
-_UNSUPPORTED = {
-    "environment_id": "prewarmed environments are not available in cubicle",
-    "environment_template_id": "environment templates are not available in cubicle",
-    "packages": "cubicle guests have no package installation (containers cannot reach PyPI/npm);"
-    " install in setup_commands from Debian's mirror with network enabled",
-    "plugins": "plugins are not supported by cubicle",
-    "skills": "skills are not supported by cubicle",
-    "capability_directories": "capability directories are not supported by cubicle",
-}
 
 
 @dataclass(frozen=True)
@@ -127,20 +134,203 @@ class EnvironmentPlan:
         }
 
 
-def _empty(value: object) -> bool:
-    return value is None or value in ([], {})
+# -- the request's shape ---------------------------------------------------------------------------
 
 
-def _map_path(raw: object, param: str) -> str:
-    """``/workspace/a/b`` → ``/home/cubicle/workspace/a/b``; anything outside is a 400."""
-    if not isinstance(raw, str) or not raw.startswith("/"):
-        raise bad_request(f"{param} must be an absolute path inside /workspace", param)
-    normal = posixpath.normpath(raw)
-    if "\x00" in raw or not (normal == API_WORKSPACE or normal.startswith(API_WORKSPACE + "/")):
-        raise bad_request(f"{param} {raw!r} is not inside /workspace", param)
-    if ".." in raw.split("/"):
-        raise bad_request(f"{param} {raw!r} must not contain '..'", param)
-    return WORKSPACE + normal[len(API_WORKSPACE) :]
+class _Body(BaseModel):
+    """Strict (no coercion) and refusing unknown fields, as the bodies of ``serve.requests``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+def _refused(reason: str) -> AfterValidator:
+    """A field cubicle cannot honour: accepted when empty (null, ``[]``, ``{}``), else a 400
+    saying ``reason``."""
+
+    def check(value: Any) -> Any:
+        if value not in (None, [], {}):
+            raise ValueError(reason)
+        return value
+
+    return AfterValidator(check)
+
+
+def _expecting(what: str) -> WrapValidator:
+    """Any error in the value (its type, an element's type) is one ``must be WHAT`` at the field;
+    for values whose elements' positions say nothing useful (a list of strings, a text)."""
+
+    def wrap(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        try:
+            return handler(value)
+        except ValidationError:
+            raise PydanticCustomError("expected", "must be {what}", {"what": what}) from None
+
+    return WrapValidator(wrap)
+
+
+def _hosted(value: str) -> str:
+    if value != "openai_hosted":
+        raise ValueError(
+            f"is {value!r}, which cubicle serve does not support; use 'openai_hosted' "
+            "(a cubicle desktop sandbox)"
+        )
+    return value
+
+
+def _desktop_on(value: bool) -> bool:
+    if not value:
+        raise ValueError("cubicle sessions always run on a desktop; disabling it is not supported")
+    return value
+
+
+class DesktopBody(_Body):
+    """``environment.desktop``: only ``{enabled: true}``."""
+
+    enabled: Annotated[bool, AfterValidator(_desktop_on)]
+
+
+Strings = Annotated[list[str], _expecting("a list of strings")]
+
+
+class NetworkBody(_Body):
+    """``environment.network``; which lists go with which ``access`` is checked by the mapping."""
+
+    access: Literal["enabled", "disabled", "restricted"]
+    allowed_domains: Strings | None = None
+    blocked_domains: Strings | None = None
+
+
+class PackagesBody(_Body):
+    """``environment.packages``: accepted when every list is empty."""
+
+    npm: Strings | None = None
+    python: Strings | None = None
+    system: Strings | None = None
+
+
+def _no_packages(value: PackagesBody | None) -> PackagesBody | None:
+    if value is not None and (value.npm or value.python or value.system):
+        raise ValueError(
+            "cubicle guests have no package installation (containers cannot reach PyPI/npm);"
+            " install in setup_commands from Debian's mirror with network enabled"
+        )
+    return value
+
+
+def _in_workspace(value: str) -> str:
+    """An absolute path at or below ``/workspace``, without ``..`` or NUL."""
+    if not value.startswith("/"):
+        raise ValueError("must be an absolute path inside /workspace")
+    normal = posixpath.normpath(value)
+    if "\x00" in value or not (normal == API_WORKSPACE or normal.startswith(API_WORKSPACE + "/")):
+        raise ValueError(f"{value!r} is not inside /workspace")
+    if ".." in value.split("/"):
+        raise ValueError(f"{value!r} must not contain '..'")
+    return value
+
+
+def _a_file(value: str) -> str:
+    if posixpath.normpath(value) == API_WORKSPACE:
+        raise ValueError("is the workspace itself, not a file")
+    return value
+
+
+def guest_path(api_path: str) -> str:
+    """``/workspace/a/b`` (checked by the models) → ``/home/cubicle/workspace/a/b``."""
+    return WORKSPACE + posixpath.normpath(api_path)[len(API_WORKSPACE) :]
+
+
+WorkspacePath = Annotated[str, AfterValidator(_in_workspace)]
+
+
+def _inline(value: str) -> str:
+    if value == "file_id":
+        raise ValueError(
+            "file_id files need the OpenAI Files API, which cubicle does not have; "
+            "send the content inline (type 'inline', base64 data)"
+        )
+    if value != "inline":
+        raise ValueError(f"must be 'inline', got {value!r}")
+    return value
+
+
+def _base64(value: str) -> str:
+    try:
+        size = len(base64.b64decode(value, validate=True))
+    except (binascii.Error, ValueError):
+        raise ValueError("is not valid standard base64") from None
+    if size > MAX_FILE_BYTES:
+        raise ValueError(f"is {size} bytes, over cubicle's {MAX_FILE_BYTES} byte limit")
+    return value
+
+
+class InlineFileBody(_Body):
+    """One of ``environment.files``: ``{type: "inline", path, data}`` (``file_id``: 400)."""
+
+    type: Annotated[str, AfterValidator(_inline)]
+    path: Annotated[WorkspacePath, AfterValidator(_a_file)]
+    data: Annotated[str, _expecting("base64 text"), AfterValidator(_base64)]
+
+
+def _env_name(value: str) -> str:
+    if not _ENV_NAME.fullmatch(value):
+        raise ValueError("is not a valid variable name (letters, digits, _; no leading digit)")
+    return value
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain NUL")
+    return value
+
+
+Env = dict[Annotated[str, AfterValidator(_env_name)], Annotated[str, AfterValidator(_no_nul)]]
+
+
+def _a_command(value: str) -> str:
+    if not value.strip() or "\x00" in value:
+        raise ValueError("must be a non-empty command without NUL")
+    return value
+
+
+class SetupCommandBody(_Body):
+    """One of ``environment.setup_commands``."""
+
+    command: Annotated[str, AfterValidator(_a_command)]
+    cwd: WorkspacePath | None = None
+
+
+class EnvironmentBody(_Body):
+    """A session request's ``environment``: the fields of ``EnvironmentParamOpenAIHosted``."""
+
+    type: Annotated[str, AfterValidator(_hosted)]
+    environment_id: Annotated[
+        Any, _refused("prewarmed environments are not available in cubicle")
+    ] = None
+    environment_template_id: Annotated[
+        Any, _refused("environment templates are not available in cubicle")
+    ] = None
+    packages: Annotated[PackagesBody | None, AfterValidator(_no_packages)] = None
+    plugins: Annotated[Any, _refused("plugins are not supported by cubicle")] = None
+    skills: Annotated[Any, _refused("skills are not supported by cubicle")] = None
+    capability_directories: Annotated[
+        Any, _refused("capability directories are not supported by cubicle")
+    ] = None
+    desktop: DesktopBody | None = None
+    network: NetworkBody | None = None
+    container_size: Literal["small", "medium", "large"] | None = None
+    files: list[InlineFileBody] | None = None
+    env: Env | None = None
+    setup_commands: list[SetupCommandBody] | None = None
+
+
+class _Request(_Body):
+    """Puts ``environment`` in front of every error's path."""
+
+    environment: EnvironmentBody
+
+
+# -- the mapping -----------------------------------------------------------------------------------
 
 
 def parse_environment(value: object, *, ask_timeout: float | None = None) -> EnvironmentPlan:
@@ -152,75 +342,35 @@ def parse_environment(value: object, *, ask_timeout: float | None = None) -> Env
 
     :raises ApiError: 400 naming the first field cubicle cannot honour or that is malformed.
     """
-    p = "environment"
-    if not isinstance(value, dict):
-        raise bad_request("environment must be an object", p)
-    kind = value.get("type")
-    if kind != "openai_hosted":
-        raise bad_request(
-            f"environment.type {kind!r} is not supported by cubicle serve; use 'openai_hosted' "
-            "(a cubicle desktop sandbox)",
-            f"{p}.type",
+    body = validate(_Request, {"environment": value}).environment
+    plan = _network(body.network, ask_timeout)
+    plan.container_size = body.container_size
+    for file in body.files or []:
+        data = base64.b64decode(file.data, validate=True)
+        plan.files.append(FileToWrite(guest_path(file.path), data))
+        plan.file_records.append(
+            {
+                "id": "file_" + secrets.token_hex(8),
+                "type": "inline",
+                "path": file.path,
+                "size_bytes": len(data),
+            }
         )
-    for key in value:
-        if key in _UNSUPPORTED and not _empty(value[key]):
-            raise bad_request(f"environment.{key}: {_UNSUPPORTED[key]}", f"{p}.{key}")
-        if key not in _KNOWN and key not in _UNSUPPORTED:
-            raise bad_request(f"environment.{key} is not a known field", f"{p}.{key}")
-    desktop = value.get("desktop")
-    if desktop is not None:
-        if not isinstance(desktop, dict) or set(desktop) - {"enabled"}:
-            raise bad_request("environment.desktop must be {enabled: bool}", f"{p}.desktop")
-        if desktop.get("enabled") is not True:
-            raise bad_request(
-                "environment.desktop.enabled: cubicle sessions always run on a desktop; "
-                "disabling it is not supported",
-                f"{p}.desktop.enabled",
-            )
-    plan = _network(value.get("network"), ask_timeout)
-    size = value.get("container_size")
-    if size is not None:
-        if size not in SIZES:
-            raise bad_request(
-                f"environment.container_size {size!r} is not small, medium or large",
-                f"{p}.container_size",
-            )
-        plan.container_size = size
-    _files(value.get("files"), plan)
-    _env(value.get("env"), plan)
-    _setup(value.get("setup_commands"), plan)
+    plan.env = dict(body.env or {})
+    for command in body.setup_commands or []:
+        cwd = WORKSPACE if command.cwd is None else guest_path(command.cwd)
+        plan.setup_commands.append(SetupCommand(command.command, cwd))
     return plan
 
 
-def _domains(network: dict[str, Any], key: str) -> list[str]:
-    """``environment.network.<key>`` as a list of strings (``null``: empty)."""
-    value = network.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(d, str) for d in value):
-        raise bad_request(
-            f"environment.network.{key} must be a list of strings", f"environment.network.{key}"
-        )
-    return list(value)
-
-
-def _network(network: object, ask_timeout: float | None) -> EnvironmentPlan:
+def _network(network: NetworkBody | None, ask_timeout: float | None) -> EnvironmentPlan:
+    """The policy of ``environment.network`` (``None``: disabled); what one field cannot say."""
     p = "environment.network"
     if network is None:
         return EnvironmentPlan(NetworkPolicy.none(), "disabled")
-    if not isinstance(network, dict):
-        raise bad_request("environment.network must be an object", p)
-    for key in network:
-        if key not in ("access", "allowed_domains", "blocked_domains"):
-            raise bad_request(f"environment.network.{key} is not a known field", f"{p}.{key}")
-    access = network.get("access")
-    if access not in ("disabled", "enabled", "restricted"):
-        raise bad_request(
-            f"environment.network.access {access!r} is not enabled, disabled or restricted",
-            f"{p}.access",
-        )
-    allowed = _domains(network, "allowed_domains")
-    blocked = _domains(network, "blocked_domains")
+    access = network.access
+    allowed = list(network.allowed_domains or [])
+    blocked = list(network.blocked_domains or [])
     ask = ask_timeout is not None
     if access != "restricted":
         for key, entries in (("allowed_domains", allowed), ("blocked_domains", blocked)):
@@ -265,84 +415,3 @@ def _network(network: object, ask_timeout: float | None) -> EnvironmentPlan:
     except ConfigError as exc:
         raise bad_request(f"environment.network.{key}: {exc}", f"{p}.{key}") from None
     return EnvironmentPlan(policy, access, allowed)
-
-
-def _entries(value: object, name: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """``(param, entry)`` of each object in the list field ``environment.<name>`` (``None``:
-    none). :raises ApiError: 400 when it is not a list of objects."""
-    if value is None:
-        return
-    if not isinstance(value, list):
-        raise bad_request(f"environment.{name} must be a list", f"environment.{name}")
-    for index, entry in enumerate(value):
-        p = f"environment.{name}[{index}]"
-        if not isinstance(entry, dict):
-            raise bad_request(f"{p} must be an object", p)
-        yield p, entry
-
-
-def _files(files: object, plan: EnvironmentPlan) -> None:
-    for p, entry in _entries(files, "files"):
-        if entry.get("type") == "file_id":
-            raise bad_request(
-                f"{p}: file_id files need the OpenAI Files API, which cubicle does not have; "
-                "send the content inline (type 'inline', base64 data)",
-                f"{p}.type",
-            )
-        if entry.get("type") != "inline":
-            raise bad_request(f"{p}.type must be 'inline'", f"{p}.type")
-        extra = set(entry) - {"type", "path", "data"}
-        if extra:
-            raise bad_request(f"{p}.{sorted(extra)[0]} is not a known field", p)
-        guest_path = _map_path(entry.get("path"), f"{p}.path")
-        if guest_path == WORKSPACE:
-            raise bad_request(f"{p}.path names the workspace itself, not a file", f"{p}.path")
-        raw = entry.get("data")
-        if not isinstance(raw, str):
-            raise bad_request(f"{p}.data must be base64 text", f"{p}.data")
-        try:
-            data = base64.b64decode(raw, validate=True)
-        except (binascii.Error, ValueError):
-            raise bad_request(f"{p}.data is not valid standard base64", f"{p}.data") from None
-        if len(data) > MAX_FILE_BYTES:
-            raise bad_request(
-                f"{p}.data is {len(data)} bytes, over cubicle's {MAX_FILE_BYTES} byte limit",
-                f"{p}.data",
-            )
-        plan.files.append(FileToWrite(guest_path, data))
-        plan.file_records.append(
-            {
-                "id": "file_" + secrets.token_hex(8),
-                "type": "inline",
-                "path": entry["path"],
-                "size_bytes": len(data),
-            }
-        )
-
-
-def _env(env: object, plan: EnvironmentPlan) -> None:
-    if env is None:
-        return
-    if not isinstance(env, dict):
-        raise bad_request("environment.env must be an object of strings", "environment.env")
-    for name, val in env.items():
-        p = f"environment.env.{name}"
-        if not _ENV_NAME.fullmatch(name):
-            raise bad_request(f"environment.env name {name!r} is not a valid variable name", p)
-        if not isinstance(val, str) or "\x00" in val:
-            raise bad_request(f"{p} must be a string without NUL", p)
-        plan.env[name] = val
-
-
-def _setup(commands: object, plan: EnvironmentPlan) -> None:
-    for p, entry in _entries(commands, "setup_commands"):
-        if not isinstance(entry.get("command"), str):
-            raise bad_request(f"{p} must be {{command: str, cwd?: str}}", p)
-        extra = set(entry) - {"command", "cwd"}
-        if extra:
-            raise bad_request(f"{p}.{sorted(extra)[0]} is not a known field", p)
-        if not entry["command"].strip() or "\x00" in entry["command"]:
-            raise bad_request(f"{p}.command must be a non-empty command", f"{p}.command")
-        cwd = entry.get("cwd")
-        guest_cwd = WORKSPACE if cwd is None else _map_path(cwd, f"{p}.cwd")
-        plan.setup_commands.append(SetupCommand(entry["command"], guest_cwd))

@@ -316,7 +316,7 @@ def param_of(loc: tuple[int | str, ...]) -> str:
 
 def _message(error: ErrorDetails) -> tuple[str, str]:
     """``(param, message)`` of one pydantic error; the message starts with the param."""
-    loc = tuple(error["loc"])
+    loc = tuple(part for part in error["loc"] if part != "[key]")  # a dict key: the key's path
     kind = error["type"]
     param = param_of(loc)
     if kind in ("union_tag_invalid", "union_tag_not_found"):

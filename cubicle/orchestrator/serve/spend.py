@@ -32,7 +32,7 @@ from typing import Any
 from cubicle.orchestrator.errors import ConfigError
 from cubicle.orchestrator.serve.errors import bad_request
 
-__all__ = ["ModelPrice", "PriceTable", "Spend", "check_limit", "load_prices"]
+__all__ = ["ModelPrice", "PriceTable", "Spend", "check_limit", "load_prices", "parse_prices"]
 
 PER_TOKENS = 1_000_000
 
@@ -76,11 +76,11 @@ class PriceTable:
         return self.models.get(model)
 
 
-def _price_field(table: Mapping[str, Any], model: str, name: str, path: Path) -> float:
+def _price_field(table: Mapping[str, Any], model: str, name: str, source: str) -> float:
     value = table.get(name)
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e6:
         raise ConfigError(
-            f"--prices {path}: models.{model!r}.{name} must be a number of USD per million "
+            f"--prices {source}: models.{model!r}.{name} must be a number of USD per million "
             f"tokens (0 or more), got {value!r}"
         )
     return float(value)
@@ -92,36 +92,46 @@ def load_prices(path: Path) -> PriceTable:
     :raises ConfigError: unreadable, not TOML, or a model entry that is wrong (naming it).
     """
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"--prices {path}: cannot read it: {exc.strerror}") from None
+    return parse_prices(text, str(path))
+
+
+def parse_prices(text: str, source: str) -> PriceTable:
+    """A price table from TOML ``text``; ``source`` names it in errors.
+
+    :raises ConfigError: not TOML, or a model entry that is wrong (naming it).
+    """
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"--prices {path}: not TOML: {exc}") from None
+        raise ConfigError(f"--prices {source}: not TOML: {exc}") from None
     unknown = sorted(set(data) - {"models"})
     models = data.get("models")
     if unknown or not isinstance(models, dict) or not models:
         raise ConfigError(
-            f"--prices {path}: wants [models.NAME] tables with input and output prices in USD "
+            f"--prices {source}: wants [models.NAME] tables with input and output prices in USD "
             "per million tokens" + (f" (unknown key {unknown[0]!r})" if unknown else "")
         )
     prices: dict[str, ModelPrice] = {}
     for model, table in models.items():
         if not isinstance(table, dict):
-            raise ConfigError(f"--prices {path}: models.{model!r} must be a table")
+            raise ConfigError(f"--prices {source}: models.{model!r} must be a table")
         extra = sorted(set(table) - {"input", "cached_input", "output"})
         if extra:
             raise ConfigError(
-                f"--prices {path}: models.{model!r}.{extra[0]} is not a price "
+                f"--prices {source}: models.{model!r}.{extra[0]} is not a price "
                 "(input, cached_input, output)"
             )
-        price_in = _price_field(table, model, "input", path)
+        price_in = _price_field(table, model, "input", source)
         cached = (
-            _price_field(table, model, "cached_input", path)
+            _price_field(table, model, "cached_input", source)
             if "cached_input" in table
             else price_in
         )
-        prices[model] = ModelPrice(price_in, cached, _price_field(table, model, "output", path))
-    return PriceTable(prices, str(path))
+        prices[model] = ModelPrice(price_in, cached, _price_field(table, model, "output", source))
+    return PriceTable(prices, source)
 
 
 class Spend:

@@ -343,27 +343,21 @@ def prepare(sandbox: Sandbox, plan: EnvironmentPlan) -> None:
         if plan.env:
             lines = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(plan.env.items()))
             client.write_file(ENV_FILE, lines.encode())
-            client.call(
-                "exec",
-                {
-                    "argv": [
-                        "sh",
-                        "-c",
-                        "grep -qs cubicle-session-env ~/.bashrc || "
-                        'echo ". ~/.cubicle-session-env" >> ~/.bashrc',
-                    ]
-                },
+            client.exec(
+                [
+                    "sh",
+                    "-c",
+                    "grep -qs cubicle-session-env ~/.bashrc || "
+                    'echo ". ~/.cubicle-session-env" >> ~/.bashrc',
+                ]
             )
     for index, command in enumerate(plan.setup_commands):
         with sandbox.connect() as client:
-            reply = client.call(
-                "exec",
-                {
-                    "argv": ["sh", "-c", command.command],
-                    "cwd": command.cwd,
-                    "env": dict(plan.env),
-                    "timeout_ms": int(SETUP_TIMEOUT_S * 1000),
-                },
+            reply = client.exec(
+                ["sh", "-c", command.command],
+                cwd=command.cwd,
+                env=plan.env,
+                timeout_ms=int(SETUP_TIMEOUT_S * 1000),
                 timeout=SETUP_TIMEOUT_S + 10,
             ).result
         code = reply.get("exit_code")

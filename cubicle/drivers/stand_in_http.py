@@ -1,0 +1,125 @@
+"""A local JSON-over-HTTP server for the scripted model stand-ins (offline, keyless runs).
+
+:class:`StandIn` serves ``POST`` requests on ``127.0.0.1`` (a port the OS picks) and hands each
+JSON body to ``answer(path, body)``, which returns the JSON to send (HTTP 200) or raises
+:class:`~cubicle.drivers.errors.ScriptViolation` (HTTP 400, the reason in the body, recorded in
+:attr:`StandIn.failures`). Errors carry ``x-should-retry: false`` so a real client does not retry.
+Every body is kept in :attr:`StandIn.requests`. Used by :mod:`cubicle.drivers.scripted_messages`
+(Anthropic's Messages API) and :mod:`cubicle.drivers.scripted_gemini` (Gemini's generateContent).
+
+The server thread is the stand-in's: ``__exit__`` / :meth:`close` stop it and close the socket;
+a clean ``with`` exit raises the first recorded failure.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Self
+
+from cubicle.drivers.errors import DriverError, ScriptViolation
+
+__all__ = ["Answer", "StandIn"]
+
+Answer = Callable[[str, dict[str, Any]], dict[str, Any]]
+"""``answer(path, body)`` → the JSON reply; raises ``ScriptViolation`` for a request off script."""
+
+MAX_BODY_BYTES = 512 * 1024 * 1024
+
+
+class StandIn:
+    """Serve ``answer`` on ``127.0.0.1``; use as a context manager."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        self.requests: list[dict[str, Any]] = []
+        self.failures: list[DriverError] = []
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT`` (no path)."""
+        if self._server is None:
+            raise RuntimeError("the stand-in is not running")
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def start(self) -> Self:
+        handler = type("_Handler", (_Handler,), {"stand_in": self})
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="cubicle-stand-in", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving and close the socket (idempotent)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+        if exc_type is None and self.failures:
+            raise self.failures[0]
+
+    def handle(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """One request: the status and the JSON to send (serialised: one turn at a time)."""
+        with self._lock:
+            self.requests.append(body)
+            try:
+                return 200, self.answer(path, body)
+            except ScriptViolation as exc:
+                self.failures.append(exc)
+                return 400, {"type": "error", "error": {"type": "off_script", "message": str(exc)}}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    stand_in: StandIn
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        if length > MAX_BODY_BYTES:
+            self._send(413, {"error": {"message": f"body over {MAX_BODY_BYTES} bytes"}})
+            return
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except ValueError as exc:
+            self._send(400, {"error": {"message": f"the body is not JSON: {exc}"}})
+            return
+        if not isinstance(body, dict):
+            self._send(400, {"error": {"message": "the body is not a JSON object"}})
+            return
+        status, reply = self.stand_in.handle(self.path, body)
+        self._send(status, reply)
+
+    def _send(self, status: int, reply: dict[str, Any]) -> None:
+        data = json.dumps(reply).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        if status != 200:
+            self.send_header("x-should-retry", "false")
+        self.end_headers()
+        self.wfile.write(data)
