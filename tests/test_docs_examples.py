@@ -13,7 +13,8 @@ A block's kind is its language's default, or the HTML comment on the line before
   the command uses; ``make TARGET`` must name a Makefile target; ``export NAME=…`` must name a
   variable cubicle or the Docker client reads; ``source .venv/bin/activate`` the Makefile's venv;
 - ``synopsis`` (the CLI at a glance): every subcommand, flag and listed choice exists;
-- ``task`` / ``policy`` (TOML): parsed by the loader of task files / approval policy files;
+- ``task`` / ``policy`` / ``prices`` (TOML): parsed by the loader of task files / approval policy
+  files / ``cubicle serve --prices`` tables;
 - ``output``, ``diagram``, ``illustration WHY``: not code (what a command prints, a picture, a
   design's sketch of an API cubicle does not depend on); python ones must still compile.
 
@@ -46,6 +47,7 @@ from cubicle.orchestrator.cli import build_parser
 from cubicle.orchestrator.provider import parse_size
 from cubicle.orchestrator.providers.docker.engine import TLS_FILES, Engine
 from cubicle.orchestrator.run_task import parse_settle, parse_verify_file
+from cubicle.orchestrator.serve.spend import parse_prices
 from cubicle.orchestrator.shape_options import parse_network
 from cubicle.orchestrator.tasks import TaskFileError, parse_task
 from cubicle.orchestrator.view.recording import parse_record
@@ -349,6 +351,10 @@ def check_policy(block: Block) -> None:
     parse_policy(block.code, block.where)
 
 
+def check_prices(block: Block) -> None:
+    parse_prices(block.code, block.where)
+
+
 CHECKS: dict[str, Callable[[Block], None]] = {
     "python": check_python,
     "typecheck": check_imports,
@@ -357,6 +363,7 @@ CHECKS: dict[str, Callable[[Block], None]] = {
     "synopsis": check_synopsis,
     "task": check_task,
     "policy": check_policy,
+    "prices": check_prices,
     **dict.fromkeys(NOT_CODE, check_compiles),
 }
 LANGUAGES: dict[str, tuple[str, ...]] = {
@@ -364,7 +371,7 @@ LANGUAGES: dict[str, tuple[str, ...]] = {
     "sh": ("shell",),
     "bash": ("shell",),
     "console": ("shell",),
-    "toml": ("task", "policy"),
+    "toml": ("task", "policy", "prices"),
     "text": ("synopsis", *NOT_CODE),
     "yaml": ("illustration",),
 }

@@ -169,6 +169,7 @@ class AgentsRunRecording:
                 final_message=self.final_message,
                 wall_s=round(time.monotonic() - self._started, 2),
                 error=self.error,
+                usage=self.session.usage.as_dict(),
             )
         finally:
             self.recorder.close()

@@ -39,7 +39,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from cubicle.drivers.approvals import ApprovalPolicy, FilePolicy, NonInteractive, TerminalPrompt
 from cubicle.drivers.errors import SettleOptionError
@@ -48,10 +48,12 @@ from cubicle.drivers.settle import SettleOption, SettleSpec, check_settle
 from cubicle.drivers.stall import DEFAULT_STALL_LIMIT
 from cubicle.drivers.viewport import Viewport
 from cubicle.orchestrator.errors import ConfigError
+from cubicle.orchestrator.modelrun.budget import BudgetSpec, parse_context_budget
 from cubicle.orchestrator.modelrun.console import default_out, destroy_quietly, progress
 from cubicle.orchestrator.modelrun.responses_model import DEFAULT_BASE_URL, ResponsesModel
 from cubicle.orchestrator.modelrun.run import DEFAULT_MAX_STEPS, RunSpec, run
 from cubicle.orchestrator.modelrun.signals import cancel_on_signals
+from cubicle.orchestrator.modelrun.usage import usage_line
 from cubicle.orchestrator.modelrun.verify import Verifier, check_file, function_verifier
 from cubicle.orchestrator.network import NetworkPolicy
 from cubicle.orchestrator.origin_answers import (
@@ -138,8 +140,16 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--loop",
         choices=["toolset", "runner"],
-        default="toolset",
-        help="ComputerToolset.run (default) or ResponsesToolRunner.run",
+        default="runner",
+        help="ResponsesToolRunner.run with a context budget (default), or ComputerToolset.run, "
+        "which replays the full history, every screenshot, every step (no budget)",
+    )
+    p.add_argument(
+        "--context-budget",
+        default=None,
+        metavar="images=N,bytes=M|off",
+        help="the runner's limit per request: older steps are dropped for a short summary "
+        "(default images=8,bytes=4M; off: full replay, what is sent grows every step)",
     )
     p.add_argument(
         "--approvals",
@@ -219,6 +229,18 @@ def parse_settle(text: str) -> SettleOption:
     except SettleOptionError as exc:
         raise ConfigError(f"--settle: {exc}") from None
     return values
+
+
+def _context_budget(args: argparse.Namespace) -> BudgetSpec | Literal["default"] | None:
+    """``--context-budget`` for ``--loop``; the toolset takes none but ``off``."""
+    if args.context_budget is None:
+        return "default"
+    budget = parse_context_budget(args.context_budget)
+    if budget is not None and args.loop == "toolset":
+        raise ConfigError(
+            "--context-budget needs --loop runner: the toolset loop replays the full history"
+        )
+    return budget
 
 
 def _policies(args: argparse.Namespace) -> tuple[ApprovalPolicy, ApprovalPolicy | None]:
@@ -328,6 +350,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if settings.max_steps < 1:
         raise ConfigError(f"--max-steps must be at least 1, got {settings.max_steps}")
     record = parse_record(args.record) if args.record is not None else None
+    budget = _context_budget(args)
     out: Path = args.out or default_out("run")
     model = ResponsesModel(
         args.model,
@@ -346,6 +369,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         spec = RunSpec(
             out=out,
             loop=args.loop,
+            context_budget=budget,
             prompt=args.task or "",
             task=task_file,
             viewport=viewport,
@@ -372,6 +396,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(check.describe(), flush=True)
     if result.error:
         print(f"cubicle run: stopped: {result.error}", file=sys.stderr, flush=True)
+    if result.usage:
+        print(f"cubicle run: {usage_line(result.usage)}", file=sys.stderr, flush=True)
     print(
         f"cubicle run: {'succeeded' if result.ok else 'FAILED'} in {result.wall_s:.1f} s, "
         f"{result.actions} actions; report: {out / 'report.html'}",

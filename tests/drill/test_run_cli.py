@@ -69,6 +69,29 @@ def test_run_prints_the_final_message_and_fails_a_verify_file_that_does_not_hold
         ({"x": 512, "y": 320}, {"x": 640, "y": 400})
     ]
     assert (tmp_path / "out" / "report.html").is_file()
+    # the default loop is the runner with the default budget; the usage totals are printed
+    run = next(e for e in events if e["kind"] == "run")
+    assert (run["loop"], run["context_budget"]) == ("runner", "images=8,bytes=4194304")
+    assert "tokens: 0 in (0 cached), 0 out (0 reasoning), 0 total over 2 requests" in result.stderr
+    assert [e["images"] for e in events if e["kind"] == "model_request"] == [0, 1]
+
+
+def test_a_context_budget_for_the_toolset_loop_is_refused(tmp_path: Path) -> None:
+    env = {**os.environ, "OPENAI_API_KEY": "offline-test"}
+    flags = ["--loop", "toolset", "--context-budget", "images=3", "--out", str(tmp_path / "out")]
+    result = subprocess.run(
+        [PYTHON, "-m", "cubicle.orchestrator.cli", "run", "x", *flags],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "--context-budget needs --loop runner" in result.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_run_without_a_terminal_refuses_safety_checks_and_runs_nothing(

@@ -188,6 +188,7 @@ def test_unknown_session_is_404(api_server: Server) -> None:
     client = api_server.client()
     for call in (
         lambda: client.beta.agents.sessions.retrieve("sess_nope"),
+        lambda: client.beta.agents.sessions.update("sess_nope", metadata={}),
         lambda: client.beta.agents.sessions.delete("sess_nope"),
         lambda: client.beta.agents.sessions.items.list("sess_nope"),
         lambda: client.beta.agents.sessions.events.create(
@@ -204,7 +205,6 @@ def test_unknown_session_is_404(api_server: Server) -> None:
 def test_unimplemented_endpoints_answer_501_in_the_error_shape(api_server: Server) -> None:
     client = api_server.client()
     for call in (
-        lambda: client.beta.agents.sessions.update("sess_x", metadata={}),
         lambda: client.beta.agents.sessions.turns.list("sess_x"),
         lambda: client.beta.agents.sessions.artifacts.list("sess_x"),
         lambda: client.beta.agents.create(model="m"),

@@ -104,8 +104,8 @@ def test_an_unimplemented_endpoint_is_asked_once_with_default_retries(served: Se
     client = served.client()
     assert client.max_retries >= 1  # the SDK's default: it would retry a plain 501
     calls = (
-        (lambda: client.beta.agents.sessions.update("sess_x", metadata={}), "POST", "sess_x"),
         (lambda: client.beta.agents.sessions.turns.list("sess_x"), "GET", "sess_x/turns"),
+        (lambda: client.beta.agents.sessions.artifacts.list("sess_x"), "GET", "sess_x/artifacts"),
     )
     for call, method, tail in calls:
         with pytest.raises(openai.InternalServerError) as caught:

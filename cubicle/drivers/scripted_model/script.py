@@ -27,6 +27,9 @@
 * ``sees`` (optional, not on the first turn): what the screenshot this turn was *sent* must show
   (:mod:`cubicle.drivers.scripted_model.expect`); the embedder judges it in ``on_turn`` (the drill
   does).
+* ``usage`` (optional): the response's ``usage`` object (integer ``input_tokens``,
+  ``output_tokens``, ``total_tokens``; optional ``input_tokens_details``/``output_tokens_details``)
+  or ``null`` to serve a response without usage; default: all counts 0.
 * the last turn must be a ``message``, so the script can finish.
 
 Coordinates are not bounds-checked: a script may send a point outside the view on purpose.
@@ -48,12 +51,25 @@ __all__ = [
     "SafetyCheckSpec",
     "Script",
     "Turn",
+    "default_usage",
     "load_script",
     "parse_script",
 ]
 
 TOOL_OUTPUT: Final = "{TOOL_OUTPUT}"
 """Replaced in a turn by the latest function call output its request carries."""
+
+
+def default_usage() -> dict[str, Any]:
+    """The ``usage`` a turn serves unless its script gives one: every count 0."""
+    return {
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "total_tokens": 0,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": 0},
+    }
+
 
 _INT = "int"
 _STR = "str"
@@ -104,6 +120,8 @@ class Turn:
     (:mod:`cubicle.drivers.scripted_model.expect`)."""
     function: tuple[str, dict[str, Any]] | None = None
     """A function call: ``(name, arguments)``."""
+    usage: dict[str, Any] | None = field(default_factory=default_usage)
+    """The response's ``usage`` (``None``: served without one)."""
 
     @property
     def is_call(self) -> bool:
@@ -200,14 +218,15 @@ def _turn(index: int, value: object, path: str) -> Turn:
     if not isinstance(value, dict):
         raise ScriptError(path, index, f"a turn must be an object, got {type(value).__name__}")
     kinds = ("computer_call", "function_call", "message")
-    unknown = sorted(set(value) - {"before", *kinds, "expect", "note", "sees"})
+    unknown = sorted(set(value) - {"before", *kinds, "expect", "note", "sees", "usage"})
     if unknown:
         raise ScriptError(
             path,
             index,
             f"unknown key {unknown[0]!r}; "
-            "allowed: before, computer_call, expect, function_call, message, note, sees",
+            "allowed: before, computer_call, expect, function_call, message, note, sees, usage",
         )
+    usage = _usage(value["usage"], path, index) if "usage" in value else default_usage()
     sees = parse_sees(value["sees"], path, index) if "sees" in value else ()
     if sum(kind in value for kind in kinds) != 1:
         raise ScriptError(
@@ -225,7 +244,9 @@ def _turn(index: int, value: object, path: str) -> Turn:
             raise ScriptError(path, index, "message must be a non-empty string")
         if "expect" in value:
             raise ScriptError(path, index, "expect belongs to computer_call turns only")
-        return Turn(index, tuple(before), message=value["message"], raw=dict(value), sees=sees)
+        return Turn(
+            index, tuple(before), message=value["message"], raw=dict(value), sees=sees, usage=usage
+        )
     if "function_call" in value:
         if "expect" in value:
             raise ScriptError(path, index, "expect belongs to computer_call turns only")
@@ -235,6 +256,7 @@ def _turn(index: int, value: object, path: str) -> Turn:
             raw=dict(value),
             sees=sees,
             function=_function_call(value["function_call"], path, index),
+            usage=usage,
         )
     call = value["computer_call"]
     if not isinstance(call, dict):
@@ -291,6 +313,7 @@ def _turn(index: int, value: object, path: str) -> Turn:
         size,
         dict(value),
         sees,
+        usage=usage,
     )
 
 
@@ -305,6 +328,20 @@ def _function_call(call: object, path: str, index: int) -> tuple[str, dict[str, 
     if not isinstance(arguments, dict):
         raise ScriptError(path, index, "function_call.arguments must be a JSON object")
     return name, dict(arguments)
+
+
+def _usage(value: object, path: str, index: int) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ScriptError(path, index, "usage must be an object or null")
+    for name in ("input_tokens", "output_tokens", "total_tokens"):
+        if not _is_int(value.get(name)) or value[name] < 0:
+            raise ScriptError(path, index, f"usage.{name} must be a whole number >= 0")
+    for name in ("input_tokens_details", "output_tokens_details"):
+        if name in value and not isinstance(value[name], dict):
+            raise ScriptError(path, index, f"usage.{name} must be an object")
+    return dict(value)
 
 
 def parse_script(data: object, path: str = "<script>") -> Script:

@@ -15,14 +15,6 @@ from cubicle.drivers.scripted_model.script import Turn
 
 __all__ = ["call_id", "response_json", "sse_body"]
 
-_USAGE = {
-    "input_tokens": 0,
-    "output_tokens": 0,
-    "total_tokens": 0,
-    "input_tokens_details": {"cached_tokens": 0},
-    "output_tokens_details": {"reasoning_tokens": 0},
-}
-
 
 def call_id(prefix: str, turn: Turn) -> str:
     """The ``call_id`` of a computer_call or function_call turn (stable, so requests can be
@@ -78,7 +70,7 @@ def response_json(
         "tool_choice": "auto",
         "tools": [{"type": "computer"}],
         "output": [_output_item(prefix, turn)] if status == "completed" else [],
-        "usage": dict(_USAGE) if status == "completed" else None,
+        "usage": dict(turn.usage) if status == "completed" and turn.usage is not None else None,
     }
 
 

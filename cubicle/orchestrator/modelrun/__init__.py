@@ -9,6 +9,9 @@ Neither ``cubicle run`` nor the drill imports the other; both import this packag
 * :mod:`~cubicle.orchestrator.modelrun.loop` — the real openai loop (``ComputerToolset`` or
   ``ResponsesToolRunner``) in a worker thread, with every turn, action, approval and diagnostic
   recorded into a trajectory (:mod:`cubicle.orchestrator.trajectory`);
+* :mod:`~cubicle.orchestrator.modelrun.budget` — the runner's context budget (the default, cubicle's
+  ``compact``, ``--context-budget``); :mod:`~cubicle.orchestrator.modelrun.usage` — token usage
+  totals of a run;
 * :mod:`~cubicle.orchestrator.modelrun.guest_steps` — a task's set-up before the first turn, and
   clean-up (helper files in :mod:`~cubicle.orchestrator.modelrun.guest_files`);
 * :mod:`~cubicle.orchestrator.modelrun.verify` — checks of the guest's real state after the run;

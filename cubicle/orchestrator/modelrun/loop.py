@@ -11,13 +11,21 @@ callbacks and the driver's observer to a
 and
   record every decision (who decided and why, from the policy's decision log);
 - ``on_diagnostic`` → ``diagnostic`` events (the SDK's content-free timings);
-- an httpx event hook on the OpenAI client → ``model_turn`` events (response id, calls and their
-  actions, the final message, usage, request time), never the request bodies (screenshots).
+- an httpx event hook on the OpenAI client → ``model_request`` events before each request is sent
+  (``input_bytes`` and ``images``: what its ``input`` carries, measured as the SDK's context
+  budget measures it, :func:`~cubicle.orchestrator.modelrun.budget.measure_input`) and
+  ``model_turn`` events as each response arrives (response id, calls and their actions, the final
+  message, usage, request time), never the request bodies (screenshots);
+- usage totals (:attr:`RecordedSession.usage`, a
+  :class:`~cubicle.orchestrator.modelrun.usage.UsageTotals`): from the runner's request
+  diagnostics, or from the response bodies for the toolset loop.
 
 :func:`run_loop` runs either ``openai.ComputerToolset.run`` or ``ResponsesToolRunner.run`` in a
 worker thread, so the caller's thread keeps handling signals: :meth:`LoopThread.cancel` sets the
 SDK's ``cancelled`` flag and closes the toolset (``draining`` while a call is active), then
-:meth:`LoopThread.wait` joins it.
+:meth:`LoopThread.wait` joins it. The runner gets a context budget
+(:mod:`cubicle.orchestrator.modelrun.budget`, cubicle's ``compact``) unless it is given ``None``;
+the toolset replays the full history (it has no budget).
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 from urllib.parse import urlsplit
 
 import httpx2
@@ -44,7 +52,14 @@ from openai.types.responses.response_create_params import ResponseCreateParamsNo
 from cubicle.drivers.approvals import ApprovalPolicy
 from cubicle.drivers.records import ActionRecord
 from cubicle.drivers.stall import DEFAULT_STALL_LIMIT, StallDetector
+from cubicle.orchestrator.modelrun.budget import (
+    BudgetSpec,
+    Compactor,
+    measure_input,
+    resolve_budget,
+)
 from cubicle.orchestrator.modelrun.functions import FunctionCalls
+from cubicle.orchestrator.modelrun.usage import UsageTotals
 from cubicle.orchestrator.trajectory.recorder import TrajectoryRecorder
 
 __all__ = [
@@ -137,6 +152,12 @@ class RecordedSession:
         self.functions: FunctionCalls | None = None
         """The run's function tools: each response's ``function_call`` items are queued there
         (:mod:`cubicle.orchestrator.modelrun.functions`) and recorded in its ``model_turn``."""
+        self.usage = UsageTotals()
+        """Token usage over the run's completed requests (the ``end`` record's ``usage``)."""
+        self.usage_from_bodies = True
+        """Count requests from the response bodies (no request diagnostics: the toolset loop,
+        the Agents SDK); :class:`LoopThread` turns it off for the runner."""
+        self.requests_sent = 0
 
     # -- SDK callbacks -------------------------------------------------------------------------
 
@@ -183,6 +204,13 @@ class RecordedSession:
 
     def on_diagnostic(self, diagnostic: ToolDiagnostic) -> None:
         self.recorder.event("diagnostic", **dict(diagnostic))
+        if (
+            not self.usage_from_bodies
+            and diagnostic.get("api") == "responses"
+            and diagnostic.get("stage") == "request"
+            and diagnostic.get("reason") == "completed"
+        ):
+            self.usage.add_request(diagnostic.get("usage"))
 
     # -- driver observer -------------------------------------------------------------------------
 
@@ -282,6 +310,29 @@ class RecordedSession:
 
     def _on_request(self, request: httpx2.Request) -> None:
         self._request_started[id(request)] = time.monotonic()
+        if request.method == "POST" and request.url.path.endswith("/responses"):
+            self._record_request(request)
+
+    def _record_request(self, request: httpx2.Request) -> None:
+        """A ``model_request`` record: what this request's ``input`` carries."""
+        try:
+            content = request.content
+            body = json.loads(content)
+        except (ValueError, httpx2.RequestNotRead):
+            return
+        if not isinstance(body, dict):
+            return
+        items = body.get("input")
+        input_bytes, images = measure_input(items)
+        self.recorder.event(
+            "model_request",
+            index=self.requests_sent,
+            input_bytes=input_bytes,
+            images=images,
+            items=len(items) if isinstance(items, list) else 1,
+            body_bytes=len(content),
+        )
+        self.requests_sent += 1
 
     def _on_response(self, response: httpx2.Response) -> None:
         started = self._request_started.pop(id(response.request), None)
@@ -290,7 +341,10 @@ class RecordedSession:
         if not response.request.url.path.endswith("/responses"):
             return
         if "json" not in response.headers.get("content-type", ""):
-            # a streamed (SSE) turn: the runner's turns are recorded from the actions instead
+            # a streamed (SSE) turn: the runner's turns are recorded from the actions instead;
+            # its usage is not read here, so the totals say they are incomplete
+            if response.status_code == 200 and self.usage_from_bodies:
+                self.usage.add_request(None)
             self.recorder.model_turn(
                 status=f"http {response.status_code}",
                 response_id=None,
@@ -316,6 +370,8 @@ class RecordedSession:
                 duration_ms=round(elapsed * 1000, 1),
             )
             return
+        if body.get("status") == "completed":
+            self.usage.add_response(body.get("usage"), counts=self.usage_from_bodies)
         calls: list[dict[str, Any]] = []
         texts: list[str] = []
         functions = self.functions.observe(body) if self.functions is not None else []
@@ -366,6 +422,11 @@ class LoopThread:
     :param kind: ``toolset`` (``ComputerToolset.run``) or ``runner`` (``ResponsesToolRunner.run``).
     :param driver: an ``openai.ComputerDriver``; the caller owns it.
     :param functions: function tools beside the computer tool (``runner`` only).
+    :param context_budget: the runner's budget (default
+        :data:`~cubicle.orchestrator.modelrun.budget.DEFAULT_BUDGET`, with cubicle's
+        :class:`~cubicle.orchestrator.modelrun.budget.Compactor`); ``None``: the full history
+        every request. The toolset takes only ``None`` (it replays the full history).
+    :raises ValueError: a budget for the toolset loop.
     """
 
     def __init__(
@@ -378,10 +439,24 @@ class LoopThread:
         *,
         max_steps: int,
         functions: Sequence[RegisteredFunction] = (),
+        context_budget: BudgetSpec | Literal["default"] | None = "default",
     ) -> None:
         if functions and kind != "runner":
             raise ValueError("function tools need the runner loop (ResponsesToolRunner)")
+        context_budget = resolve_budget(kind, context_budget)
+        if kind == "toolset" and context_budget is not None:
+            raise ValueError(
+                "the toolset loop (ComputerToolset.run) replays the full history and takes no "
+                "context budget; use the runner loop or no budget"
+            )
         self.kind = kind
+        self.budget = context_budget
+        self.budget_params = context_budget.context_budget() if context_budget else None
+        self.compactor: Compactor | None = (
+            cast(Compactor, self.budget_params["compact"]) if self.budget_params else None
+        )
+        """The run's ``compact`` (its counts: compactions, batches, dropped), or ``None``."""
+        session.usage_from_bodies = kind != "runner"
         self.toolset = ComputerToolset(driver)
         self.runner = (
             ResponsesToolRunner(computer=self.toolset, functions=list(functions))
@@ -407,16 +482,27 @@ class LoopThread:
     def _main(self) -> None:
         session = self._session
         try:
-            run = self.runner.run if self.runner is not None else self.toolset.run
-            self.outcome.response = run(
-                self._client,
-                self._params,
-                max_steps=self._max_steps,
-                approve_safety_checks=session.approve_safety_checks,
-                before_action=session.before_action,
-                cancelled=self.cancelled,
-                on_diagnostic=session.on_diagnostic,
-            )
+            if self.runner is not None:
+                self.outcome.response = self.runner.run(
+                    self._client,
+                    self._params,
+                    max_steps=self._max_steps,
+                    approve_safety_checks=session.approve_safety_checks,
+                    before_action=session.before_action,
+                    cancelled=self.cancelled,
+                    on_diagnostic=session.on_diagnostic,
+                    context_budget=self.budget_params,
+                )
+            else:
+                self.outcome.response = self.toolset.run(
+                    self._client,
+                    self._params,
+                    max_steps=self._max_steps,
+                    approve_safety_checks=session.approve_safety_checks,
+                    before_action=session.before_action,
+                    cancelled=self.cancelled,
+                    on_diagnostic=session.on_diagnostic,
+                )
         except BaseException as exc:  # reported by the caller, which owns the outcome
             self.outcome.error = exc
 

@@ -38,6 +38,7 @@ from cubicle.drivers.settle import SettleOption
 from cubicle.drivers.stall import DEFAULT_STALL_LIMIT, StallDetector
 from cubicle.drivers.viewport import Viewport
 from cubicle.orchestrator.modelrun import Desktop
+from cubicle.orchestrator.modelrun.budget import BudgetSpec, describe_budget, resolve_budget
 from cubicle.orchestrator.modelrun.errors import RunCancelled, RunStalled
 from cubicle.orchestrator.modelrun.functions import FunctionCalls, FunctionTool
 from cubicle.orchestrator.modelrun.guest_steps import GuestSteps, TaskGuest
@@ -99,6 +100,8 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
     """Workarounds applied to the guest during set-up (printed in the drill's summary)."""
     require_checks: bool = False
+    usage: dict[str, Any] = field(default_factory=dict)
+    """Token usage totals (:meth:`cubicle.orchestrator.modelrun.usage.UsageTotals.as_dict`)."""
 
     @property
     def ok(self) -> bool:
@@ -125,6 +128,9 @@ class RunSpec:
     :param viewport: the model's view (default: the whole screen at native size).
     :param settle: the driver's settle option (:mod:`cubicle.drivers.settle`).
     :param max_steps: model requests at most.
+    :param context_budget: the runner's context budget
+        (:mod:`cubicle.orchestrator.modelrun.budget`; ``"default"``: the default budget for the
+        runner, none for the toolset; ``None``: the full history every request).
     :param stall_limit: state-changing actions in a row that changed nothing visible before the
         run counts as stalled (0: never); ``on_stall`` says what then happens: ``stop`` the run,
         hand control to a person (``takeover``, the run waits until released), or only
@@ -139,7 +145,8 @@ class RunSpec:
     """
 
     out: Path
-    loop: LoopKind = "toolset"
+    loop: LoopKind = "runner"
+    context_budget: BudgetSpec | Literal["default"] | None = "default"
     prompt: str = ""
     task: Task | None = None
     viewport: Viewport | None = None
@@ -310,6 +317,7 @@ def _run_connected(
             "run",
             task=prompt,
             loop=spec.loop,
+            context_budget=describe_budget(resolve_budget(spec.loop, spec.context_budget)),
             model=model.name,
             screen=list(geometry.screen),
             model_view=[geometry.width, geometry.height],
@@ -353,6 +361,7 @@ def _run_connected(
             result.driver_s = session.driver_s
             result.notes = list(steps.notes) if steps is not None else []
             result.actions = session.executed_actions
+            result.usage = session.usage.as_dict()
             recorder.event(
                 "end",
                 ok=result.ok,
@@ -361,6 +370,7 @@ def _run_connected(
                 guest_wait_s=round(result.guest_wait_s, 2),
                 driver_s=round(result.driver_s, 2),
                 error=result.error,
+                usage=result.usage,
             )
 
 
@@ -381,6 +391,7 @@ def _loop(
             context.session,
             max_steps=spec.max_steps,
             functions=context.session.functions.registered() if context.session.functions else (),
+            context_budget=spec.context_budget,
         )
         context.steps.cancelled = lambda: context.cancel_requested() or thread.cancelled()
         thread.start()

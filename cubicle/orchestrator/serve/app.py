@@ -8,6 +8,8 @@ page):
 ``GET    /v1/agents/sessions``              list (``after``/``limit``/``order``, ``agent_id``,
                                             ``metadata[KEY]=VALUE``)
 ``GET    /v1/agents/sessions/{id}``         retrieve
+``POST   /v1/agents/sessions/{id}``         update: ``metadata``, ``spend_control`` (resumes a
+                                            session paused at its spending limit)
 ``DELETE /v1/agents/sessions/{id}``         delete: cancels the turn, removes the sandbox,
                                             its folder, its streams
 ``POST   /v1/agents/sessions/{id}/events``  inputs: message, cancel, approval answers, function
@@ -68,9 +70,11 @@ from cubicle.orchestrator.serve.requests import (
     InputEvent,
     MessageInput,
     ToolResult,
+    UpdateRequest,
     content_of,
     validate,
 )
+from cubicle.orchestrator.serve.spend import PriceTable, Spend, check_limit
 from cubicle.orchestrator.serve.store import Session, SessionStore, TurnState, page
 from cubicle.orchestrator.serve.turns import turn_runner
 from cubicle.orchestrator.serve.worker import SessionWorker
@@ -104,6 +108,8 @@ class ServerState:
     :meth:`~cubicle.orchestrator.network.NetworkPolicy.with_internal`)."""
     max_sessions: int = DEFAULT_MAX_SESSIONS
     """Sessions at once (``--max-sessions``); a deleted one counts until its desktop is gone."""
+    prices: PriceTable = field(default_factory=lambda: PriceTable({}))
+    """The operator's prices (``--prices FILE``, :mod:`cubicle.orchestrator.serve.spend`)."""
     hosts: frozenset[str] | None = None
     """The Host names answered (:func:`cubicle.orchestrator.serve.hosts.allowed_hosts`);
     ``None``: any."""
@@ -182,6 +188,8 @@ async def create_session(request: Request) -> Response:
     if state.internal_networks and plan.network.proxied:
         plan.network = plan.network.with_internal(state.internal_networks)
     agent = parse_agent(raw)
+    limit = body.spend_control.limit if body.spend_control is not None else None
+    limit = check_limit(limit, model=agent.model, prices=state.prices)
     content = None if body.input is None else content_of(body.input)
     if content is None and body.stream:
         raise bad_request("input is required when stream is true", "input")
@@ -193,6 +201,7 @@ async def create_session(request: Request) -> Response:
         plan=plan,
         metadata=dict(body.metadata or {}),
         review=body.review,
+        spend=Spend(state.prices.price(agent.model), limit),
     )
     queue = session.subscribe()[0] if body.stream else None
     worker = SessionWorker(
@@ -260,6 +269,30 @@ async def retrieve_session(request: Request) -> Response:
     return JSONResponse(state.store.get(request.path_params["session_id"]).snapshot())
 
 
+async def update_session(request: Request) -> Response:
+    """``sessions.update``: ``metadata`` and ``spend_control`` (omitted: unchanged; null: cleared,
+    no limit). A session paused at its limit (``budget_reached``) resumes (``idle``) when the new
+    limit is above what it consumed, or null."""
+    state = _state(request)
+    session = state.store.get(request.path_params["session_id"])
+    body = validate(UpdateRequest, await _json(request))
+    given = body.model_fields_set
+    limit = None
+    if body.spend_control is not None:
+        limit = check_limit(
+            body.spend_control.limit, model=session.agent.model, prices=state.prices
+        )
+    with session.lock:
+        if "metadata" in given:
+            session.metadata = dict(body.metadata or {})
+        if "spend_control" in given:
+            session.spend.limit = limit
+        resume = session.status == "budget_reached" and not session.spend.reached
+    if resume:
+        session.set_status("idle")
+    return JSONResponse(session.snapshot())
+
+
 async def delete_session(request: Request) -> Response:
     state = _state(request)
     session = state.store.get(request.path_params["session_id"])
@@ -309,6 +342,14 @@ def _submit_message(
     with session.lock:
         if session.status == "failed":
             raise bad_request("the session failed; create a new one", "events")
+        if session.status == "budget_reached":
+            raise bad_request(
+                f"the session reached its spending limit ({session.spend.consumed} of "
+                f"{session.spend.limit} USD cents); raise spend_control.limit with "
+                "sessions.update to continue",
+                "events",
+                code="budget_reached",
+            )
         if session.turn is not None:
             raise bad_request(
                 "the session has a turn in progress; wait for it or cancel it",
@@ -454,7 +495,8 @@ def _sse(
     until_turn: TurnState | None = None,
 ) -> EventSourceResponse:
     """An SSE response: ``kept`` events, then live ones until the client leaves or the session
-    is deleted; with ``until_turn``, until that turn ended and the session went idle/failed."""
+    is deleted; with ``until_turn``, until that turn ended and the session went idle, failed or
+    paused at its spending limit (``budget_reached``)."""
     loop = asyncio.get_running_loop()
 
     async def generate() -> AsyncIterator[dict[str, str]]:
@@ -475,7 +517,9 @@ def _sse(
                         and kind.rsplit(".", 1)[1] in ("completed", "failed", "cancelled")
                     ):
                         ended = True
-                    if kind == "agent.session.failed" or (ended and kind == "agent.session.idle"):
+                    if kind == "agent.session.failed" or (
+                        ended and kind in ("agent.session.idle", "agent.session.budget_reached")
+                    ):
                         return
         finally:
             session.unsubscribe(loop, queue)
@@ -615,6 +659,7 @@ def build_app(state: ServerState) -> Starlette:
         Route(base, create_session, methods=["POST"]),
         Route(base, list_sessions, methods=["GET"]),
         Route(base + "/{session_id}", retrieve_session, methods=["GET"]),
+        Route(base + "/{session_id}", update_session, methods=["POST"]),
         Route(base + "/{session_id}", delete_session, methods=["DELETE"]),
         Route(base + "/{session_id}/events", post_events, methods=["POST"]),
         Route(base + "/{session_id}/events", stream_events, methods=["GET"]),

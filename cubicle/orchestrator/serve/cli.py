@@ -37,6 +37,7 @@ from cubicle.orchestrator.serve.connections import (
 from cubicle.orchestrator.serve.hosts import allowed_hosts
 from cubicle.orchestrator.serve.logs import bound_logs
 from cubicle.orchestrator.serve.registry import Registry
+from cubicle.orchestrator.serve.spend import PriceTable, load_prices
 from cubicle.orchestrator.shape_options import add_internal_networks_argument
 from cubicle_guest.errors import CubicleError
 
@@ -130,6 +131,15 @@ def register(sub: Any) -> None:
         f"(default {DEFAULT_HEAD_TIMEOUT_S:g})",
     )
     p.add_argument(
+        "--prices",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="model prices (TOML, USD per million tokens: [models.NAME] input, cached_input, "
+        "output): sessions report spend_control.consumed and may set a spending limit; "
+        "without a price for its model a session's consumption stays null",
+    )
+    p.add_argument(
         "--data-dir",
         type=Path,
         help="private folder for turn records and the sandbox registry "
@@ -173,6 +183,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     policy = load_policy(args.policy) if args.policy else None
+    prices = load_prices(args.prices) if args.prices else PriceTable({})
     ask_timeout = _ask_timeout(args)
     NetworkPolicy.parse("ask:").with_internal(args.allow_internal)  # checked before serving
     max_sessions = default_max_sessions() if args.max_sessions is None else args.max_sessions
@@ -196,6 +207,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         registry=registry,
         backend=args.backend,
         policy=policy,
+        prices=prices,
         ask_timeout=ask_timeout,
         max_sessions=max_sessions,
         hosts=allowed_hosts(args.host),

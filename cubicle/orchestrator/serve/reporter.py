@@ -16,7 +16,10 @@ written, a screenshot with its image) and maps each record to the wire:
 - function calls and their outputs are added by their handler
   (:mod:`cubicle.orchestrator.serve.functions`, :meth:`TurnReporter.add_item`).
 
-The session's latest screenshot (the console's image) follows every screenshot.
+The session's latest screenshot (the console's image) follows every screenshot. Each
+``model_turn``'s ``usage`` adds to the turn's and the session's token totals and to the
+session's spend (:mod:`cubicle.orchestrator.serve.spend`); at its limit, a response with computer
+calls cancels the turn before they run (the worker then pauses the session: ``budget_reached``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 
 from PIL import Image
 
+from cubicle.orchestrator.modelrun.usage import UsageTotals
 from cubicle.orchestrator.serve import wire
 from cubicle.orchestrator.serve.store import Session
 
@@ -72,6 +76,8 @@ class TurnReporter:
         self.turn_id = turn_id
         self.open_calls: list[dict[str, Any]] = []
         self.final_message: str | None = None
+        self.usage = UsageTotals()
+        """The turn's token usage (from the responses' bodies)."""
         self._output_index = 0
 
     def _item_event(self, kind: str, item: dict[str, Any]) -> None:
@@ -88,6 +94,7 @@ class TurnReporter:
     def on_record(self, rec: Mapping[str, Any]) -> None:
         kind = rec.get("kind")
         if kind == "model_turn":
+            self._account(rec)
             for call in rec.get("calls") or []:
                 item = wire.computer_use_call(
                     self.turn_id,
@@ -116,6 +123,21 @@ class TurnReporter:
         """Replace an item of the turn by its final state (``item.done``)."""
         self.session.replace_item(item)
         self._item_event("agent.session.turn.item.done", item)
+
+    def _account(self, rec: Mapping[str, Any]) -> None:
+        """The token usage and spend of one completed model response. Called as the record is
+        written, in the loop's thread before the SDK acts on the response: at the session's
+        spending limit a response with computer calls cancels the turn before they run."""
+        if rec.get("status") != "completed":
+            return
+        usage = rec.get("usage")
+        self.usage.add_response(usage, counts=True)
+        self.session.usage.add_response(usage, counts=True)
+        if self.session.spend.add(usage) and rec.get("calls"):
+            with self.session.lock:
+                turn = self.session.turn
+            if turn is not None and turn.id == self.turn_id:
+                turn.cancel.set()
 
     def _message(self, text: str) -> None:
         self.final_message = text

@@ -2,8 +2,7 @@
 
 The models are cubicle's own, shaped as the installed ``openai`` package's request types
 (``openai.types.beta.agents.session_create_params``, ``...sessions.event_create_params``) but
-narrower where cubicle is: text parts only, the computer tool and function tools only, no
-spending limit. Those
+narrower where cubicle is: text parts only, the computer tool and function tools only. Those
 TypedDicts are not validated directly because pydantic would accept keys they do not declare
 (they cannot forbid extras), read ``compaction.async`` under its Python name ``async_`` (the
 package's own ``PropertyInfo`` alias is invisible to pydantic) and validate ``Iterable`` fields
@@ -46,6 +45,7 @@ __all__ = [
     "InputEvent",
     "MessageInput",
     "ToolResult",
+    "UpdateRequest",
     "UserMessage",
     "validate",
 ]
@@ -120,18 +120,17 @@ def content_of(messages: list[UserMessage]) -> list[dict[str, Any]]:
 # -- create ----------------------------------------------------------------------------------------
 
 
-def _no_limit(value: Any) -> None:
-    if value is not None:
-        raise ValueError(
-            f"must be null, got {value!r}: cubicle serve runs unlimited sessions only (it does "
-            "not count spend); send null or leave spend_control out"
-        )
+def _limit(value: Any) -> Any:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"must be a positive whole number of USD cents or null, got {value!r}")
+    return value
 
 
 class SpendControl(_Body):
-    """``{"limit": null}``: the only spending control cubicle honours."""
+    """``{"limit": N}`` (USD cents) or ``{"limit": null}`` (unlimited). A number needs a price
+    for the session's model: :func:`cubicle.orchestrator.serve.spend.check_limit`."""
 
-    limit: Annotated[Any, AfterValidator(_no_limit)]
+    limit: Annotated[Any, AfterValidator(_limit)]
 
 
 class StreamOptions(_Body):
@@ -167,6 +166,18 @@ class CreateRequest(_Body):
     spend_control: SpendControl | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
+    vault_ids: Unsupported = None
+
+
+class UpdateRequest(_Body):
+    """``POST /v1/agents/sessions/{id}`` (``sessions.update``): an omitted field stays as it
+    is (:attr:`model_fields_set` tells omitted from null)."""
+
+    metadata: Metadata | None = None
+    spend_control: SpendControl | None = None
+    agent: Unsupported = None
+    prompt_cache_options: Unsupported = None
+    review: Unsupported = None
     vault_ids: Unsupported = None
 
 

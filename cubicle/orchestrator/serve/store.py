@@ -19,10 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from cubicle.orchestrator.modelrun.usage import UsageTotals
 from cubicle.orchestrator.serve import wire
 from cubicle.orchestrator.serve.agents import AgentSpec
 from cubicle.orchestrator.serve.environment import EnvironmentPlan
 from cubicle.orchestrator.serve.errors import bad_request, not_found
+from cubicle.orchestrator.serve.spend import Spend
 
 if TYPE_CHECKING:
     from cubicle.orchestrator.origin_answers import Answering
@@ -33,7 +35,7 @@ __all__ = ["PendingApproval", "Session", "SessionStore", "page"]
 
 RECENT_EVENTS = 200
 """Events each session keeps for the console's first view (live ones follow)."""
-Status = Literal["idle", "in_progress", "requires_action", "failed"]
+Status = Literal["idle", "in_progress", "requires_action", "failed", "budget_reached"]
 ASK_POLL_S = 0.2
 """How often a waiting approval looks at the turn's cancel flag and its deadline."""
 
@@ -90,12 +92,17 @@ class Session:
         plan: EnvironmentPlan,
         metadata: dict[str, str],
         review: str,
+        spend: Spend | None = None,
     ) -> None:
         self.id = session_id
         self.agent = agent
         self.plan = plan
         self.metadata = metadata
         self.review = review
+        self.spend = spend or Spend(None)
+        """The spending limit and consumption (:mod:`cubicle.orchestrator.serve.spend`)."""
+        self.usage = UsageTotals()
+        """Token usage over the session's turns (the ``usage`` of ``agent.session``)."""
         self.created_at = wire.now()
         self.last_active_at = self.created_at
         self.status: Status = "idle"
@@ -130,9 +137,9 @@ class Session:
                 "last_active_at": self.last_active_at,
                 "metadata": dict(self.metadata),
                 "required_actions": [p.action for p in self.pending.values()],
-                "spend_control": wire.spend_control(),
+                "spend_control": self.spend.resource(),
                 "status": self.status,
-                "usage": None,
+                "usage": wire.token_usage(self.usage),
                 "vault_ids": [],
             }
             if self.review != "none":

@@ -1,7 +1,8 @@
 """Payloads of the Agents sessions wire, spelled as the installed ``openai`` package's types.
 
 The wire spoken is the locked openai's (``requirements/host.txt``; ``make newest`` checks the newest
-the bounds allow): since 3.63 every session carries ``spend_control`` (:func:`spend_control`) and
+the bounds allow): since 3.63 every session carries ``spend_control``
+(:meth:`cubicle.orchestrator.serve.spend.Spend.resource`) and
 its agent ``compaction: {"async": false}`` (:data:`COMPACTION`); an ``agent.tools`` list is at
 most :data:`MAX_TOOLS_BYTES` of compact JSON.
 
@@ -31,6 +32,8 @@ import threading
 import time
 from typing import Any
 
+from cubicle.orchestrator.modelrun.usage import UsageTotals
+
 __all__ = [
     "COMPACTION",
     "MAX_TOOLS_BYTES",
@@ -41,7 +44,7 @@ __all__ = [
     "function_call",
     "function_call_output",
     "new_id",
-    "spend_control",
+    "token_usage",
     "turn_object",
     "user_message",
 ]
@@ -72,10 +75,19 @@ def event(kind: str, **fields: Any) -> dict[str, Any]:
     return {"event_id": new_id("evt"), "type": kind, **fields}
 
 
-def spend_control() -> dict[str, int | None]:
-    """A session's ``spend_control``, in USD cents: cubicle serve runs unlimited sessions, so
-    ``limit`` is null (unlimited) and ``consumed`` null (unavailable). A new dict each call."""
-    return {"limit": None, "consumed": None}
+def token_usage(usage: UsageTotals) -> dict[str, Any] | None:
+    """A session's or turn's ``usage`` (``TokenUsage``) from its totals; ``None`` (unknown)
+    before any response had usage."""
+    totals = usage.as_dict()
+    if totals["requests"] == totals["requests_without_usage"]:
+        return None
+    return {
+        "input_tokens": totals["input_tokens"],
+        "input_tokens_details": {"cached_tokens": totals["cached_tokens"]},
+        "output_tokens": totals["output_tokens"],
+        "output_tokens_details": {"reasoning_tokens": totals["reasoning_tokens"]},
+        "total_tokens": totals["total_tokens"],
+    }
 
 
 def turn_object(
@@ -88,6 +100,7 @@ def turn_object(
     started_at: int | None = None,
     completed_at: int | None = None,
     error: dict[str, str] | None = None,
+    usage: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     return {
         "id": turn_id,
@@ -100,7 +113,7 @@ def turn_object(
         "completed_at": completed_at,
         "error": error,
         "subagent_id": None,
-        "usage": None,
+        "usage": usage,
     }
 
 

@@ -7,6 +7,12 @@ files, env and setup commands (:mod:`cubicle.orchestrator.serve.environment`), t
 ``agent.session.environment.ready`` — or ``environment.failed`` and a failed session, naming
 what failed.
 
+Spend (:mod:`cubicle.orchestrator.serve.spend`): each model response's usage is counted as its
+record is written (:class:`~cubicle.orchestrator.serve.reporter.TurnReporter`, in the loop's
+thread, before the SDK acts on the response); when it reaches the session's limit the turn is
+cancelled before that response's computer calls run, and the session pauses (``budget_reached``,
+the event ``agent.session.budget_reached``) until ``sessions.update`` raises the limit.
+
 A turn (:meth:`SessionWorker.run_turn`) runs the agent's loop
 (:mod:`cubicle.orchestrator.serve.agents`) into a trajectory folder that
 :mod:`cubicle.orchestrator.serve.reporter` turns into events while it is written. Safety checks go
@@ -265,10 +271,14 @@ class SessionWorker:
             reporter.finish()
         if turn.cancel.is_set() and outcome.status != "completed":
             outcome = TurnOutcome("cancelled", outcome.error)
-        self._end_turn(turn, outcome)
+        self._end_turn(turn, outcome, wire.token_usage(reporter.usage))
 
     def _turn_object(
-        self, turn: TurnState, status: str, outcome: TurnOutcome | None = None
+        self,
+        turn: TurnState,
+        status: str,
+        outcome: TurnOutcome | None = None,
+        usage: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         error = None
         if outcome is not None and outcome.status == "failed":
@@ -282,16 +292,22 @@ class SessionWorker:
             started_at=turn.created_at,
             completed_at=wire.now() if outcome is not None else None,
             error=error,
+            usage=usage,
         )
 
-    def _end_turn(self, turn: TurnState, outcome: TurnOutcome) -> None:
+    def _end_turn(
+        self, turn: TurnState, outcome: TurnOutcome, usage: dict[str, Any] | None = None
+    ) -> None:
+        """Publish the turn's end (with its token ``usage``); the session goes ``idle``, or
+        ``budget_reached`` (event ``agent.session.budget_reached``) when its spend reached its
+        limit."""
         session = self.session
         session.publish(
             wire.event(
                 f"agent.session.turn.{outcome.status}",
                 session_id=session.id,
                 turn_id=turn.id,
-                turn=self._turn_object(turn, outcome.status, outcome),
+                turn=self._turn_object(turn, outcome.status, outcome, usage),
             )
         )
         with session.lock:
@@ -299,7 +315,7 @@ class SessionWorker:
                 session.turn = None
             failed = session.status == "failed"
         if not failed and not session.deleted:
-            session.set_status("idle")
+            session.set_status("budget_reached" if session.spend.reached else "idle")
 
     # -- deletion --------------------------------------------------------------------------------
 

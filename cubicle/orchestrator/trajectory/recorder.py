@@ -10,11 +10,14 @@ Folder layout (all paths inside the folder are relative, so it can be moved or z
 Every line has ``kind`` and ``t`` (seconds since the recorder was created, monotonic clock).
 Kinds and their fields:
 
-- ``run``: ``task``, ``loop``, ``model``, ``screen`` [w, h] (native px), ``model_view`` [w, h],
-  ``meta``
+- ``run``: ``task``, ``loop``, ``context_budget`` (``images=N,bytes=M`` or ``off``), ``model``,
+  ``screen`` [w, h] (native px), ``model_view`` [w, h], ``meta``
 - ``model_turn``: ``index``, ``response_id``, ``status``, ``calls`` (``call_id``, ``actions`` in
   model-view px, ``pending_safety_checks``), ``message`` (final text or null), ``usage``,
   ``duration_ms`` (the HTTP request)
+- ``model_request``: ``index``, ``input_bytes`` (compact JSON of the request's ``input``, as the
+  SDK's context budget measures it), ``images``, ``items``, ``body_bytes`` (the HTTP body);
+  one per request, written as it is sent
 - ``approval``: ``subject`` (``safety_check`` | ``action``), ``allowed``, ``by``, ``reason``,
   ``call_id``, ``detail``
 - ``action``: ``index``, ``after_shot`` (the screenshot the model saw when it chose the action,
@@ -44,7 +47,10 @@ Kinds and their fields:
 - ``origin_access``: ``question``, ``origin``, ``host``, ``port``, ``answer`` (``approve`` |
   ``deny`` | ``cancel`` | ``timeout``), ``by`` (an ``ask:`` sandbox's proxy held a guest
   connection to ``origin`` until this decision: :mod:`cubicle.orchestrator.origin_answers`)
-- ``end``: ``ok``, ``final_message``, ``wall_s``, ``guest_wait_s``, ``driver_s``, ``error``
+- ``end``: ``ok``, ``final_message``, ``wall_s``, ``guest_wait_s``, ``driver_s``, ``error``,
+  ``usage`` (token totals: ``input_tokens``, ``output_tokens``, ``total_tokens``,
+  ``cached_tokens``, ``reasoning_tokens``, ``requests``, ``incomplete``,
+  ``requests_without_usage``)
 
 The recorder is thread-safe (the scripted model's hooks run on the HTTP server's thread). The
 caller owns it and calls :meth:`close`; screenshots never go to the terminal, only to files.

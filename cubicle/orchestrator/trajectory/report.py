@@ -267,6 +267,7 @@ def report_context(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "before_first_shot": [_action(a) for a in actions_after[None]],
         "steps": steps,
         "turns": by_kind["model_turn"],
+        "requests": by_kind["model_request"],
         "timings": _timings(by_kind["diagnostic"], by_kind["guest_wait"]),
     }
 
