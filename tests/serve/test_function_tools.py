@@ -105,6 +105,18 @@ def test_the_ask_user_task_pauses_for_the_answer_and_saves_it(
                     client.beta.agents.sessions.events.create(
                         session.id, events=[tool_result("turn_other", call.call_id, output="x")]
                     )
+                with pytest.raises(openai.ConflictError) as twice:  # one request, two answers
+                    client.beta.agents.sessions.events.create(
+                        session.id,
+                        events=[
+                            tool_result(call.turn_id, call.call_id, output="first"),
+                            tool_result(call.turn_id, call.call_id, output="second"),
+                        ],
+                    )
+                assert twice.value.response.headers["x-should-retry"] == "false"
+                assert "events[1]" in twice.value.message and "events[0]" in twice.value.message
+                # nothing of that request applied: the call is still pending, answered now
+                assert pending_call(client, session.id).call_id == call.call_id
                 client.beta.agents.sessions.events.create(
                     session.id, events=[tool_result(call.turn_id, call.call_id, output=answer)]
                 )

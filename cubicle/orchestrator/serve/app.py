@@ -397,12 +397,36 @@ async def post_events(request: Request) -> Response:
         worker = state.workers.get(session.id)
     if worker is None:
         raise ApiError(404, f"No session found with id {session.id!r}.", code="not_found")
+    _refuse_repeated_answers(events)
     actions = [_check_input(session, index, entry) for index, entry in enumerate(events)]
     for action in actions:
         action(worker)
     if key:
         state.seen_keys.setdefault(session.id, set()).add(key)
     return Response(status_code=202)
+
+
+def _refuse_repeated_answers(events: list[InputEvent]) -> None:
+    """One request answers a function call or an approval request at most once: a later answer
+    to the same one is a second answer (409, as it would be in a later request; nothing of the
+    request applies)."""
+    answered: dict[str, int] = {}
+    for index, entry in enumerate(events):
+        if isinstance(entry, ToolResult):
+            key, what = f"call {entry.call_id}", f"function call {entry.call_id!r}"
+        elif isinstance(entry, ApprovalResult):
+            key, what = f"request {entry.request_id}", f"request {entry.request_id!r}"
+        else:
+            continue
+        if key in answered:
+            raise ApiError(
+                409,
+                f"events[{index}]: the {what} is answered already by events[{answered[key]}] "
+                "of this request; answer each once",
+                param=f"events[{index}]",
+                code="conflict",
+            )
+        answered[key] = index
 
 
 def _check_input(session: Session, index: int, entry: InputEvent) -> Any:
