@@ -3,6 +3,14 @@ environment a login gets (PATH without /usr/sbin and /sbin), over their own ``qe
 daemon, from the built wheel installed into a venv of theirs with the system Python, booting the
 image root built (found in the shared folder, or pinned by path).
 
+As that user, one test: ``doctor``; a ``none`` sandbox (screenshot, exec, ls, and through the
+public API from the user's own Python an XTEST click that lands at the exact pixel of a real X
+window in the guest and Unicode typing that arrives byte-exact); ``allow:127.0.0.1:PORT`` (the
+host service on PORT through the proxy, another port refused); ``open`` (the proxy decides every
+request and keeps the host's loopback out, however named); ``ask:`` with nobody answering (the
+request is held for the ask timeout, then refused). Every network mode has no network card and
+no direct connection to the host's loopback (nor QEMU user networking's 10.0.2.2).
+
 The test makes the user, their venv and runtime folder, and removes the user, their files and
 every process of theirs (the session libvirtd and virtlogd) afterwards, by pid. No firewall rule
 and no network link appears at any time (``iptables-save``, ``ip6tables-save``, ``ip -o link``
@@ -189,23 +197,21 @@ os.rename("/home/cubicle/record.tmp", "/home/cubicle/record.json")
 ``chars`` typed characters, and writes what arrived to ``record.json``."""
 
 INPUT = """
-import json, sys, time
+import contextlib, json, sys
 from pathlib import Path
 from cubicle import Sandbox
 from cubicle_guest.errors import GuestError
+from cubicle_guest.waiting import Deadline, poll
 
 sandbox_id, recorder, record, box, text = sys.argv[1:6]
 left, top = json.loads(box)[:2]
 
 def wait_file(client, path):
-    deadline = time.monotonic() + 90
-    while True:
-        try:
+    for _ in poll(Deadline(90), 0.1):
+        with contextlib.suppress(GuestError):
             return client.read_file(path, timeout=30).blob
-        except GuestError:
-            if time.monotonic() > deadline:
-                raise
-        time.sleep(0.1)
+    said = client.read_file("/home/cubicle/record.log", timeout=30).blob.decode()
+    raise SystemExit(f"no {path} in the guest within 90 s; the recorder said: {said}")
 
 with Sandbox.attach(sandbox_id) as sandbox, sandbox.connect(timeout=60) as client:
     client.write_file("/home/cubicle/recorder.py", Path(recorder).read_bytes(), timeout=30)
@@ -267,12 +273,18 @@ def _click_and_type(user: User, sandbox_id: str) -> dict[str, object]:
     return seen
 
 
+def _proxy_lines(logs: str) -> list[dict[str, Any]]:
+    """The egress proxy's JSON lines of ``cubicle logs`` (after its ``--- egress proxy ---``)."""
+    _, _, proxy = logs.partition("--- egress proxy ---")
+    return [json.loads(line) for line in proxy.splitlines() if line.startswith("{")]
+
+
 def _probe(
     user: User, network: list[str], direct: int, urls: list[str]
-) -> tuple[dict[str, Any], set[str]]:
+) -> tuple[dict[str, Any], set[str], list[dict[str, Any]]]:
     """Up a sandbox with ``--network NETWORK...`` as ``user``, run :data:`PROBE` in it (direct
     connections to port ``direct``), down it; what the probe saw (no NIC, nothing connected
-    directly: checked here) and the host's network lines while it ran."""
+    directly: checked here), the host's network lines while it ran and the proxy's log lines."""
     up = user.cubicle("up", "--backend", "vm", "--network", *network)
     assert up.returncode == 0, up.stderr
     sandbox_id = up.stdout.strip()
@@ -288,7 +300,7 @@ def _probe(
     seen: dict[str, Any] = json.loads(probe.stdout)
     assert seen["interfaces"] == ["lo"], seen  # no network card: the proxy is the only way out
     assert "connected" not in (seen[QEMU_SLIRP_HOST], seen["127.0.0.1"]), seen
-    return seen, during
+    return seen, during, _proxy_lines(logs.stdout)
 
 
 def test_a_normal_user_runs_none_allow_open_and_ask_sandboxes_over_their_session(
@@ -324,7 +336,7 @@ def test_a_normal_user_runs_none_allow_open_and_ask_sandboxes_over_their_session
         http_server("held", host) as held,
     ):
         loopback = [f"http://127.0.0.1:{allowed.port}/ok", f"http://127.0.0.1:{other.port}/no"]
-        allow, during = _probe(
+        allow, during, _ = _probe(
             session_user, [f"allow:127.0.0.1:{allowed.port}"], other.port, loopback
         )
         assert allow[loopback[0]][:2] == [200, "allowed"], allow
@@ -332,20 +344,28 @@ def test_a_normal_user_runs_none_allow_open_and_ask_sandboxes_over_their_session
         assert allowed.paths == ["/ok"] and other.paths == []
         # open without a bridge is the proxy with nothing blocked: the address guard keeps the
         # host's loopback out, however it is named (QEMU's user network would show it at 10.0.2.2)
-        named = [f"http://{host}:{other.port}/open" for host in ("127.0.0.1", "localhost")]
-        named.append(f"http://{QEMU_SLIRP_HOST}:{other.port}/open")
-        opened, _ = _probe(session_user, ["open"], other.port, named)
+        names = ["127.0.0.1", "localhost", QEMU_SLIRP_HOST]
+        named = [f"http://{name}:{other.port}/open" for name in names]
+        opened, _, opened_log = _probe(session_user, ["open"], other.port, named)
         for url in named:
             assert opened[url][0] in (403, 502), (url, opened)
         assert other.paths == [] and allowed.paths == ["/ok"]
+        # each request went to the proxy, which decided on it (never around it)
+        decided = {line["host"] for line in opened_log if line.get("port") == other.port}
+        assert decided >= set(names), opened_log
         # ask: nobody answers, so the proxy holds the request for the ask timeout, then refuses
         # it; the host's address is private, so the user names it internal (else none is asked)
         asked = f"http://{host}:{held.port}/held"
         ask = ["ask:", "--ask-timeout", str(ASK_TIMEOUT_S), "--allow-internal", f"{host}/32"]
-        waited, _ = _probe(session_user, ask, other.port, [asked])
+        waited, _, asked_log = _probe(session_user, ask, other.port, [asked])
         assert waited[asked][0] == 403, waited
         assert waited[asked][2] >= ASK_TIMEOUT_S, waited  # held, not refused at once
         assert held.paths == []
+        events = [(x["event"], x["origin"]) for x in asked_log if "event" in x and "origin" in x]
+        origin = f"http://{host}:{held.port}"
+        assert events == [("question", origin), ("answer", origin)], asked_log
+        answers = [(x["answer"], x["by"]) for x in asked_log if x.get("event") == "answer"]
+        assert answers == [("timeout", "timeout")], asked_log
     # nothing of either sandbox is left in the user's session or home
     left = session_user.run("virsh", "-c", "qemu:///session", "list", "--all", "--name")
     assert left.returncode == 0, left.stderr
