@@ -3,6 +3,14 @@ environment a login gets (PATH without /usr/sbin and /sbin), over their own ``qe
 daemon, from the built wheel installed into a venv of theirs with the system Python, booting the
 image root built (found in the shared folder, or pinned by path).
 
+As that user, one test: ``doctor``; a ``none`` sandbox (screenshot, exec, ls, and through the
+public API from the user's own Python an XTEST click that lands at the exact pixel of a real X
+window in the guest and Unicode typing that arrives byte-exact); ``allow:127.0.0.1:PORT`` (the
+host service on PORT through the proxy, another port refused); ``open`` (the proxy decides every
+request and keeps the host's loopback out, however named); ``ask:`` with nobody answering (the
+request is held for the ask timeout, then refused). Every network mode has no network card and
+no direct connection to the host's loopback (nor QEMU user networking's 10.0.2.2).
+
 The test makes the user, their venv and runtime folder, and removes the user, their files and
 every process of theirs (the session libvirtd and virtlogd) afterwards, by pid. No firewall rule
 and no network link appears at any time (``iptables-save``, ``ip6tables-save``, ``ip -o link``
@@ -23,6 +31,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,14 +39,19 @@ from cubicle.orchestrator.providers.vm import VmProvider
 from cubicle.orchestrator.providers.vm import image as vm_image
 from cubicle_guest.waiting import Deadline, poll
 from tests.orchestrator.support import http_server
+from tests.support.listener import host_addresses
 from tests.test_import_cycles import REPO
 
 pytestmark = [pytest.mark.vm, pytest.mark.slow]
 
+QEMU_SLIRP_HOST = "10.0.2.2"
+"""Where QEMU user networking (no ``restrict=on``) shows the host's 127.0.0.1 to a guest."""
+ASK_TIMEOUT_S = 3
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 PIP_WHEEL = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
 UV_INSTALL = [sys.executable, "-m", "uv", "pip", "install", "--quiet"]
 LOCK = REPO / "requirements" / "host.txt"
+RECORDER_SOURCE = REPO / "tests" / "support" / "recorder.py"
 
 
 @dataclass(frozen=True)
@@ -155,24 +169,141 @@ def session_user(
     assert _pids_of(user.pw_uid) == []
 
 
+RECORD = """
+import json, os, sys
+sys.path.insert(0, "/home/cubicle")
+from recorder import Recorder
+left, top, width, height = json.loads(sys.argv[1])
+chars = int(sys.argv[2])
+try:
+    with Recorder(os.environ["DISPLAY"], (left, top, width, height), motion=False) as rec:
+        open("/home/cubicle/ready", "w").close()
+        press = rec.wait_for(lambda e: e.kind == "ButtonPress", timeout=60, what="a click")
+        rec.wait_until(
+            lambda evs: sum(e.kind == "KeyRelease" and e.char is not None for e in evs) >= chars,
+            timeout=60,
+            what=f"{chars} characters",
+        )
+        out = {"press": [press.button, press.x, press.y, press.root_x, press.root_y]}
+        out["text"] = rec.text()
+except Exception as exc:
+    out = {"error": repr(exc)}
+with open("/home/cubicle/record.tmp", "w", encoding="utf-8") as file:
+    json.dump(out, file)
+os.rename("/home/cubicle/record.tmp", "/home/cubicle/record.json")
+"""
+"""Run in the guest by the agent's Python (python-xlib, cubicle_guest): maps the test's
+:class:`tests.support.recorder.Recorder` window at the given box, records one click and
+``chars`` typed characters, and writes what arrived to ``record.json``."""
+
+INPUT = """
+import contextlib, json, sys
+from pathlib import Path
+from cubicle import Sandbox
+from cubicle_guest.errors import GuestError
+from cubicle_guest.waiting import Deadline, poll
+
+sandbox_id, recorder, record, box, text = sys.argv[1:6]
+left, top = json.loads(box)[:2]
+
+def wait_file(client, path):
+    for _ in poll(Deadline(90), 0.1):
+        with contextlib.suppress(GuestError):
+            return client.read_file(path, timeout=30).blob
+    said = client.read_file("/home/cubicle/record.log", timeout=30).blob.decode()
+    raise SystemExit(f"no {path} in the guest within 90 s; the recorder said: {said}")
+
+with Sandbox.attach(sandbox_id) as sandbox, sandbox.connect(timeout=60) as client:
+    client.write_file("/home/cubicle/recorder.py", Path(recorder).read_bytes(), timeout=30)
+    client.write_file("/home/cubicle/record.py", Path(record).read_bytes(), timeout=30)
+    command = 'setsid -f python /home/cubicle/record.py "$1" "$2" >/home/cubicle/record.log 2>&1'
+    argv = ["sh", "-c", command, "sh", box, str(len(text))]
+    client.exec(argv, stdin="", timeout=30)
+    wait_file(client, "/home/cubicle/ready")
+    client.click(left + 237, top + 171, button="left", timeout=30)
+    client.type(text, timeout=60)
+    print(wait_file(client, "/home/cubicle/record.json").decode())
+"""
+"""Run on the host by the user's own venv Python: the public API (``Sandbox.attach``, the
+typed client's ``write_file``, ``exec``, ``click``, ``type``, ``read_file``) clicks 237, 171
+pixels into the recorder's window and types ``text``; prints what the window received."""
+TYPED = "héllo — 東京 ✓"
+RECORDER_BOX = [100, 80, 600, 400]
+
 PROBE = """
-import json, os, urllib.request
+import json, os, socket, time, urllib.request
 proxy = os.environ["http_proxy"]
 for name in ("no_proxy", "NO_PROXY"):
     os.environ.pop(name, None)
 opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy}))
 out = {"proxy": proxy, "interfaces": sorted(os.listdir("/sys/class/net"))}
-for url in os.sys.argv[1:]:
+for url in os.sys.argv[2:]:
+    started = time.monotonic()
     try:
-        with opener.open(url, timeout=15) as reply:
+        with opener.open(url, timeout=30) as reply:
             out[url] = [reply.status, reply.read().decode()]
     except OSError as exc:
         out[url] = [getattr(exc, "code", 0), type(exc).__name__]
+    out[url].append(time.monotonic() - started)
+for target in ("10.0.2.2", "127.0.0.1"):  # QEMU user networking's host, the host's loopback
+    try:
+        socket.create_connection((target, int(os.sys.argv[1])), timeout=3).close()
+        out[target] = "connected"
+    except OSError as exc:
+        out[target] = type(exc).__name__
 print(json.dumps(out))
 """
+"""``python3 -c PROBE PORT URL...`` in the guest: each URL through the proxy (no NO_PROXY),
+as ``[status, body or error, seconds]``; and a direct TCP connection to ``PORT`` at QEMU user
+networking's host address and at loopback."""
 
 
-def test_a_normal_user_runs_none_and_allow_sandboxes_over_their_session(
+def _click_and_type(user: User, sandbox_id: str) -> dict[str, object]:
+    """What the guest's recorder window received from :data:`INPUT`, run as ``user``."""
+    for name, text in (("recorder.py", RECORDER_SOURCE.read_text()), ("record.py", RECORD)):
+        (user.home / name).write_text(text)
+        (user.home / name).chmod(0o644)
+    python = str(user.home / "venv" / "bin" / "python")
+    paths = [str(user.home / "recorder.py"), str(user.home / "record.py")]
+    started = time.monotonic()
+    done = user.run(python, "-c", INPUT, sandbox_id, *paths, json.dumps(RECORDER_BOX), TYPED)
+    print(f"[session user] click and type: {time.monotonic() - started:.1f} s", flush=True)
+    assert done.returncode == 0, done.stderr
+    seen: dict[str, object] = json.loads(done.stdout)
+    return seen
+
+
+def _proxy_lines(logs: str) -> list[dict[str, Any]]:
+    """The egress proxy's JSON lines of ``cubicle logs`` (after its ``--- egress proxy ---``)."""
+    _, _, proxy = logs.partition("--- egress proxy ---")
+    return [json.loads(line) for line in proxy.splitlines() if line.startswith("{")]
+
+
+def _probe(
+    user: User, network: list[str], direct: int, urls: list[str]
+) -> tuple[dict[str, Any], set[str], list[dict[str, Any]]]:
+    """Up a sandbox with ``--network NETWORK...`` as ``user``, run :data:`PROBE` in it (direct
+    connections to port ``direct``), down it; what the probe saw (no NIC, nothing connected
+    directly: checked here), the host's network lines while it ran and the proxy's log lines."""
+    up = user.cubicle("up", "--backend", "vm", "--network", *network)
+    assert up.returncode == 0, up.stderr
+    sandbox_id = up.stdout.strip()
+    try:
+        argv = ["python3", "-c", PROBE, str(direct), *urls]
+        probe = user.cubicle("exec", sandbox_id, "--", *argv)
+        during = _host_network_lines()
+        logs = user.cubicle("logs", sandbox_id)  # console and proxy log, for failures
+    finally:
+        down = user.cubicle("down", sandbox_id)
+    assert down.returncode == 0, down.stderr
+    assert probe.returncode == 0, (probe.stderr, logs.stdout[-6000:])
+    seen: dict[str, Any] = json.loads(probe.stdout)
+    assert seen["interfaces"] == ["lo"], seen  # no network card: the proxy is the only way out
+    assert "connected" not in (seen[QEMU_SLIRP_HOST], seen["127.0.0.1"]), seen
+    return seen, during, _proxy_lines(logs.stdout)
+
+
+def test_a_normal_user_runs_none_allow_open_and_ask_sandboxes_over_their_session(
     session_user: User,
 ) -> None:
     before = _host_network_lines()
@@ -192,29 +323,49 @@ def test_a_normal_user_runs_none_and_allow_sandboxes_over_their_session(
         assert (whoami.returncode, whoami.stdout.strip()) == (0, "cubicle"), whoami.stderr
         listed = session_user.cubicle("ls", "--json")  # this user's sandboxes, in their session
         assert plain in listed.stdout, listed.stderr
+        inputs = _click_and_type(session_user, plain)
     finally:
         down = session_user.cubicle("down", plain)
     assert down.returncode == 0, down.stderr
-    with http_server("allowed", "127.0.0.1") as allowed, http_server("other", "127.0.0.1") as other:
-        up = session_user.cubicle(
-            "up", "--backend", "vm", "--network", f"allow:127.0.0.1:{allowed.port}"
+    host = host_addresses()[0]  # a private address of the host (ask: needs one not loopback)
+    # XTEST: the click lands at the exact pixel of a real window, the text arrives byte-exact
+    assert inputs == {"press": [1, 237, 171, 337, 251], "text": TYPED}, inputs
+    with (
+        http_server("allowed", "127.0.0.1") as allowed,
+        http_server("other", "127.0.0.1") as other,
+        http_server("held", host) as held,
+    ):
+        loopback = [f"http://127.0.0.1:{allowed.port}/ok", f"http://127.0.0.1:{other.port}/no"]
+        allow, during, _ = _probe(
+            session_user, [f"allow:127.0.0.1:{allowed.port}"], other.port, loopback
         )
-        assert up.returncode == 0, up.stderr
-        proxied = up.stdout.strip()
-        try:
-            urls = [f"http://127.0.0.1:{allowed.port}/ok", f"http://127.0.0.1:{other.port}/no"]
-            probe = session_user.cubicle("exec", proxied, "--", "python3", "-c", PROBE, *urls)
-            during = _host_network_lines()
-            logs = session_user.cubicle("logs", proxied)  # console and proxy log, for failures
-        finally:
-            down = session_user.cubicle("down", proxied)
-        assert down.returncode == 0, down.stderr
-    assert probe.returncode == 0, probe.stderr
-    seen = json.loads(probe.stdout)
-    assert seen["interfaces"] == ["lo"]
-    assert seen[urls[0]] == [200, "allowed"], (seen, logs.stdout[-6000:])
-    assert seen[urls[1]][0] == 403, seen
-    assert allowed.paths == ["/ok"] and other.paths == []
+        assert allow[loopback[0]][:2] == [200, "allowed"], allow
+        assert allow[loopback[1]][0] == 403, allow
+        assert allowed.paths == ["/ok"] and other.paths == []
+        # open without a bridge is the proxy with nothing blocked: the address guard keeps the
+        # host's loopback out, however it is named (QEMU's user network would show it at 10.0.2.2)
+        names = ["127.0.0.1", "localhost", QEMU_SLIRP_HOST]
+        named = [f"http://{name}:{other.port}/open" for name in names]
+        opened, _, opened_log = _probe(session_user, ["open"], other.port, named)
+        for url in named:
+            assert opened[url][0] in (403, 502), (url, opened)
+        assert other.paths == [] and allowed.paths == ["/ok"]
+        # each request went to the proxy, which decided on it (never around it)
+        decided = {line["host"] for line in opened_log if line.get("port") == other.port}
+        assert decided >= set(names), opened_log
+        # ask: nobody answers, so the proxy holds the request for the ask timeout, then refuses
+        # it; the host's address is private, so the user names it internal (else none is asked)
+        asked = f"http://{host}:{held.port}/held"
+        ask = ["ask:", "--ask-timeout", str(ASK_TIMEOUT_S), "--allow-internal", f"{host}/32"]
+        waited, _, asked_log = _probe(session_user, ask, other.port, [asked])
+        assert waited[asked][0] == 403, waited
+        assert waited[asked][2] >= ASK_TIMEOUT_S, waited  # held, not refused at once
+        assert held.paths == []
+        events = [(x["event"], x["origin"]) for x in asked_log if "event" in x and "origin" in x]
+        origin = f"http://{host}:{held.port}"
+        assert events == [("question", origin), ("answer", origin)], asked_log
+        answers = [(x["answer"], x["by"]) for x in asked_log if x.get("event") == "answer"]
+        assert answers == [("timeout", "timeout")], asked_log
     # nothing of either sandbox is left in the user's session or home
     left = session_user.run("virsh", "-c", "qemu:///session", "list", "--all", "--name")
     assert left.returncode == 0, left.stderr
@@ -227,7 +378,7 @@ def test_a_normal_user_runs_none_and_allow_sandboxes_over_their_session(
         if b"qemu-system" in Path(f"/proc/{pid}/cmdline").read_bytes()
     ]
     assert qemus == []
-    # no firewall rule and no network link appeared at any time
+    # no firewall rule and no network link appeared at any time (during: allow's sandbox up)
     assert {line for line in during - before if "cbvm-" in line or "cubicle-vm-" in line} == set()
     after = _host_network_lines()
     assert {line for line in after - before if "cbvm-" in line or "cubicle-vm-" in line} == set()
