@@ -31,6 +31,7 @@ __all__ = [
     "COMMIT_KEYSYMS",
     "KEY_NAMES",
     "MODIFIER_KEYSYMS",
+    "PUNCTUATION_KEYSYMS",
     "ChordKey",
     "char_keysym",
     "is_typing_key",
@@ -75,6 +76,43 @@ def keysym_number(name: str) -> int:
     if number == 0 and name.startswith("XF86") and not name.startswith("XF86_"):
         number = int(XK.string_to_keysym("XF86_" + name[4:]))
     return number
+
+
+PUNCTUATION_KEYSYMS: Final = (
+    "minus",
+    "plus",
+    "equal",
+    "comma",
+    "period",
+    "slash",
+    "backslash",
+    "semicolon",
+    "apostrophe",
+    "grave",
+    "bracketleft",
+    "bracketright",
+    "braceleft",
+    "braceright",
+    "less",
+    "greater",
+    "question",
+    "exclam",
+    "at",
+    "numbersign",
+    "dollar",
+    "percent",
+    "asciicircum",
+    "ampersand",
+    "asterisk",
+    "parenleft",
+    "parenright",
+    "underscore",
+    "colon",
+    "quotedbl",
+    "bar",
+    "asciitilde",
+)
+"""The punctuation keys by X keysym name (a single character works as itself too)."""
 
 
 def _table() -> dict[str, str]:
@@ -210,40 +248,7 @@ def _table() -> dict[str, str]:
     add("XF86AudioMedia", "launchmediaselect")
     add("XF86Sleep", "sleep")
     # named punctuation (X keysym names; single characters work too)
-    for name in (
-        "minus",
-        "plus",
-        "equal",
-        "comma",
-        "period",
-        "slash",
-        "backslash",
-        "semicolon",
-        "apostrophe",
-        "grave",
-        "bracketleft",
-        "bracketright",
-        "braceleft",
-        "braceright",
-        "less",
-        "greater",
-        "question",
-        "exclam",
-        "at",
-        "numbersign",
-        "dollar",
-        "percent",
-        "asciicircum",
-        "ampersand",
-        "asterisk",
-        "parenleft",
-        "parenright",
-        "underscore",
-        "colon",
-        "quotedbl",
-        "bar",
-        "asciitilde",
-    ):
+    for name in PUNCTUATION_KEYSYMS:
         add(name)
     return table
 

@@ -24,7 +24,12 @@ from Xlib import XK
 
 from cubicle.drivers.errors import ActionRejected
 from cubicle_guest.errors import GuestError
-from cubicle_guest.keys import MODIFIER_KEYSYMS, keysym_number, resolve_key
+from cubicle_guest.keys import (
+    MODIFIER_KEYSYMS,
+    PUNCTUATION_KEYSYMS,
+    keysym_number,
+    resolve_key,
+)
 
 __all__ = ["CLAUDE_KEYS", "claude_key", "modifier_keys", "parse_chord", "parse_key_text"]
 
@@ -113,41 +118,7 @@ def _vocabulary() -> dict[str, str]:
         "XF86Cut",
     ):
         add(name)
-    # punctuation by keysym name (a single character works as itself too)
-    for name in (
-        "minus",
-        "plus",
-        "equal",
-        "comma",
-        "period",
-        "slash",
-        "backslash",
-        "semicolon",
-        "apostrophe",
-        "grave",
-        "bracketleft",
-        "bracketright",
-        "braceleft",
-        "braceright",
-        "less",
-        "greater",
-        "question",
-        "exclam",
-        "at",
-        "numbersign",
-        "dollar",
-        "percent",
-        "asciicircum",
-        "ampersand",
-        "asterisk",
-        "parenleft",
-        "parenright",
-        "underscore",
-        "colon",
-        "quotedbl",
-        "bar",
-        "asciitilde",
-    ):
+    for name in PUNCTUATION_KEYSYMS:  # a single character works as itself too
         add(name)
     return table
 

@@ -19,10 +19,9 @@ answered HTTP 400 and recorded (:class:`~cubicle.drivers.stand_in_http.StandIn`)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Self
+from typing import Any
 
-from cubicle.drivers.errors import DriverError, ScriptViolation
-from cubicle.drivers.stand_in_http import StandIn
+from cubicle.drivers.stand_in_http import ScriptedStandIn
 
 __all__ = ["GeminiCall", "GeminiTurn", "ScriptedGemini"]
 
@@ -31,46 +30,17 @@ GeminiCall = tuple[str, dict[str, Any]] | tuple[str, dict[str, Any], str]
 GeminiTurn = Sequence[GeminiCall] | str
 
 
-class ScriptedGemini:
+class ScriptedGemini(ScriptedStandIn[Sequence[GeminiCall]]):
     """Serve ``turns`` as ``generateContent`` on ``127.0.0.1`` (see the module docstring)."""
 
     def __init__(self, turns: Sequence[GeminiTurn], *, name: str = "gemini-drill") -> None:
-        if not turns or not isinstance(turns[-1], str):
-            raise ValueError("a Gemini script ends with the final text (a string)")
-        self.turns = list(turns)
-        self.name = name
-        self._next = 0
-        self._server = StandIn(self._answer)
+        super().__init__(turns, name=name, what="a Gemini script")
 
-    @property
-    def base_url(self) -> str:
-        return self._server.base_url
-
-    @property
-    def requests(self) -> list[dict[str, Any]]:
-        """Every request body received, in order."""
-        return self._server.requests
-
-    @property
-    def failures(self) -> list[DriverError]:
-        """Every request found off script, in order."""
-        return self._server.failures
-
-    def __enter__(self) -> Self:
-        self._server.start()
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self._server.__exit__(*exc_info)
-
-    def _violation(self, reason: str) -> ScriptViolation:
-        return ScriptViolation(self.name, self._next, reason)
-
-    def _answer(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def answer(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         if not path.split("?", 1)[0].endswith(":generateContent"):
-            raise self._violation(f"unexpected path {path!r} (the stand-in serves generateContent)")
+            raise self.violation(f"unexpected path {path!r} (the stand-in serves generateContent)")
         if self._next >= len(self.turns):
-            raise self._violation("a request after the final turn")
+            raise self.violation("a request after the final turn")
         if self._next > 0:
             self._check_responses(body, self.turns[self._next - 1])
         turn = self.turns[self._next]
@@ -94,7 +64,7 @@ class ScriptedGemini:
     def _check_responses(self, body: dict[str, Any], previous: GeminiTurn) -> None:
         contents = body.get("contents")
         if not isinstance(contents, list) or not contents:
-            raise self._violation("the request has no contents")
+            raise self.violation("the request has no contents")
         last = contents[-1] if isinstance(contents[-1], dict) else {}
         responses = [
             part["functionResponse"]
@@ -102,15 +72,15 @@ class ScriptedGemini:
             if isinstance(part, dict) and isinstance(part.get("functionResponse"), dict)
         ]
         if len(responses) != len(previous):
-            raise self._violation(
+            raise self.violation(
                 f"{len(responses)} functionResponse parts for {len(previous)} calls"
             )
         for number, (call, response) in enumerate(zip(previous, responses, strict=True)):
             if response.get("name") != call[0]:
-                raise self._violation(f"response {number} is for {response.get('name')!r}")
+                raise self.violation(f"response {number} is for {response.get('name')!r}")
             error = (response.get("response") or {}).get("error")
             if (error is not None) != (len(call) > 2):
-                raise self._violation(f"call {number} ({call[0]}): error {error!r:.300}")
+                raise self.violation(f"call {number} ({call[0]}): error {error!r:.300}")
         inline = [  # the client writes these nested parts in either spelling
             part.get("inlineData") or part.get("inline_data") or {}
             for part in responses[-1].get("parts") or []
@@ -120,4 +90,4 @@ class ScriptedGemini:
             (blob.get("mimeType") or blob.get("mime_type")) == "image/png" and blob.get("data")
             for blob in inline
         ):
-            raise self._violation("the last functionResponse carries no PNG screenshot")
+            raise self.violation("the last functionResponse carries no PNG screenshot")

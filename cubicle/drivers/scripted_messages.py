@@ -22,10 +22,9 @@ call was scripted to fail (``("left_click", {...}, "error")``), and that ``scree
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Self
+from typing import Any
 
-from cubicle.drivers.errors import DriverError, ScriptViolation
-from cubicle.drivers.stand_in_http import StandIn
+from cubicle.drivers.stand_in_http import ScriptedStandIn
 
 __all__ = ["Call", "MessagesTurn", "ScriptedMessages"]
 
@@ -36,46 +35,17 @@ MessagesTurn = Sequence[Call] | str
 IMAGE_MEMBERS = frozenset({"screenshot", "zoom"})
 
 
-class ScriptedMessages:
+class ScriptedMessages(ScriptedStandIn[Sequence[Call]]):
     """Serve ``turns`` as the Messages API on ``127.0.0.1`` (see the module docstring)."""
 
     def __init__(self, turns: Sequence[MessagesTurn], *, name: str = "claude-drill") -> None:
-        if not turns or not isinstance(turns[-1], str):
-            raise ValueError("a Messages script ends with the final text (a string)")
-        self.turns = list(turns)
-        self.name = name
-        self._next = 0
-        self._server = StandIn(self._answer)
+        super().__init__(turns, name=name, what="a Messages script")
 
-    @property
-    def base_url(self) -> str:
-        return self._server.base_url
-
-    @property
-    def requests(self) -> list[dict[str, Any]]:
-        """Every request body received, in order."""
-        return self._server.requests
-
-    @property
-    def failures(self) -> list[DriverError]:
-        """Every request found off script, in order."""
-        return self._server.failures
-
-    def __enter__(self) -> Self:
-        self._server.start()
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self._server.__exit__(*exc_info)
-
-    def _violation(self, reason: str) -> ScriptViolation:
-        return ScriptViolation(self.name, self._next, reason)
-
-    def _answer(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def answer(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         if not path.split("?", 1)[0].endswith("/v1/messages"):
-            raise self._violation(f"unexpected path {path!r} (the stand-in serves /v1/messages)")
+            raise self.violation(f"unexpected path {path!r} (the stand-in serves /v1/messages)")
         if self._next >= len(self.turns):
-            raise self._violation("a request after the final turn")
+            raise self.violation("a request after the final turn")
         if self._next > 0:
             self._check_results(body, self.turns[self._next - 1])
         turn = self.turns[self._next]
@@ -86,11 +56,11 @@ class ScriptedMessages:
     def _check_results(self, body: dict[str, Any], previous: MessagesTurn) -> None:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
-            raise self._violation("the request has no messages")
+            raise self.violation("the request has no messages")
         last = messages[-1]
         content = last.get("content") if isinstance(last, dict) else None
         if not isinstance(content, list):
-            raise self._violation("the last message carries no tool results")
+            raise self.violation("the last message carries no tool results")
         results = {
             block.get("tool_use_id"): block
             for block in content
@@ -100,16 +70,16 @@ class ScriptedMessages:
             member, expect_error = call[0], len(call) > 2
             result = results.get(_tool_use_id(self._next - 1, number))
             if result is None:
-                raise self._violation(f"no tool_result for call {number} ({member})")
+                raise self.violation(f"no tool_result for call {number} ({member})")
             if result.get("toolset_name") != "computer":
-                raise self._violation(f"call {number} ({member}): toolset_name is not computer")
+                raise self.violation(f"call {number} ({member}): toolset_name is not computer")
             if bool(result.get("is_error")) != expect_error:
-                raise self._violation(
+                raise self.violation(
                     f"call {number} ({member}): is_error={result.get('is_error')!r}, expected "
                     f"{expect_error}: {_text(result)!r:.300}"
                 )
             if member in IMAGE_MEMBERS and not expect_error and not _has_image(result):
-                raise self._violation(f"call {number} ({member}): the result has no image")
+                raise self.violation(f"call {number} ({member}): the result has no image")
 
 
 def _tool_use_id(turn: int, number: int) -> str:

@@ -15,19 +15,21 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Generic, Self, TypeVar
 
 from cubicle.drivers.errors import DriverError, ScriptViolation
 
-__all__ = ["Answer", "StandIn"]
+__all__ = ["Answer", "ScriptedStandIn", "StandIn"]
 
 Answer = Callable[[str, dict[str, Any]], dict[str, Any]]
 """``answer(path, body)`` → the JSON reply; raises ``ScriptViolation`` for a request off script."""
 
 MAX_BODY_BYTES = 512 * 1024 * 1024
+
+T = TypeVar("T")
 
 
 class StandIn:
@@ -123,3 +125,54 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("x-should-retry", "false")
         self.end_headers()
         self.wfile.write(data)
+
+
+class ScriptedStandIn(Generic[T]):
+    """What every scripted stand-in shares: its ``turns`` (the last one the final text), its
+    :class:`StandIn` server, the turn the next request gets, and off-script reasons naming that
+    turn. A subclass implements :meth:`answer`.
+
+    :param what: the API's name for errors (``"a Gemini script"``).
+    """
+
+    def __init__(self, turns: Sequence[T | str], *, name: str, what: str) -> None:
+        if not turns or not isinstance(turns[-1], str):
+            raise ValueError(f"{what} ends with the final text (a string)")
+        self.turns = list(turns)
+        self.name = name
+        self._next = 0
+        self._server = StandIn(self.answer)
+
+    def answer(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The reply to one request (raise :meth:`violation` for one off script)."""
+        raise NotImplementedError
+
+    @property
+    def base_url(self) -> str:
+        return self._server.base_url
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        """Every request body received, in order."""
+        return self._server.requests
+
+    @property
+    def failures(self) -> list[DriverError]:
+        """Every request found off script, in order."""
+        return self._server.failures
+
+    def __enter__(self) -> Self:
+        self._server.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._server.__exit__(exc_type, exc, tb)
+
+    def violation(self, reason: str) -> ScriptViolation:
+        """An off-script request at the current turn."""
+        return ScriptViolation(self.name, self._next, reason)
