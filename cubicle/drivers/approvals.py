@@ -89,9 +89,9 @@ class ApprovalPolicy:
 
     def before_action(self, action: object) -> bool:
         """``before_action`` callback: ``True`` lets the action run."""
-        return self.decide(action_facts(action, self.geometry.geometry if self.geometry else None))
+        return self.allows(action_facts(action, self.geometry.geometry if self.geometry else None))
 
-    def decide(self, facts: ActionFacts) -> bool:
+    def allows(self, facts: ActionFacts) -> bool:
         """Judge one action (from any provider's adapter, e.g.
         :mod:`cubicle.drivers.claude_confirm`) and log the decision; ``True`` lets it run."""
         judgement = self.judge_action(facts)

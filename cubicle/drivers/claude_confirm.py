@@ -96,7 +96,7 @@ class ClaudeConfirm:
         )
 
     def __call__(self, context: BetaComputerConfirmContext) -> bool:
-        return self.policy.decide(self.facts(context))
+        return self.policy.allows(self.facts(context))
 
 
 class AsyncClaudeConfirm:
@@ -108,4 +108,4 @@ class AsyncClaudeConfirm:
 
     async def __call__(self, context: BetaComputerConfirmContext) -> bool:
         facts = self.confirm.facts(context)
-        return await anyio.to_thread.run_sync(self.policy.decide, facts, abandon_on_cancel=True)
+        return await anyio.to_thread.run_sync(self.policy.allows, facts, abandon_on_cancel=True)

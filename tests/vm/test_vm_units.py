@@ -25,7 +25,7 @@ from cubicle.orchestrator.provider import SandboxSpec
 from cubicle.orchestrator.providers.vm import VmProvider
 from cubicle.orchestrator.providers.vm.domain import (
     AGENT_PORT,
-    EGRESS_PORT,
+    EGRESS_CHANNEL,
     Accelerator,
     DomainPlan,
     domain_xml,
@@ -212,7 +212,7 @@ def test_proxied_networks_give_the_domain_no_nic_but_a_channel_to_the_proxy(
     ]
     assert channels == [
         (AGENT_PORT, "bind", str(tmp_path / "agent.sock")),
-        (EGRESS_PORT, "connect", str(tmp_path / "egress-channel.sock")),
+        (EGRESS_CHANNEL, "connect", str(tmp_path / "egress-channel.sock")),
     ]
     words = (root.findtext("os/cmdline") or "").split()
     assert "cubicle.egress=3128" in words

@@ -31,7 +31,7 @@ from typing import Literal
 __all__ = [
     "AARCH64_MACHINES",
     "AGENT_PORT",
-    "EGRESS_PORT",
+    "EGRESS_CHANNEL",
     "METADATA_NS",
     "Accelerator",
     "DomainPlan",
@@ -43,7 +43,7 @@ __all__ = [
 
 AGENT_PORT = "org.cubicle.agent"
 """Name of the virtio-serial port the guest agent listens on (images/vm/cubicle-init)."""
-EGRESS_PORT = "org.cubicle.egress"
+EGRESS_CHANNEL = "org.cubicle.egress"
 """Name of the virtio-serial port to the egress proxy (``cubicle_guest.egress_relay``)."""
 METADATA_NS = "https://cubicle.invalid/xmlns/libvirt/1"
 METADATA_PREFIX = "cubicle"
@@ -125,7 +125,7 @@ class DomainPlan:
     """A libvirt network to attach a virtio NIC to (the NAT'd network of ``open`` on Linux)."""
     egress_channel: Path | None = None
     """``allow:``/``block:``/``ask:``: the unix socket of the sandbox's egress proxy, which
-    QEMU connects to as the host side of the virtio-serial port :data:`EGRESS_PORT` (no NIC)."""
+    QEMU connects to as the host side of the virtio-serial port :data:`EGRESS_CHANNEL` (no NIC)."""
     extra_cmdline: tuple[str, ...] = ()
     """More kernel command line items (``open``'s guest address, the egress relay's port)."""
     pids_limit: int = 0
@@ -233,7 +233,7 @@ def domain_xml(plan: DomainPlan) -> str:
     if plan.egress_channel is not None:
         egress = _sub(devices, "channel", type="unix")
         _sub(egress, "source", mode="connect", path=str(plan.egress_channel))
-        _sub(egress, "target", type="virtio", name=EGRESS_PORT)
+        _sub(egress, "target", type="virtio", name=EGRESS_CHANNEL)
     serial = _sub(devices, "serial", type="file")
     _sub(serial, "source", path=str(plan.console_log))
     _sub(serial, "target", port="0")

@@ -68,7 +68,6 @@ from cubicle_guest.waiting import Deadline, poll
 
 __all__ = [
     "CHANNEL_SOCKET",
-    "EGRESS_PORT_NAME",
     "SUBNET_POOL",
     "EgressChannel",
     "VmNetwork",
@@ -92,9 +91,8 @@ PROXY_READY_S: Final = 10.0
 PROXY_STOP_S: Final = 5.0
 CHANNEL_SOCKET: Final = "egress-channel.sock"
 """Proxied modes: the proxy's listening socket in the run folder; QEMU connects to it (the host
-side of the guest's virtio-serial port :data:`EGRESS_PORT_NAME`)."""
-EGRESS_PORT_NAME: Final = "org.cubicle.egress"
-"""The guest's virtio-serial port to the egress proxy (``cubicle_guest.egress_relay``)."""
+side of the guest's virtio-serial port
+:data:`~cubicle.orchestrator.providers.vm.domain.EGRESS_CHANNEL`)."""
 CONTROL_SOCKET: Final = "egress-control.sock"
 """Ask mode: the proxy's control socket in the run folder (root's alone, 0600)."""
 LIBVIRT_DNSMASQ_DIR: Final = Path("/var/lib/libvirt/dnsmasq")
@@ -148,10 +146,11 @@ class VmNetwork:
 @dataclass(frozen=True)
 class EgressChannel:
     """The way out of an ``allow:``/``block:``/``ask:`` sandbox: no network card, a second
-    virtio-serial port (:data:`EGRESS_PORT_NAME`) whose host side is the unix socket ``socket``
-    in the run folder, where the sandbox's egress proxy listens (QEMU connects to it). In the
-    guest, ``cubicle_guest.egress_relay`` listens on ``127.0.0.1:3128`` and carries every
-    connection to the proxy over the port (:mod:`cubicle_guest.egress_mux`)."""
+    virtio-serial port (:data:`~cubicle.orchestrator.providers.vm.domain.EGRESS_CHANNEL`) whose
+    host side is the unix socket ``socket`` in the run folder, where the sandbox's egress proxy
+    listens (QEMU connects to it). In the guest, ``cubicle_guest.egress_relay`` listens on
+    ``127.0.0.1:3128`` and carries every connection to the proxy over the port
+    (:mod:`cubicle_guest.egress_mux`)."""
 
     sandbox_id: str
     socket: Path
