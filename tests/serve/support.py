@@ -26,6 +26,18 @@ DRILL_ENV: EnvironmentParamOpenAIHosted = {
 MODEL_VIEW = (1024, 640)
 """What the drill's scripted model sees of the 1280x800 screen."""
 
+ASK_TOOL: Any = {
+    "type": "function",
+    "name": "request_user_response",
+    "description": "Show the user a question and return their answer.",
+    "parameters": {
+        "type": "object",
+        "properties": {"question": {"type": "string"}},
+        "required": ["question"],
+    },
+}
+"""The function tool of the `ask-user` task (and of the second product document's example)."""
+
 
 def answer(request_id: str, decision: str, kind: str = "safety_check") -> AgentSessionInputParam:
     """The answer to a ``computer_use_approval_request``: cubicle's safety-check kind by

@@ -8,7 +8,6 @@ import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import docker
 import pytest
@@ -19,7 +18,7 @@ from cubicle.drivers.scripted_model import ScriptedModel, parse_script
 from cubicle.orchestrator import labels as L
 from tests.orchestrator.support import leftovers
 from tests.serve.conftest import TOKEN, Server, engine, server, start_server
-from tests.serve.support import DRILL_ENV, assert_turn_went_through
+from tests.serve.support import ASK_TOOL, DRILL_ENV, assert_turn_went_through
 from tests.support.pages import CHROMIUM, assert_no_csp_violations, new_context
 
 __all__ = ["engine", "server"]
@@ -124,12 +123,6 @@ def test_console_answers_a_function_call(
             {"message": "The user answered: {TOOL_OUTPUT}"},
         ],
     }
-    tool: Any = {
-        "type": "function",
-        "name": "request_user_response",
-        "description": "Ask the user.",
-        "parameters": {"type": "object", "properties": {"question": {"type": "string"}}},
-    }
     with ScriptedModel(parse_script(script)) as model:
         server = start_server(
             tmp_path / "serve",
@@ -138,7 +131,7 @@ def test_console_answers_a_function_call(
         try:
             client = server.client()
             session = client.beta.agents.sessions.create(
-                environment=DRILL_ENV, agent={"model": "gpt-test", "tools": [tool]}
+                environment=DRILL_ENV, agent={"model": "gpt-test", "tools": [ASK_TOOL]}
             )
             context = new_context(browser)
             page = context.new_page()

@@ -25,22 +25,18 @@ from cubicle.orchestrator import labels as L
 from tests.orchestrator.conftest import engine
 from tests.orchestrator.support import leftovers
 from tests.serve.conftest import Server, start_server
-from tests.serve.support import DRILL_ENV, assert_turn_went_through, sandbox_of, types
+from tests.serve.support import (
+    ASK_TOOL,
+    DRILL_ENV,
+    assert_turn_went_through,
+    sandbox_of,
+    types,
+)
 
 __all__ = ["engine"]
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-ASK_TOOL: Any = {
-    "type": "function",
-    "name": "request_user_response",
-    "description": "Show the user a question and return their answer.",
-    "parameters": {
-        "type": "object",
-        "properties": {"question": {"type": "string"}},
-        "required": ["question"],
-    },
-}
 ITEMS: TypeAdapter[AgentSessionItem] = TypeAdapter(AgentSessionItem)
 
 
