@@ -6,7 +6,7 @@ shell text.
 
 from __future__ import annotations
 
-__all__ = ["DIRECT_PROBE"]
+__all__ = ["DIRECT_PROBE", "PROXY_PROBE"]
 
 DIRECT_PROBE = """
 import json, socket, struct, sys
@@ -45,3 +45,26 @@ print(json.dumps(results))
 """``python3 -c DIRECT_PROBE HOST:PORT ...``: try a direct TCP connection to each target (host
 ``GATEWAY``: the guest's default gateway) and one DNS lookup; prints ``{target: "connected" |
 "<error>", "dns": "resolved" | "<error>", "gateway": address or null}``."""
+
+
+PROXY_PROBE = """
+import json, os, sys, urllib.error, urllib.request
+# the proxy the guest's init put in the environment; NO_PROXY is not applied here: loopback
+# names go to the proxy too (an allowed origin may be the HOST's localhost; otherwise the proxy
+# must refuse them)
+proxies = {"http": os.environ["http_proxy"], "https": os.environ["https_proxy"]}
+no_proxy = [os.environ.pop(name, None) for name in ("no_proxy", "NO_PROXY")]
+opener = urllib.request.build_opener(urllib.request.ProxyHandler(proxies))
+results = {"env": proxies, "no_proxy": no_proxy}
+for url in sys.argv[1:]:
+    try:
+        with opener.open(url, timeout=15) as reply:
+            results[url] = [reply.status, reply.read().decode()]
+    except urllib.error.HTTPError as exc:
+        results[url] = [exc.code, ""]
+    except OSError as exc:
+        results[url] = [0, type(exc).__name__ + ": " + str(exc)]
+print(json.dumps(results))
+"""
+"""GET each URL of argv through the guest's proxy: ``{url: [status, body or error]}``, plus the
+proxy settings seen (``env``) and the NO_PROXY values removed (``no_proxy``)."""

@@ -22,7 +22,7 @@ from cubicle.orchestrator.provider import SandboxSpec
 from cubicle.orchestrator.providers.vm import VmProvider
 from cubicle.orchestrator.providers.vm import network as vm_network
 from cubicle.orchestrator.sandbox import wait_ready
-from tests.support.guest_probes import DIRECT_PROBE
+from tests.support.guest_probes import DIRECT_PROBE, PROXY_PROBE
 from tests.support.listener import Listener, host_addresses
 
 pytestmark = [pytest.mark.attack, pytest.mark.vm, pytest.mark.slow]
@@ -69,25 +69,6 @@ def test_row5_open_vm_has_no_path_to_host_loopback(
     assert public.accepted == 1
     if _host_resolves("deb.debian.org"):  # names resolve as on the host (libvirt's forwarder)
         assert seen["dns"] == "resolved", seen
-
-
-PROXY_PROBE = """
-import json, os, sys, urllib.error, urllib.request
-proxies = {"http": os.environ["http_proxy"], "https": os.environ["https_proxy"]}
-for name in ("no_proxy", "NO_PROXY"):  # loopback names go to the proxy too (it must refuse them)
-    os.environ.pop(name, None)
-opener = urllib.request.build_opener(urllib.request.ProxyHandler(proxies))
-results = {"env": proxies}
-for url in sys.argv[1:]:
-    try:
-        with opener.open(url, timeout=15) as reply:
-            results[url] = [reply.status, reply.read().decode()]
-    except urllib.error.HTTPError as exc:
-        results[url] = [exc.code, ""]
-    except OSError as exc:
-        results[url] = [0, type(exc).__name__ + ": " + str(exc)]
-print(json.dumps(results))
-"""
 
 
 def test_row5_open_without_bridges_is_the_proxy_and_reaches_no_host_service(

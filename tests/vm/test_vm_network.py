@@ -23,31 +23,11 @@ from cubicle.orchestrator.providers.vm import VmProvider
 from cubicle.orchestrator.providers.vm import network as vm_network
 from cubicle.orchestrator.sandbox import wait_ready
 from tests.orchestrator.support import http_server
-from tests.support.guest_probes import DIRECT_PROBE
+from tests.support.guest_probes import DIRECT_PROBE, PROXY_PROBE
 from tests.support.listener import host_addresses
 from tests.vm.conftest import REPO, assert_gone, qemu_pids_using
 
 pytestmark = [pytest.mark.vm, pytest.mark.slow]
-
-
-PROXY_PROBE = """
-import json, os, sys, urllib.error, urllib.request
-# the proxy the guest's init put in the environment; NO_PROXY (localhost) is not applied here,
-# because the test's allowed origin is the HOST's localhost, reached through the proxy
-proxies = {"http": os.environ["http_proxy"], "https": os.environ["https_proxy"]}
-no_proxy = [os.environ.pop(name, None) for name in ("no_proxy", "NO_PROXY")]
-opener = urllib.request.build_opener(urllib.request.ProxyHandler(proxies))
-results = {"env": proxies, "no_proxy": no_proxy}
-for url in sys.argv[1:]:
-    try:
-        with opener.open(url, timeout=15) as reply:
-            results[url] = [reply.status, reply.read().decode()]
-    except urllib.error.HTTPError as exc:
-        results[url] = [exc.code, ""]
-    except OSError as exc:
-        results[url] = [0, type(exc).__name__ + ": " + str(exc)]
-print(json.dumps(results))
-"""
 
 
 def _run(provider: VmProvider, sandbox_id: str, code: str, *args: str) -> dict[str, Any]:
