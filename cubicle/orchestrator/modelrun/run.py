@@ -244,9 +244,15 @@ def run(
             recorder.event("end", ok=False, final_message=None, wall_s=0.0, error=result.error)
         else:
             _run_connected(
-                desktop, agent, spec, model, recorder, result=result, cancel=cancel_requested
+                desktop,
+                agent,
+                spec,
+                model,
+                recorder,
+                result=result,
+                cancel_requested=cancel_requested,
+                started=started,
             )
-        result.wall_s = time.monotonic() - started
     write_report(spec.out)
     return result
 
@@ -259,10 +265,11 @@ def _run_connected(
     recorder: TrajectoryRecorder,
     *,
     result: RunResult,
-    cancel: Callable[[], bool],
+    cancel_requested: Callable[[], bool],
+    started: float,
 ) -> None:
-    cancel_requested = cancel
-    started = time.monotonic()
+    """The run once the agent answers; ``started``: when :func:`run` began (monotonic s), so
+    the ``end`` record's ``wall_s`` and the result's are the same number."""
     stall_hit = threading.Event()
     gate = recorded_gate(desktop, recorder, cancel_requested)
 
