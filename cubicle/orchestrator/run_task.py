@@ -50,7 +50,7 @@ from cubicle.drivers.viewport import Viewport
 from cubicle.orchestrator.errors import ConfigError
 from cubicle.orchestrator.modelrun.budget import BudgetSpec, parse_context_budget
 from cubicle.orchestrator.modelrun.console import default_out, destroy_quietly, progress
-from cubicle.orchestrator.modelrun.responses_model import DEFAULT_BASE_URL, ResponsesModel
+from cubicle.orchestrator.modelrun.responses_model import ResponsesModel
 from cubicle.orchestrator.modelrun.run import DEFAULT_MAX_STEPS, RunSpec, run
 from cubicle.orchestrator.modelrun.signals import cancel_on_signals
 from cubicle.orchestrator.modelrun.usage import usage_line
@@ -352,11 +352,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     record = parse_record(args.record) if args.record is not None else None
     budget = _context_budget(args)
     out: Path = args.out or default_out("run")
-    model = ResponsesModel(
-        args.model,
-        api_key=os.environ["OPENAI_API_KEY"],
-        base_url=os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
-    )
+    model = ResponsesModel.from_environment(args.model)
     with teardown_on_signals():
         sandbox = Sandbox.create(
             args.backend,

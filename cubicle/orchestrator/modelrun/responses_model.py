@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,6 +29,17 @@ class ResponsesModel:
     name: str
     api_key: str = field(repr=False)
     base_url: str = DEFAULT_BASE_URL
+
+    @classmethod
+    def from_environment(cls, name: str) -> ResponsesModel:
+        """``name`` with the openai package's environment: ``OPENAI_API_KEY`` (empty when unset:
+        the caller decides whether that is an error) and ``OPENAI_BASE_URL`` (default
+        :data:`DEFAULT_BASE_URL`)."""
+        return cls(
+            name,
+            api_key=os.environ.get("OPENAI_API_KEY", ""),
+            base_url=os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
+        )
 
     @contextmanager
     def serve(self, context: LoopContext) -> Iterator[ModelEndpoint]:

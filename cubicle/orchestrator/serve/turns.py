@@ -18,13 +18,12 @@ loop.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from cubicle.drivers.approvals import ApprovalPolicy
 from cubicle.orchestrator.drill.runner import run_drill
-from cubicle.orchestrator.modelrun.responses_model import DEFAULT_BASE_URL, ResponsesModel
+from cubicle.orchestrator.modelrun.responses_model import ResponsesModel
 from cubicle.orchestrator.modelrun.run import RunResult, RunSpec, run
 from cubicle.orchestrator.sandbox import Sandbox
 from cubicle.orchestrator.serve.agents import AgentSpec
@@ -100,11 +99,7 @@ def turn_runner(agent: AgentSpec) -> TurnRun:
                 functions=functions,
             )
         else:
-            model = ResponsesModel(
-                agent.model,
-                api_key=os.environ.get("OPENAI_API_KEY", ""),
-                base_url=os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
-            )
+            model = ResponsesModel.from_environment(agent.model)
             spec = RunSpec(
                 out=out,
                 loop="runner" if functions else "toolset",
