@@ -81,7 +81,10 @@ class Desktops:
             ``ask:`` policy (nobody would answer its questions), or the server is stopping.
         :raises CubicleError: the backend could not start it (nothing is left behind).
         """
-        policy = NetworkPolicy.parse(network)
+        try:
+            policy = NetworkPolicy.parse(network)
+        except ConfigError as exc:
+            raise ConfigError(f"network: {exc}", hint=exc.hint) from None
         if policy.mode == "ask":
             raise ConfigError(
                 "network: ask policies need someone to answer their questions; "

@@ -1,0 +1,135 @@
+"""``cubicle mcp`` through the real ``mcp`` client, without a sandbox: the tools and their
+schemas, bad calls refused naming the field (the server keeps serving), the HTTP token."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+
+from tests.mcp.support import http_client, start_http, stdio_params, text
+
+TOOLS = {
+    "create_sandbox",
+    "list_sandboxes",
+    "destroy_sandbox",
+    "screenshot",
+    "click",
+    "double_click",
+    "drag",
+    "scroll",
+    "move",
+    "type",
+    "keypress",
+    "wait",
+    "exec",
+}
+
+BAD_CALLS = [
+    # (tool, arguments, what the error must say)
+    (
+        "click",
+        {"sandbox_id": "dk-abc", "x": "5"},
+        ["x: Input should be a valid integer", "y: required"],
+    ),
+    (
+        "click",
+        {"sandbox_id": "dk-abc", "x": 1, "y": -1},
+        ["y: Input should be greater than or equal to 0"],
+    ),
+    ("click", {"sandbox_id": "dk-abc", "x": 1, "y": 1, "button": "middle"}, ["button: "]),
+    ("screenshot", {}, ["sandbox_id: required"]),
+    ("screenshot", {"sandbox_id": "../etc"}, ["sandbox_id: String should match pattern"]),
+    ("screenshot", {"sandbox_id": "dk-nosuch"}, ["sandbox_id: no sandbox 'dk-nosuch'"]),
+    (
+        "drag",
+        {"sandbox_id": "dk-abc", "path": [{"x": 1, "y": 2}]},
+        ["path: List should have at least 2 items"],
+    ),
+    (
+        "drag",
+        {"sandbox_id": "dk-abc", "path": [{"x": 1, "y": 2}, {"x": 1}]},
+        ["path.1.y: required"],
+    ),
+    ("keypress", {"sandbox_id": "dk-abc", "keys": []}, ["keys: List should have at least 1 item"]),
+    (
+        "wait",
+        {"sandbox_id": "dk-abc", "ms": 60_001},
+        ["ms: Input should be less than or equal to 60000"],
+    ),
+    ("exec", {"sandbox_id": "dk-abc", "argv": "ls"}, ["argv: Input should be a valid list"]),
+    ("create_sandbox", {"colour": "red"}, ["colour: unknown field"]),
+    ("create_sandbox", {"backend": "qemu"}, ["backend: Input should be 'docker' or 'vm'"]),
+    ("create_sandbox", {"screen": "big"}, ["screen: String should match pattern"]),
+    ("create_sandbox", {"network": "allow:"}, ["network: empty entry in the allow: list"]),
+    ("create_sandbox", {"network": "ask:example.com"}, ["network: ask policies need someone"]),
+    ("no_such_tool", {}, ["unknown tool 'no_such_tool'", "create_sandbox"]),
+]
+
+
+def test_the_tools_are_listed_with_precise_schemas() -> None:
+    async def main() -> None:
+        async with Client(stdio_params()) as client:
+            listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+        assert set(listed) == TOOLS
+        assert "required" not in listed["create_sandbox"].input_schema  # every argument optional
+        assert listed["screenshot"].input_schema["required"] == ["sandbox_id"]
+        assert listed["click"].input_schema["additionalProperties"] is False
+        assert set(listed["click"].input_schema["required"]) == {"sandbox_id", "x", "y"}
+
+    anyio.run(main)
+
+
+def test_a_bad_call_is_refused_naming_the_field_and_the_server_keeps_serving() -> None:
+    async def main() -> None:
+        async with Client(stdio_params()) as client:
+            for tool, arguments, expected in BAD_CALLS:
+                result = await client.call_tool(tool, arguments)
+                assert result.is_error, (tool, arguments, text(result))
+                for part in expected:
+                    assert part in text(result), (tool, arguments, text(result))
+            after = await client.call_tool("list_sandboxes", {})
+            assert not after.is_error
+            assert text(after) == "No sandboxes; create one with create_sandbox."
+
+    anyio.run(main)
+
+
+def _errors(group: BaseException) -> list[BaseException]:
+    if isinstance(group, BaseExceptionGroup):
+        return [leaf for inner in group.exceptions for leaf in _errors(inner)]
+    return [group]
+
+
+def test_http_serves_the_token_holder_alone(tmp_path: Path) -> None:
+    server = start_http(tmp_path / "state" / "mcp.token")
+    try:
+        assert stat.S_IMODE(server.token_file.stat().st_mode) == 0o600
+        assert len(server.token) >= 32
+
+        async def main() -> None:
+            for token in (None, "wrong-" + server.token):
+                with pytest.raises(BaseException) as raised:
+                    async with http_client(server.url, token):
+                        pass
+                assert any(isinstance(e, MCPError) for e in _errors(raised.value)), raised.value
+            async with http_client(server.url, server.token) as client:
+                assert {tool.name for tool in (await client.list_tools()).tools} == TOOLS
+
+        anyio.run(main)
+        for header in (
+            {},
+            {"Authorization": "Bearer " + server.token[:-1]},
+            {"Authorization": server.token},
+        ):
+            refused = httpx2.post(server.url, json={}, headers=header, timeout=30)
+            assert refused.status_code == 401, (header, refused.text)
+            assert "Authorization: Bearer" in refused.json()["error_description"]
+        assert server.process.poll() is None, "the server stopped serving"
+    finally:
+        assert server.stop() == 0

@@ -1,0 +1,145 @@
+"""``cubicle mcp`` through the real ``mcp`` client on Docker, on stdio and on HTTP: the editor
+round trip a model would make (create, screenshot, click the launcher, type, save, read the file
+back with exec, destroy); closing the stdio client removes the server's sandboxes within the
+client's grace; a server killed with SIGKILL leaves nothing after ``cubicle gc``."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import signal
+import time
+from pathlib import Path
+
+import anyio
+import docker
+import pytest
+from mcp import Client
+from mcp.client.stdio import FORCE_KILL_TIMEOUT, PROCESS_TERMINATION_TIMEOUT
+
+from cubicle.orchestrator import labels as L
+from cubicle.orchestrator.desktop import PANEL
+from cubicle.orchestrator.sandbox import Sandbox
+from tests.desktop.checks import wait_window
+from tests.mcp.support import call, http_client, image_of, start_http, stdio_params, text
+from tests.orchestrator.support import leftovers
+from tests.support.cli import run_cli
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+SCREEN = (1280, 800)
+APP_TIMEOUT_S = 60.0
+GRACE_S = PROCESS_TERMINATION_TIMEOUT + FORCE_KILL_TIMEOUT
+"""The stdio client closes the server's stdin, SIGTERMs it 2 s later and SIGKILLs it 2 s after."""
+
+
+def left_of(sandbox_id: str) -> list[str]:
+    """The engine objects of ``sandbox_id`` still there."""
+    with contextlib.closing(docker.from_env()) as engine:
+        return leftovers(engine, {L.SANDBOX: sandbox_id})
+
+
+def wait_for(sandbox_id: str, title: str) -> None:
+    """Until the editor's window titled ``title``... has the focus (an observer's connection of
+    the test's own, not the server's)."""
+    with Sandbox.attach(sandbox_id).connect() as observer:
+        wait_window(observer, "Mousepad", APP_TIMEOUT_S, title=title)
+
+
+async def create(client: Client) -> str:
+    created = await call(client, "create_sandbox", {})
+    sandbox_id = text(created).split()[-1]
+    assert sandbox_id.startswith("dk-"), text(created)
+    return sandbox_id
+
+
+async def editor_round_trip(client: Client) -> None:
+    """What tasks/editor-save asks a model, through the tools: open a prepared file in the
+    editor from its launcher, add a line, save; then read the bytes back with exec."""
+    sandbox_id = await create(client)
+    assert sandbox_id in text(await call(client, "list_sandboxes", {}))
+    shot = image_of(await call(client, "screenshot", {"sandbox_id": sandbox_id}))
+    assert shot.size == SCREEN
+    panel = shot.getpixel((PANEL.launcher_center("editor", SCREEN)[0] + 90, SCREEN[1] - 20))
+    assert isinstance(panel, tuple)
+    assert max(abs(a - b) for a, b in zip(panel, PANEL.background, strict=True)) <= 24, panel
+
+    prepared = await call(
+        client,
+        "exec",
+        {
+            "sandbox_id": sandbox_id,
+            "argv": ["sh", "-c", "mkdir -p ~/task && printf 'milk\\neggs\\n' > ~/task/todo.txt"
+                     " && echo ~/task/todo.txt"],
+        },
+    )  # fmt: skip
+    path = text(prepared).split("\n")[2]
+    assert path.endswith("/task/todo.txt"), text(prepared)
+
+    x, y = PANEL.launcher_center("editor", SCREEN)
+    clicked = await call(client, "click", {"sandbox_id": sandbox_id, "x": x, "y": y})
+    assert text(clicked).startswith(f"click done at ({x}, {y}).")
+    wait_for(sandbox_id, "")
+    keys = [["CTRL", "O"], ["CTRL", "L"]]
+    for chord in keys:
+        await call(client, "keypress", {"sandbox_id": sandbox_id, "keys": chord})
+        if chord == ["CTRL", "O"]:
+            wait_for(sandbox_id, "Open")
+    await call(client, "type", {"sandbox_id": sandbox_id, "text": path})
+    await call(client, "keypress", {"sandbox_id": sandbox_id, "keys": ["ENTER"]})
+    wait_for(sandbox_id, "~/task/todo.txt - Mousepad")
+    await call(client, "keypress", {"sandbox_id": sandbox_id, "keys": ["CTRL", "END"]})
+    await call(client, "type", {"sandbox_id": sandbox_id, "text": "bread\n"})
+    saved = await call(client, "keypress", {"sandbox_id": sandbox_id, "keys": ["CTRL", "S"]})
+    assert "focused window" in text(saved), text(saved)  # the receipt, as the drivers give it
+    wait_for(sandbox_id, "~/task/todo.txt - Mousepad")  # saved: no "*" before the name
+
+    read = await call(client, "exec", {"sandbox_id": sandbox_id, "argv": ["base64", "-w0", path]})
+    encoded = text(read).split("--- stdout ---\n")[1]
+    assert base64.b64decode(encoded) == b"milk\neggs\nbread\n"
+
+    assert text(await call(client, "destroy_sandbox", {"sandbox_id": sandbox_id})) == (
+        f"Removed {sandbox_id}."
+    )
+    assert left_of(sandbox_id) == []
+    assert sandbox_id not in text(await call(client, "list_sandboxes", {}))
+
+
+def test_stdio_editor_round_trip_and_the_close_removes_the_sandboxes(docker_image: str) -> None:
+    async def main() -> tuple[str, float]:
+        async with Client(stdio_params()) as client:
+            await editor_round_trip(client)
+            kept = await create(client)
+            assert left_of(kept) != []
+            closing = time.monotonic()
+        return kept, time.monotonic() - closing
+
+    kept, close_s = anyio.run(main)
+    assert left_of(kept) == [], "closing the stdio client left the server's sandbox"
+    assert close_s < GRACE_S, f"the server took {close_s:.1f} s to stop (SIGKILL at {GRACE_S} s)"
+
+
+def test_http_editor_round_trip_then_sigkill_and_gc_leave_nothing(
+    docker_image: str, tmp_path: Path
+) -> None:
+    server = start_http(tmp_path / "mcp.token")
+    kept = ""
+    try:
+
+        async def main() -> str:
+            async with http_client(server.url, server.token) as client:
+                await editor_round_trip(client)
+                return await create(client)
+
+        kept = anyio.run(main)
+        server.process.send_signal(signal.SIGKILL)
+        server.process.wait(timeout=30)
+        assert left_of(kept) != [], "the sandbox went with the server: nothing for gc to prove"
+        collected = run_cli("gc")
+        assert collected.returncode == 0, collected.stderr
+        assert kept in collected.stdout, collected.stdout
+        assert left_of(kept) == []
+    finally:
+        server.stop()
+        if kept and left_of(kept):
+            run_cli("down", kept)
