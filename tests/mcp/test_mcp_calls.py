@@ -30,7 +30,7 @@ TOOLS = {
     "exec",
 }
 
-BAD_CALLS = [
+BAD_CALLS: list[tuple[str, dict[str, object], list[str]]] = [
     # (tool, arguments, what the error must say)
     (
         "click",

@@ -26,8 +26,8 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-import mcp_types as types
 import uvicorn
+from mcp import types
 from mcp.server import Server
 from mcp.server.stdio import stdio_server
 

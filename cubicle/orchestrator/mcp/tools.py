@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-import mcp_types as types
+from mcp import types
 from pydantic import BaseModel
 
 from cubicle.drivers.actions import PlannedAction, plan_action
