@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 import re
 import subprocess
 import sys
@@ -22,7 +23,17 @@ from PIL import Image
 from cubicle_guest.waiting import Deadline
 from tests.support.processes import stop_process
 
-__all__ = ["HttpServer", "call", "http_client", "image_of", "start_http", "stdio_params", "text"]
+__all__ = [
+    "HttpServer",
+    "call",
+    "child_server",
+    "http_client",
+    "image_of",
+    "running",
+    "start_http",
+    "stdio_params",
+    "text",
+]
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "cubicle.orchestrator.cli", "mcp"]
@@ -105,3 +116,30 @@ def image_of(result: types.CallToolResult) -> Image.Image:
     image = Image.open(io.BytesIO(base64.b64decode(block.data)))
     assert image.format == "PNG"
     return image.convert("RGB")
+
+
+def child_server() -> int:
+    """The pid of the ``cubicle mcp`` this process's stdio client started (its one child
+    running it): the ``mcp`` client does not say."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        if parent == os.getpid() and b"cubicle.orchestrator.cli" in argv and b"mcp" in argv:
+            found.append(int(entry))
+    assert len(found) == 1, f"cubicle mcp children of this process: {found}"
+    return found[0]
+
+
+def running(pid: int) -> bool:
+    """``pid`` exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import os
 import signal
 import time
 from pathlib import Path
@@ -20,8 +21,18 @@ from mcp.client.stdio import FORCE_KILL_TIMEOUT, PROCESS_TERMINATION_TIMEOUT
 from cubicle.orchestrator import labels as L
 from cubicle.orchestrator.desktop import PANEL
 from cubicle.orchestrator.sandbox import Sandbox
+from cubicle_guest.waiting import Deadline, poll
 from tests.desktop.checks import wait_window
-from tests.mcp.support import call, http_client, image_of, start_http, stdio_params, text
+from tests.mcp.support import (
+    call,
+    child_server,
+    http_client,
+    image_of,
+    running,
+    start_http,
+    stdio_params,
+    text,
+)
 from tests.orchestrator.support import leftovers
 from tests.support.cli import run_cli
 
@@ -117,6 +128,26 @@ def test_stdio_editor_round_trip_and_the_close_removes_the_sandboxes(docker_imag
     kept, close_s = anyio.run(main)
     assert left_of(kept) == [], "closing the stdio client left the server's sandbox"
     assert close_s < GRACE_S, f"the server took {close_s:.1f} s to stop (SIGKILL at {GRACE_S} s)"
+
+
+def test_sigterm_on_stdio_removes_the_sandbox_and_the_server_exits(docker_image: str) -> None:
+    """SIGTERM from anyone but the client (stdin still open): the sandbox is removed and the
+    process exits, not held up by its stdin reader."""
+
+    async def main() -> tuple[str, bool]:
+        async with Client(stdio_params()) as client:
+            kept = await create(client)
+            pid = child_server()
+            os.kill(pid, signal.SIGTERM)
+            deadline = Deadline(GRACE_S)
+            for _ in poll(deadline, 0.05):
+                if not running(pid):
+                    break
+            return kept, running(pid)
+
+    kept, still_running = anyio.run(main)
+    assert not still_running, f"the server was still running {GRACE_S} s after SIGTERM"
+    assert left_of(kept) == []
 
 
 def test_http_editor_round_trip_then_sigkill_and_gc_leave_nothing(

@@ -16,6 +16,7 @@ gc``, which takes them because their owner process is gone.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 import sys
@@ -110,20 +111,24 @@ def _teardown(desktops: Desktops) -> None:
 
 def serve_stdio(desktops: Desktops) -> int:
     """Serve MCP on stdin/stdout until stdin closes or SIGTERM/SIGINT; then remove the
-    sandboxes (signals during the removal are ignored: it finishes)."""
+    sandboxes (signals during the removal are ignored: it finishes). Stopped by a signal, the
+    process exits with 128 + its number right after the removal (the thread reading stdin
+    would otherwise hold the exit up until the client closes stdin)."""
 
     async def main() -> None:
         server = build_server(desktops)
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+
+            async def stop_on_signal() -> None:
+                async for signum in signals:
+                    _say(f"stopping on signal {signum}")
+                    with anyio.CancelScope(shield=True):
+                        await anyio.to_thread.run_sync(_teardown, desktops)
+                    sys.stderr.flush()
+                    os._exit(128 + signum)
+
             try:
                 async with anyio.create_task_group() as group:
-
-                    async def stop_on_signal() -> None:
-                        async for signum in signals:
-                            _say(f"stopping on signal {signum}")
-                            group.cancel_scope.cancel()
-                            return
-
                     group.start_soon(stop_on_signal)
                     async with stdio_server() as (read, write):
                         await server.run(read, write, server.create_initialization_options())
