@@ -14,6 +14,8 @@ from mcp.shared.exceptions import MCPError
 
 from tests.mcp.support import http_client, start_http, stdio_params, text
 
+pytestmark = pytest.mark.slow  # each starts a real server (seconds on a loaded host)
+
 TOOLS = {
     "create_sandbox",
     "list_sandboxes",
@@ -72,30 +74,26 @@ BAD_CALLS: list[tuple[str, dict[str, object], list[str]]] = [
 ]
 
 
-def test_the_tools_are_listed_with_precise_schemas() -> None:
+def test_the_tools_and_their_schemas_and_bad_calls_refused_naming_the_field() -> None:
+    """One server: the tools listed with precise schemas; each bad call an error result naming
+    the field; the server still serving after them all."""
+
     async def main() -> None:
         async with Client(stdio_params()) as client:
             listed = {tool.name: tool for tool in (await client.list_tools()).tools}
-        assert set(listed) == TOOLS
-        assert "required" not in listed["create_sandbox"].input_schema  # every argument optional
-        assert listed["screenshot"].input_schema["required"] == ["sandbox_id"]
-        assert listed["click"].input_schema["additionalProperties"] is False
-        assert set(listed["click"].input_schema["required"]) == {"sandbox_id", "x", "y"}
-
-    anyio.run(main)
-
-
-def test_a_bad_call_is_refused_naming_the_field_and_the_server_keeps_serving() -> None:
-    async def main() -> None:
-        async with Client(stdio_params()) as client:
             for tool, arguments, expected in BAD_CALLS:
                 result = await client.call_tool(tool, arguments)
                 assert result.is_error, (tool, arguments, text(result))
                 for part in expected:
                     assert part in text(result), (tool, arguments, text(result))
             after = await client.call_tool("list_sandboxes", {})
-            assert not after.is_error
-            assert text(after) == "No sandboxes; create one with create_sandbox."
+        assert set(listed) == TOOLS
+        assert "required" not in listed["create_sandbox"].input_schema  # every argument optional
+        assert listed["screenshot"].input_schema["required"] == ["sandbox_id"]
+        assert listed["click"].input_schema["additionalProperties"] is False
+        assert set(listed["click"].input_schema["required"]) == {"sandbox_id", "x", "y"}
+        assert not after.is_error
+        assert text(after) == "No sandboxes; create one with create_sandbox."
 
     anyio.run(main)
 
