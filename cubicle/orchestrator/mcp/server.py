@@ -33,6 +33,7 @@ from mcp.server import Server
 from mcp.server.stdio import stdio_server
 
 from cubicle.orchestrator import __version__
+from cubicle.orchestrator.errors import ConfigError
 from cubicle.orchestrator.mcp.auth import BearerGuard, write_token
 from cubicle.orchestrator.mcp.desktops import Desktops
 from cubicle.orchestrator.mcp.schemas import BadArguments, parse_arguments
@@ -159,12 +160,23 @@ def serve_http(
     server = build_server(desktops)
     app = BearerGuard(server.streamable_http_app(host=host), token)
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(64)
-    bound = sock.getsockname()[1]
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(64)
+        bound = sock.getsockname()[1]
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(
+            f"--port {port}: cannot listen on {host}:{port}: {exc.strerror or exc}",
+            hint="pick another --port (0: any free one)",
+        ) from None
     path = token_file(bound)
-    write_token(path, token)
+    try:
+        write_token(path, token)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"--token-file {path}: cannot write the token: {exc}") from None
     shown = f"[{host}]" if ":" in host else host
     _say(f"token in {path} (send it as 'Authorization: Bearer <token>')")
     _say(f"url http://{shown}:{bound}/mcp")
@@ -178,13 +190,14 @@ def serve_http(
     )
     # uvicorn re-raises the signal that stopped it once it is done: this handler turns it into
     # SystemExit, so the teardown below runs before the process exits
-    previous = {sig: signal.signal(sig, _exit_on_signal) for sig in (signal.SIGTERM,)}
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         uvicorn.Server(config).run(sockets=[sock])
     except SystemExit:
         pass
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in previous:  # the teardown finishes whatever comes now
             signal.signal(sig, signal.SIG_IGN)
         _teardown(desktops)
         for sig, handler in previous.items():
