@@ -21,20 +21,22 @@ and ``Sandbox.download`` and ``cubicle cp`` call :func:`upload` and :func:`downl
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import shutil
 import stat
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Final
+from typing import IO, Any, Final
 
 from cubicle.orchestrator.errors import TransferError
 from cubicle_guest import protocol
 from cubicle_guest.client import AgentClient
 from cubicle_guest.errors import CubicleError, GuestError
 
-__all__ = ["CHUNK_BYTES", "Copied", "download", "upload"]
+__all__ = ["CHUNK_BYTES", "Copied", "download", "upload", "write_bytes"]
 
 CHUNK_BYTES: Final = protocol.MAX_CHUNK_BYTES
 CHUNK_TIMEOUT_S: Final = 120.0
@@ -159,27 +161,53 @@ def upload(client: AgentClient, local: str | os.PathLike[str], guest_path: str) 
     return Copied(str(done["path"]), int(done["files"]), int(done["bytes"]))
 
 
+def write_bytes(client: AgentClient, guest_path: str, data: bytes, *, mode: int = 0o644) -> Copied:
+    """Write ``data`` to the guest file ``guest_path`` exactly (its folder must exist; a file
+    there is replaced, a folder refused), in chunks, complete or absent: what task files'
+    ``content`` and serve's ``environment.files`` use.
+
+    :raises GuestError: as :func:`upload`'s.
+    """
+    entry = _Entry("", "file", mode, time.time_ns(), len(data))
+    begun = client.put_begin(guest_path, "file", mode, entry.mtime_ns, size=len(data)).result
+    handle = str(begun["handle"])
+    try:
+        _send_stream(client, handle, "", io.BytesIO(data), entry)
+        done = client.put_commit(handle, timeout=CHUNK_TIMEOUT_S).result
+    except BaseException:
+        with contextlib.suppress(CubicleError):
+            client.put_abort(handle)
+        raise
+    return Copied(str(done["path"]), 1, len(data))
+
+
 def _send_file(client: AgentClient, handle: str, name: str, path: Path, entry: _Entry) -> None:
     with open(path, "rb") as stream:
-        offset = 0
-        chunk = stream.read(CHUNK_BYTES)
-        while True:
-            following = stream.read(CHUNK_BYTES) if len(chunk) == CHUNK_BYTES else b""
-            last = not following
-            client.put_chunk(
-                handle,
-                name,
-                offset,
-                chunk,
-                last=last,
-                mode=entry.mode if last else None,
-                mtime_ns=entry.mtime_ns if last else None,
-                timeout=CHUNK_TIMEOUT_S,
-            )
-            if last:
-                return
-            offset += len(chunk)
-            chunk = following
+        _send_stream(client, handle, name, stream, entry)
+
+
+def _send_stream(
+    client: AgentClient, handle: str, name: str, stream: IO[bytes], entry: _Entry
+) -> None:
+    offset = 0
+    chunk = stream.read(CHUNK_BYTES)
+    while True:
+        following = stream.read(CHUNK_BYTES) if len(chunk) == CHUNK_BYTES else b""
+        last = not following
+        client.put_chunk(
+            handle,
+            name,
+            offset,
+            chunk,
+            last=last,
+            mode=entry.mode if last else None,
+            mtime_ns=entry.mtime_ns if last else None,
+            timeout=CHUNK_TIMEOUT_S,
+        )
+        if last:
+            return
+        offset += len(chunk)
+        chunk = following
 
 
 # --------------------------------------------------------------------------- download
