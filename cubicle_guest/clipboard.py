@@ -17,6 +17,7 @@ the connection is never used from two threads.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import queue
 import select
@@ -33,6 +34,8 @@ from cubicle_guest import protocol
 from cubicle_guest.errors import GuestError
 
 __all__ = ["CONVERT_TIMEOUT_S", "Clipboard"]
+
+log = logging.getLogger("cubicle_guest.clipboard")
 
 CONVERT_TIMEOUT_S: Final = 3.0
 """How long ``get`` waits for another program to hand over the selection's text (seconds)."""
@@ -163,10 +166,15 @@ class Clipboard:
             select.select([self._display.fileno()], [], [], remaining)
 
     def _dispatch(self, found: Any) -> None:
-        if found.type == X.SelectionClear and found.window.id == self._window.id:
-            self._owned.pop(found.atom, None)
-        elif found.type == X.SelectionRequest:
-            self._answer(found)
+        """Serve one event; a paste that fails (a requestor gone, a bad property) is that
+        paste's failure only: the thread goes on serving."""
+        try:
+            if found.type == X.SelectionClear and found.window.id == self._window.id:
+                self._owned.pop(found.atom, None)
+            elif found.type == X.SelectionRequest:
+                self._answer(found)
+        except (error.XError, ValueError, TypeError, AttributeError) as exc:
+            log.info("clipboard: an event could not be served: %s", exc)
 
     def _answer(self, request: Any) -> None:
         prop = request.property or request.target  # X.NONE from an obsolete client
