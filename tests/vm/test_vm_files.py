@@ -35,8 +35,8 @@ def test_files_and_the_clipboard_through_the_virtio_channel(
         sandbox.download("arbre-树", back)
         assert tree_of(back / "arbre-树") == tree_of(source)
         for selection in ("clipboard", "primary"):
-            sandbox.set_clipboard(TEXT, selection)  # type: ignore[arg-type]
+            sandbox.set_clipboard(TEXT, selection)
             with sandbox.connect() as client:
                 read = client.exec(["python3", "-c", READ_AS_ANOTHER_CLIENT, selection]).result
             assert read["stdout"] == TEXT, read
-            assert sandbox.get_clipboard(selection) == TEXT  # type: ignore[arg-type]
+            assert sandbox.get_clipboard(selection) == TEXT
