@@ -27,6 +27,7 @@ import shutil
 import stat
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, Final
@@ -189,25 +190,26 @@ def _send_file(client: AgentClient, handle: str, name: str, path: Path, entry: _
 def _send_stream(
     client: AgentClient, handle: str, name: str, stream: IO[bytes], entry: _Entry
 ) -> None:
-    offset = 0
-    chunk = stream.read(CHUNK_BYTES)
-    while True:
-        following = stream.read(CHUNK_BYTES) if len(chunk) == CHUNK_BYTES else b""
-        last = not following
-        client.put_chunk(
-            handle,
-            name,
-            offset,
-            chunk,
-            last=last,
-            mode=entry.mode if last else None,
-            mtime_ns=entry.mtime_ns if last else None,
-            timeout=CHUNK_TIMEOUT_S,
-        )
-        if last:
-            return
-        offset += len(chunk)
-        chunk = following
+    """The chunks of ``stream``, two in flight (:meth:`AgentClient.pipeline`); the last one
+    carries the mode and mtime."""
+
+    def chunks() -> Iterator[tuple[str, dict[str, Any], bytes]]:
+        offset = 0
+        chunk = stream.read(CHUNK_BYTES)
+        while True:
+            following = stream.read(CHUNK_BYTES) if len(chunk) == CHUNK_BYTES else b""
+            last = not following
+            args: dict[str, Any] = {"handle": handle, "name": name, "offset": offset}
+            if last:
+                args.update(last=True, mode=entry.mode, mtime_ns=entry.mtime_ns)
+            yield "put_chunk", args, chunk
+            if last:
+                return
+            offset += len(chunk)
+            chunk = following
+
+    for _reply in client.pipeline(chunks(), timeout=CHUNK_TIMEOUT_S):
+        pass
 
 
 # --------------------------------------------------------------------------- download
@@ -332,20 +334,27 @@ def _fetch_file(client: AgentClient, path: str, entry: _Entry, fd: int) -> None:
     """Write the guest file ``path`` (``entry.size`` bytes) into ``fd``, then its mode and
     mtime; ``fd`` is closed."""
     with os.fdopen(fd, "wb") as stream:
-        offset = 0
-        while offset < entry.size:
-            wanted = min(CHUNK_BYTES, entry.size - offset)
-            try:
-                blob = client.get_chunk(path, offset, wanted, timeout=CHUNK_TIMEOUT_S).blob
-            except GuestError as exc:
-                raise TransferError(f"reading {path!r} from the guest failed: {exc}") from exc
-            if len(blob) != wanted:
-                raise TransferError(
-                    f"guest file {path!r} changed size while being copied (expected "
-                    f"{entry.size} bytes, got {offset + len(blob)} at most); nothing was kept"
-                )
-            stream.write(blob)
-            offset += wanted
+        pieces = [
+            (offset, min(CHUNK_BYTES, entry.size - offset))
+            for offset in range(0, entry.size, CHUNK_BYTES)
+        ]
+        calls = (
+            ("get_chunk", {"path": path, "offset": offset, "length": length}, b"")
+            for offset, length in pieces
+        )
+        try:
+            for (offset, wanted), reply in zip(
+                pieces, client.pipeline(calls, timeout=CHUNK_TIMEOUT_S), strict=True
+            ):
+                if len(reply.blob) != wanted:
+                    raise TransferError(
+                        f"guest file {path!r} changed size while being copied (expected "
+                        f"{entry.size} bytes, got {offset + len(reply.blob)} at most); nothing "
+                        "was kept"
+                    )
+                stream.write(reply.blob)
+        except GuestError as exc:
+            raise TransferError(f"reading {path!r} from the guest failed: {exc}") from exc
         stream.flush()
         os.fchmod(stream.fileno(), entry.mode & 0o1777)
         os.utime(stream.fileno(), ns=(entry.mtime_ns, entry.mtime_ns))

@@ -182,3 +182,28 @@ def test_clipboard_limits_are_clear_errors(client: AgentClient) -> None:
     assert caught.value.code == "too_large"
     with pytest.raises(GuestError, match='"clipboard" or "primary"'):
         client.clipboard_get(selection="secondary")
+
+
+def test_a_pipeline_answers_in_order_and_an_error_leaves_the_client_usable(
+    client: AgentClient, tmp_path: Path
+) -> None:
+    (tmp_path / "f").write_bytes(b"0123456789")
+    path = str(tmp_path / "f")
+    calls = [("get_chunk", {"path": path, "offset": at, "length": 3}, b"") for at in (0, 3, 6, 9)]
+    assert [reply.blob for reply in client.pipeline(calls, depth=3)] == [
+        b"012",
+        b"345",
+        b"678",
+        b"9",
+    ]
+    failing = [
+        ("get_chunk", {"path": path, "offset": 0, "length": 1}, b""),
+        ("get_chunk", {"path": str(tmp_path / "missing"), "offset": 0, "length": 1}, b""),
+        ("get_chunk", {"path": path, "offset": 1, "length": 1}, b""),
+        ("get_chunk", {"path": path, "offset": 2, "length": 1}, b""),
+    ]
+    replies = client.pipeline(failing, depth=3)
+    assert next(replies).blob == b"0"
+    with pytest.raises(GuestError, match="does not exist"):
+        next(replies)
+    assert client.get_chunk(path, 5, 2).blob == b"56"  # the replies still in flight are skipped
