@@ -17,7 +17,8 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -130,6 +131,58 @@ class AgentClient(AgentOps[Reply]):
             exchange.broken = str(exc)
             raise
         return Exchange.reply(frame, op)
+
+    def pipeline(
+        self,
+        calls: Iterable[tuple[str, Mapping[str, Any] | None, bytes]],
+        *,
+        depth: int = 2,
+        timeout: float | None = None,
+    ) -> Iterator[Reply]:
+        """Send ``calls`` (``(op, args, blob)``) with up to ``depth`` requests in flight and
+        yield their replies in order: the agent answers one connection's requests in order, so
+        it starts the next while this side reads a reply (file chunks: the channel stays busy).
+        Only for calls whose requests or whose replies are small (a chunk's request or its
+        reply), so neither side blocks sending while the other does.
+
+        :param timeout: seconds for each request's sending and each reply's wait (default: the
+            client's).
+        :raises GuestError: at the first error reply; the replies still in flight are skipped
+            by the next call, and the client stays usable.
+        :raises AgentTimeout, AgentConnectionError, ProtocolError: as :meth:`call` (the client
+            is then broken).
+        """
+        exchange = self._exchange
+        exchange.check_usable()
+        wait = self._timeout if timeout is None else timeout
+        waiting = iter(calls)
+        in_flight: deque[tuple[int, str]] = deque()
+
+        def send_next() -> None:
+            call = next(waiting, None)
+            if call is None:
+                return
+            op, args, blob = call
+            request_id, data = exchange.request(op, Exchange.checked_args(op, args, blob), blob)
+            try:
+                self._send(data, Deadline(wait), op)
+            except (AgentTimeout, AgentConnectionError, ProtocolError) as exc:
+                exchange.broken = str(exc)
+                raise
+            in_flight.append((request_id, op))
+
+        for _ in range(max(1, depth)):
+            send_next()
+        while in_flight:
+            request_id, op = in_flight.popleft()
+            try:
+                frame = self._receive(request_id, Deadline(wait), op)
+            except (AgentTimeout, AgentConnectionError, ProtocolError) as exc:
+                exchange.broken = str(exc)
+                raise
+            reply = Exchange.reply(frame, op)
+            send_next()
+            yield reply
 
     # -- internals -------------------------------------------------------------------------
 

@@ -256,3 +256,72 @@ class AgentOps(Generic[R]):
         return self.call(
             "write_file", _args(path=path, mode=mode, mkdirs=mkdirs), blob=blob, timeout=timeout
         )
+
+    # -- chunked file transfer (feature "files"; cubicle.orchestrator.file_transfer drives them) --
+
+    def file_stat(self, path: str, *, timeout: float | None = None) -> R:
+        """``path`` (absolute) and ``kind`` (``file``, ``dir``, ``symlink``, ``other``, None)."""
+        return self.call("file_stat", {"path": path}, timeout=timeout)
+
+    def put_begin(
+        self,
+        path: str,
+        kind: str,
+        mode: int,
+        mtime_ns: int,
+        *,
+        size: int | None = None,
+        timeout: float | None = None,
+    ) -> R:
+        """Start an upload of a ``file`` or ``dir`` to ``path``: the reply's ``handle``."""
+        args = _args(path=path, kind=kind, mode=mode, mtime_ns=mtime_ns, size=size)
+        return self.call("put_begin", args, timeout=timeout)
+
+    def put_mkdir(
+        self, handle: str, name: str, mode: int, mtime_ns: int, *, timeout: float | None = None
+    ) -> R:
+        args = {"handle": handle, "name": name, "mode": mode, "mtime_ns": mtime_ns}
+        return self.call("put_mkdir", args, timeout=timeout)
+
+    def put_chunk(
+        self,
+        handle: str,
+        name: str,
+        offset: int,
+        blob: bytes,
+        *,
+        last: bool | None = None,
+        mode: int | None = None,
+        mtime_ns: int | None = None,
+        timeout: float | None = None,
+    ) -> R:
+        args = _args(handle=handle, name=name, offset=offset, last=last, mode=mode)
+        args.update(_args(mtime_ns=mtime_ns))
+        return self.call("put_chunk", args, blob=blob, timeout=timeout)
+
+    def put_commit(self, handle: str, *, timeout: float | None = None) -> R:
+        return self.call("put_commit", {"handle": handle}, timeout=timeout)
+
+    def put_abort(self, handle: str, *, timeout: float | None = None) -> R:
+        return self.call("put_abort", {"handle": handle}, timeout=timeout)
+
+    def get_list(self, path: str, *, timeout: float | None = None) -> R:
+        """A file's or a folder tree's description (``entries``; links not followed)."""
+        return self.call("get_list", {"path": path}, timeout=timeout)
+
+    def get_chunk(self, path: str, offset: int, length: int, *, timeout: float | None = None) -> R:
+        """``length`` bytes of the file at ``offset`` (the reply's blob)."""
+        args = {"path": path, "offset": offset, "length": length}
+        return self.call("get_chunk", args, timeout=timeout)
+
+    # -- the clipboard (feature "clipboard") ---------------------------------------------------
+
+    def clipboard_get(self, *, selection: str | None = None, timeout: float | None = None) -> R:
+        """``text`` of the selection (default ``clipboard``) and its ``owner``."""
+        return self.call("clipboard_get", _args(selection=selection), timeout=timeout)
+
+    def clipboard_set(
+        self, text: str, *, selection: str | None = None, timeout: float | None = None
+    ) -> R:
+        """Make the agent own the selection (default ``clipboard``) with ``text``."""
+        return self.call("clipboard_set", _args(text=text, selection=selection), timeout=timeout)

@@ -55,15 +55,19 @@ __all__ = [
     "IDLE_QUIET_MS",
     "MAGIC",
     "MAX_BLOB_BYTES",
+    "MAX_CHUNK_BYTES",
+    "MAX_CLIPBOARD_BYTES",
     "MAX_FILE_BYTES",
     "MAX_JSON_BYTES",
     "MAX_LAUNCH_CAP_MS",
+    "MAX_LIST_ENTRIES",
     "MAX_SETTLE_CAP_MS",
     "MAX_TEXT_CHARS",
     "OPS",
     "PROTOCOL_VERSION",
     "RECEIPT_FIELDS",
     "SCROLL_PIXELS_PER_CLICK",
+    "SELECTIONS",
     "TYPING_QUIET_MS",
     "VISIBLE_CHANGE_AREA",
     "Frame",
@@ -115,13 +119,27 @@ FEATURES: Final = (
     "settle_until_idle",
     "launch_cap",
     "hold",
+    "files",
+    "clipboard",
 )
 """Optional protocol-v1 features this agent has, listed in ``hello``/``info`` ``features``.
 ``receipts``: input ops take ``settle`` and answer with a ``receipt``; ``typing_quiet``: the
 ``settle`` object also takes ``typing_quiet_ms``; ``idle_quiet``: it also takes
 ``idle_quiet_ms`` (:class:`SettleSpec`); ``settle_until_idle``: the ``settle`` op takes
 ``until_idle``; ``launch_cap``: the ``settle`` object also takes ``launch_cap_ms``; ``hold``: the
-ops ``mouse_down``, ``mouse_up``, ``hold_keys`` and ``pointer``."""
+ops ``mouse_down``, ``mouse_up``, ``hold_keys`` and ``pointer``; ``files``: the chunked transfer
+ops ``file_stat``, ``put_*`` and ``get_*`` (:mod:`cubicle_guest.transfer`); ``clipboard``: the
+ops ``clipboard_get`` and ``clipboard_set`` (:mod:`cubicle_guest.clipboard`)."""
+MAX_CHUNK_BYTES: Final = 8 * 1024 * 1024
+"""Largest piece of a file one ``put_chunk``/``get_chunk`` moves (bytes)."""
+MAX_LIST_ENTRIES: Final = 50_000
+"""Most entries ``get_list`` answers for one folder tree."""
+MAX_CLIPBOARD_BYTES: Final = 200_000
+"""Largest clipboard text ``clipboard_set`` takes and ``clipboard_get`` answers (UTF-8 bytes):
+one X property change (no INCR transfers), under the X server's request size limit."""
+SELECTIONS: Final = ("clipboard", "primary")
+"""The X selections the clipboard ops reach: ``CLIPBOARD`` (Ctrl+C/Ctrl+V) and ``PRIMARY``
+(select, middle click)."""
 TYPING_QUIET_MS: Final = 150
 """Default ``typing_quiet_ms``: the quiet period after typing into a normal (non-dialog) window."""
 IDLE_QUIET_MS: Final = 70
@@ -144,6 +162,7 @@ ERROR_CODES: Final = frozenset(
         "timeout",  # the operation did not finish within its bound
         "not_found",  # a file or window that does not exist
         "io_error",  # the OS refused (permissions, disk)
+        "no_space",  # the guest's disk (its filesystem) is full
         "x11_error",  # the X server refused or went away
         "internal",  # a bug in the agent; the message says what
     }
@@ -561,6 +580,8 @@ ENV: Final[tuple[Check, str]] = (_is_str_map, "an object of string to string")
 REGION: Final[tuple[Check, str]] = (_is_region, "{x, y, width, height} integers")
 FORMAT: Final[tuple[Check, str]] = (lambda v: v in ("png", "jpeg"), '"png" or "jpeg"')
 BUTTON: Final[tuple[Check, str]] = (lambda v: isinstance(v, str), "a button name")
+KIND: Final[tuple[Check, str]] = (lambda v: v in ("file", "dir"), '"file" or "dir"')
+SELECTION: Final[tuple[Check, str]] = (lambda v: v in SELECTIONS, '"clipboard" or "primary"')
 
 
 @dataclass(frozen=True)
@@ -624,6 +645,25 @@ OPS: Final[Mapping[str, OpSpec]] = {
         required={"path": STR}, optional={"mode": INT, "mkdirs": BOOL}, takes_blob=True
     ),
     "release_all": OpSpec(),
+    # chunked file transfer (feature "files")
+    "file_stat": OpSpec(required={"path": STR}),
+    "put_begin": OpSpec(
+        required={"path": STR, "kind": KIND, "mode": INT, "mtime_ns": INT},
+        optional={"size": INT},
+    ),
+    "put_mkdir": OpSpec(required={"handle": STR, "name": STR, "mode": INT, "mtime_ns": INT}),
+    "put_chunk": OpSpec(
+        required={"handle": STR, "name": STR, "offset": INT},
+        optional={"last": BOOL, "mode": INT, "mtime_ns": INT},
+        takes_blob=True,
+    ),
+    "put_commit": OpSpec(required={"handle": STR}),
+    "put_abort": OpSpec(required={"handle": STR}),
+    "get_list": OpSpec(required={"path": STR}),
+    "get_chunk": OpSpec(required={"path": STR, "offset": INT, "length": INT}),
+    # the clipboard (feature "clipboard")
+    "clipboard_get": OpSpec(optional={"selection": SELECTION}),
+    "clipboard_set": OpSpec(required={"text": STR}, optional={"selection": SELECTION}),
 }
 """Every operation of protocol version 1 and the arguments it accepts.
 
@@ -658,6 +698,16 @@ Replies (``result`` fields; sizes in pixels, times in milliseconds):
   replaced), ``stdout_truncated``/``stderr_truncated``, ``timed_out``, ``duration_ms``.
 - ``read_file``: ``size``; content is the blob. ``write_file``: ``size``.
 - ``release_all``: ``released`` (list of key/button names that were still held).
+- ``file_stat``: ``path`` (absolute; a relative path is the desktop user's home's), ``kind``
+  (``file``, ``dir``, ``symlink``, ``other`` or ``null``: nothing there).
+- ``put_begin``: ``handle``, ``path``; ``put_mkdir``/``put_chunk``: ``{}`` (``put_chunk`` adds
+  ``size`` so far); ``put_commit``: ``path``, ``files``, ``bytes``; ``put_abort``: ``{}``.
+- ``get_list``: ``path`` (absolute), ``kind`` (``file`` or ``dir``), ``mode``, ``mtime_ns``,
+  ``size``, ``entries`` (a folder's, parents first: ``name`` relative with ``/``, ``kind``
+  ``file``/``dir``/``symlink``/``other``, ``mode``, ``mtime_ns``, ``size``); ``get_chunk``:
+  ``size`` of the blob, the bytes at ``offset`` (shorter at the end of the file).
+- ``clipboard_get``: ``text`` (``""`` when nobody owns the selection), ``owner`` (``agent``,
+  ``other`` or ``null``); ``clipboard_set``: ``size`` (UTF-8 bytes).
 """
 
 

@@ -6,7 +6,7 @@ malformed frame, an unknown op, bad arguments or a failing action all become a s
 reply, and the agent keeps serving. The transports (:mod:`cubicle_guest.transport`) feed it frames.
 
 Logs go to stderr and name the op, the request id, the outcome and the duration; they never
-contain typed text, key names, file contents or screenshots.
+contain typed text, key names, file contents, clipboard text or screenshots.
 """
 
 from __future__ import annotations
@@ -20,11 +20,13 @@ from typing import Any
 
 from cubicle_guest import __version__, protocol, system
 from cubicle_guest.changes import ChangeTracker, open_tracker
+from cubicle_guest.clipboard import Clipboard
 from cubicle_guest.errors import GuestError, ProtocolError
 from cubicle_guest.geometry import Rect
 from cubicle_guest.keys import is_typing_key
 from cubicle_guest.launches import CpuWatch, pointer_programs, window_manager_pid
 from cubicle_guest.screen import Screen
+from cubicle_guest.transfer import Transfers
 from cubicle_guest.windows import active_window, list_windows, window_pid
 from cubicle_guest.xinput import XInput
 
@@ -109,17 +111,40 @@ class Agent:
             "read_file": self._read_file,
             "write_file": self._write_file,
             "release_all": self._release_all,
+            "file_stat": lambda a, _b: (self.transfers.stat(a["path"]), b""),
+            "put_begin": lambda a, _b: (
+                self.transfers.begin(a["path"], a["kind"], a["mode"], a["mtime_ns"], a.get("size")),
+                b"",
+            ),
+            "put_mkdir": lambda a, _b: (
+                self.transfers.mkdir(a["handle"], a["name"], a["mode"], a["mtime_ns"]),
+                b"",
+            ),
+            "put_chunk": self._put_chunk,
+            "put_commit": lambda a, _b: (self.transfers.commit(a["handle"]), b""),
+            "put_abort": lambda a, _b: (self.transfers.abort(a["handle"]), b""),
+            "get_list": lambda a, _b: (self.transfers.listing(a["path"]), b""),
+            "get_chunk": self._get_chunk,
+            "clipboard_get": self._clipboard_get,
+            "clipboard_set": self._clipboard_set,
         }
         missing = set(protocol.OPS) - set(self._handlers)
         if missing:
             raise AssertionError(f"agent has no handler for protocol ops {sorted(missing)}")
         self._closed = threading.Event()
+        self.transfers = Transfers()
+        self._clipboard: Clipboard | None = None
+        self._clipboard_lock = threading.Lock()
 
     def close(self) -> None:
         """Release held input, restore keycodes, close X connections (idempotent)."""
         if self._closed.is_set():
             return
         self._closed.set()
+        self.transfers.close()
+        with self._clipboard_lock:
+            if self._clipboard is not None:
+                self._clipboard.close()
         self.changes.close()
         self.input.close()
         self.screen.close()
@@ -411,6 +436,37 @@ class Agent:
         size = system.write_file(
             args["path"], blob, mode=args.get("mode"), mkdirs=bool(args.get("mkdirs"))
         )
+        return {"size": size}, b""
+
+    def _put_chunk(self, args: dict[str, Any], blob: bytes) -> tuple[dict[str, Any], bytes]:
+        result = self.transfers.chunk(
+            args["handle"],
+            args["name"],
+            args["offset"],
+            blob,
+            last=bool(args.get("last")),
+            mode=args.get("mode"),
+            mtime_ns=args.get("mtime_ns"),
+        )
+        return result, b""
+
+    def _get_chunk(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
+        data = self.transfers.read(args["path"], args["offset"], args["length"])
+        return {"size": len(data)}, data
+
+    def clipboard(self) -> Clipboard:
+        """The agent's clipboard client, opened on first use (its own X connection)."""
+        with self._clipboard_lock:
+            if self._clipboard is None:
+                self._clipboard = Clipboard(self._display_name)
+            return self._clipboard
+
+    def _clipboard_get(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
+        text, owner = self.clipboard().get(args.get("selection") or "clipboard")
+        return {"text": text, "owner": owner}, b""
+
+    def _clipboard_set(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
+        size = self.clipboard().set(args["text"], args.get("selection") or "clipboard")
         return {"size": size}, b""
 
     def _release_all(self, _args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:

@@ -43,6 +43,7 @@ LAYERS: Sequence[tuple[str, frozenset[str]]] = (
                 "readiness",
                 "view_servers",
                 "page_security",
+                "file_transfer",
             )
         ),
     ),
@@ -67,7 +68,7 @@ LAYERS: Sequence[tuple[str, frozenset[str]]] = (
         "runs, the drill, serve",
         frozenset(f"{CORE}.{name}" for name in ("run_task", "agents_run", "drill", "serve", "mcp")),
     ),
-    ("the command line", frozenset({f"{CORE}.cli"})),
+    ("the command line", frozenset({f"{CORE}.cli", f"{CORE}.files_cli"})),
     ("the public API", frozenset({"cubicle"})),
 )
 """Lowest first. A unit may import its own layer's units and any lower layer's."""

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from cubicle.drivers.terminal_text import terminal_safe
-from cubicle.orchestrator import run_task
+from cubicle.orchestrator import files_cli, run_task
 from cubicle.orchestrator.drill import cli as drill_cli
 from cubicle.orchestrator.errors import (
     ConfigError,
@@ -355,9 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-SUBCOMMAND_MODULES: Final = (drill_cli, run_task, view_cli, pool_cli, serve_cli, mcp_cli)
-"""The modules whose ``register(sub)`` adds their subcommands — ``drill``, ``run``, ``view``,
-``pool``, ``serve``, ``mcp`` — in ``cubicle --help``'s order."""
+SUBCOMMAND_MODULES: Final = (files_cli, drill_cli, run_task, view_cli, pool_cli, serve_cli, mcp_cli)
+"""The modules whose ``register(sub)`` adds their subcommands — ``cp``, ``clip``, ``drill``,
+``run``, ``view``, ``pool``, ``serve``, ``mcp`` — in ``cubicle --help``'s order."""
 
 
 def _register_plugins(sub: Any) -> None:

@@ -11,7 +11,8 @@ CubicleError
     ├── ImageBuildError        building the image failed (with the failing step's log tail)
     ├── SandboxNotFound        no cubicle sandbox has that id
     ├── SandboxStartError      a sandbox did not become ready (with the guest's log tail)
-    └── ProviderError          the engine refused an operation (with its message)
+    ├── ProviderError          the engine refused an operation (with its message)
+    └── TransferError          a file copy in or out of a sandbox was refused or failed
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ __all__ = [
     "ProviderError",
     "SandboxNotFound",
     "SandboxStartError",
+    "TransferError",
 ]
 
 
@@ -78,3 +80,9 @@ class SandboxStartError(OrchestratorError):
 
 class ProviderError(OrchestratorError):
     """The engine refused an operation; the message carries the engine's words."""
+
+
+class TransferError(OrchestratorError):
+    """A copy in or out of a sandbox (``upload``, ``download``, ``cubicle cp``) was refused or
+    failed; the message names the path and why, and nothing is left under the destination's
+    name."""

@@ -23,16 +23,17 @@ ready (or a warm-pool claim opened) is kept and is what the first ``connect()`` 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from types import FrameType, TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 import anyio
 
-from cubicle.orchestrator import claims
+from cubicle.orchestrator import claims, file_transfer
 from cubicle.orchestrator.errors import ConfigError, SandboxNotFound, SandboxStartError
 from cubicle.orchestrator.network import NetworkPolicy
 from cubicle.orchestrator.provider import (
@@ -45,6 +46,7 @@ from cubicle.orchestrator.provider import (
 )
 from cubicle.orchestrator.providers import backend_of, get_provider
 from cubicle.orchestrator.readiness import ready_client, wait_ready
+from cubicle_guest import protocol
 from cubicle_guest.client import AgentClient
 from cubicle_guest.errors import CubicleError
 from cubicle_guest.waiting import Deadline
@@ -265,6 +267,61 @@ class Sandbox:
         """Run ``argv`` in the guest as the desktop user (never through a shell)."""
         return self.provider.exec(self.id, argv, timeout=timeout)
 
+    def upload(self, local: str | os.PathLike[str], guest_path: str) -> None:
+        """Copy the local file or folder ``local`` into the guest at ``guest_path``, as
+        ``docker cp`` does: an existing guest folder receives it under its own name. Streamed
+        in chunks (any size the guest's disk holds); bytes, modes and mtimes kept; written as
+        the desktop user (a relative ``guest_path`` is the home's); complete or absent, never
+        partial (:mod:`cubicle.orchestrator.file_transfer`).
+
+        :raises TransferError: ``local`` missing, or a folder holding links or special files.
+        :raises GuestError: ``no_space`` (the guest's disk is full), ``not_found``, ``io_error``.
+        """
+        with self.connect() as client:
+            file_transfer.upload(client, local, guest_path)
+
+    def download(self, guest_path: str, local: str | os.PathLike[str]) -> None:
+        """Copy the guest file or folder ``guest_path`` to ``local``, as ``docker cp`` does: an
+        existing local folder receives it under its own name. Nothing the guest says chooses a
+        host path: a guest folder holding a symbolic link or special file is refused, names are
+        checked, the copy is built in a fresh hidden folder and renamed into place.
+
+        :raises TransferError: refused or failed (the message says which and why).
+        :raises GuestError: the guest could not read it (``not_found``, ``io_error``).
+        """
+        with self.connect() as client:
+            file_transfer.download(client, guest_path, local)
+
+    def get_clipboard(self, selection: Literal["clipboard", "primary"] = "clipboard") -> str:
+        """The text of the guest's ``CLIPBOARD`` (or ``PRIMARY``) selection, exactly; ``""``
+        when no program owns it or its owner offers no text."""
+        with self.connect() as client:
+            result = client.clipboard_get(selection=_selection(selection)).result
+        return str(result["text"])
+
+    def set_clipboard(
+        self, text: str, selection: Literal["clipboard", "primary"] = "clipboard"
+    ) -> None:
+        """Make the guest's ``CLIPBOARD`` (or ``PRIMARY``) hold ``text`` (UTF-8, at most
+        :data:`~cubicle_guest.protocol.MAX_CLIPBOARD_BYTES`): the agent's own X client owns it
+        until a program in the guest takes it, so a paste in any application receives it.
+
+        :raises ConfigError: ``text`` is not a string or is too long, or a bad ``selection``.
+        """
+        if not isinstance(text, str):
+            raise ConfigError(f"clipboard text must be a string, got {type(text).__name__}")
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise ConfigError(f"clipboard text is not valid Unicode: {exc}") from exc
+        if size > protocol.MAX_CLIPBOARD_BYTES:
+            raise ConfigError(
+                f"clipboard text is {size} bytes of UTF-8, over the limit of "
+                f"{protocol.MAX_CLIPBOARD_BYTES}"
+            )
+        with self.connect() as client:
+            client.clipboard_set(text, selection=_selection(selection))
+
     def logs(self, tail: int = 50) -> str:
         return self.provider.logs(self.id, tail=tail)
 
@@ -312,6 +369,12 @@ class Sandbox:
         self.close()
         if getattr(self, "_owned", False) and not getattr(self, "_destroyed", True):
             warnings.warn(f"unclosed {self!r}", ResourceWarning, stacklevel=1)
+
+
+def _selection(name: str) -> str:
+    if name not in protocol.SELECTIONS:
+        raise ConfigError(f"unknown selection {name!r}; known: {', '.join(protocol.SELECTIONS)}")
+    return name
 
 
 class SignalGuard:

@@ -17,7 +17,11 @@ A task file is TOML (``tasks/*.toml`` ships a few)::
     [[setup.files]]                            # written before the first turn
     path = "data/input.txt"                    # relative to {WORKDIR}, or absolute, or ~/...
     content = "hello\\n"
-    mode = 0o644                               # TOML octal, or "0644"
+    mode = 0o644                               # TOML octal, or "0644" (default 0644)
+    [[setup.files]]                            # or a host file or folder, copied in as
+    path = "data/"                             # `cubicle cp` does (Sandbox.upload: an
+    source = "inputs/report.pdf"               # existing folder receives it), its modes and
+                                               # mtimes kept; relative to the task file
 
     [[checks]]                                 # after the model's final message, all must hold
     file = "{WORKDIR}/note.txt"
@@ -102,11 +106,26 @@ class _Strict(BaseModel):
 
 
 class SetupFile(_Strict):
-    """A file written into the guest before the first turn."""
+    """A file written into the guest before the first turn: ``content`` (text, ``mode``), or
+    ``source``, a host file or folder copied in as it is (relative to the task file)."""
 
     path: str = Field(min_length=1)
-    content: str
-    mode: int = 0o644
+    content: str | None = None
+    source: str | None = Field(default=None, min_length=1)
+    mode: int | None = None
+
+    @model_validator(mode="after")
+    def _content_or_source(self) -> Self:
+        if (self.content is None) == (self.source is None):
+            raise ValueError("give exactly one of content (text) or source (a host path)")
+        if self.source is not None and self.mode is not None:
+            raise ValueError("mode is for content; a source keeps its own modes")
+        return self
+
+    @property
+    def file_mode(self) -> int:
+        """The mode of a ``content`` file (default 0o644)."""
+        return 0o644 if self.mode is None else self.mode
 
     @field_validator("mode", mode="before")
     @classmethod
@@ -283,6 +302,18 @@ class Task(_Strict):
         values = {"{HOME}": home, "{WORKDIR}": workdir.rstrip("/") or "/"}
         values["{PORT}"] = str(self.port) if self.port is not None else "{PORT}"
         return values
+
+    def source_path(self, item: SetupFile) -> Path:
+        """The host path of ``item.source``: absolute, or relative to the task file's folder.
+
+        :raises TaskFileError: it does not exist.
+        """
+        assert item.source is not None
+        base = self.source.parent if self.source is not None else TASKS_DIR
+        path = (base / Path(item.source).expanduser()).resolve()
+        if not path.exists():
+            raise TaskFileError(f"task {self.name}: setup.files source {path} does not exist")
+        return path
 
     def script(self) -> dict[str, Any]:
         """The scripted model's script as written (placeholders unfilled).

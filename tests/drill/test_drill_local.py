@@ -51,9 +51,18 @@ TASK = {
 
 
 def test_set_up_writes_files_with_modes_starts_the_form_server_and_opens_apps(
-    local_desktop: LocalDesktop,
+    local_desktop: LocalDesktop, tmp_path: Path
 ) -> None:
-    task = parse_task(TASK, source=None, default_name="local")
+    inputs = tmp_path / "inputs"
+    (inputs / "sub").mkdir(parents=True)
+    (inputs / "sub" / "data.bin").write_bytes(bytes(range(256)))
+    (inputs / "sub" / "data.bin").chmod(0o640)
+    listed = [*TASK["setup"]["files"], {"path": "in/", "source": str(inputs)}]  # type: ignore[index]
+    task = parse_task(
+        {**TASK, "setup": {**TASK["setup"], "files": listed}},  # type: ignore[dict-item]
+        source=None,
+        default_name="local",
+    )
     with local_desktop.connect() as client:
         steps = GuestSteps(client)
         try:
@@ -64,6 +73,9 @@ def test_set_up_writes_files_with_modes_starts_the_form_server_and_opens_apps(
             b = local_desktop.home / "b.sh"
             assert a.read_bytes() == "é\n".encode() and stat.S_IMODE(a.stat().st_mode) == 0o600
             assert stat.S_IMODE(b.stat().st_mode) == 0o755
+            copied = local_desktop.home / "work" / "in" / "inputs" / "sub" / "data.bin"
+            assert copied.read_bytes() == bytes(range(256))
+            assert stat.S_IMODE(copied.stat().st_mode) == 0o640
             windows = client.windows().result["windows"]
             assert any("Mousepad" in w["wm_class"] and w["focused"] for w in windows), windows
             body = json.dumps({"name": "x"}).encode()

@@ -96,7 +96,14 @@ def test_a_task_is_found_by_name_or_path_and_an_unknown_name_lists_the_shipped_o
             MINIMAL + '[[setup.files]]\npath = "a"\ncontent = "x"\nmode = 0o17777\n',
             "setup.files[0].mode: a file mode between 0 and 0o7777",
         ),
-        (MINIMAL + '[[setup.files]]\npath = "a"\n', "setup.files[0].content: required field"),
+        (
+            MINIMAL + '[[setup.files]]\npath = "a"\n',
+            "setup.files[0]: give exactly one of content (text) or source (a host path)",
+        ),
+        (
+            MINIMAL + '[[setup.files]]\npath = "a"\nsource = "b"\nmode = 0o600\n',
+            "setup.files[0]: mode is for content; a source keeps its own modes",
+        ),
         (
             MINIMAL + '[[checks]]\nfile = "a"\nequals = "x"\ncontains = "y"\n',
             "checks[0]: a file check needs exactly one of equals or contains",

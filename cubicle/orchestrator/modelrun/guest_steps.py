@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from cubicle.orchestrator import file_transfer
 from cubicle.orchestrator.desktop import PANEL
 from cubicle.orchestrator.modelrun.errors import GuestStepError, RunCancelled
 from cubicle.orchestrator.tasks import Task, fill
@@ -199,15 +200,19 @@ class GuestSteps:
         # what the checks read must come from this run, not an earlier one in the same guest
         stale = [guest.path(c.file) for c in task.checks if c.file is not None]
         self._exec(["rm", "-f", "--", guest.form_data, *stale], timeout_ms=10_000)
-        for item in task.setup.files:
+        for item in task.setup.files:  # the path of Sandbox.upload: chunks, complete or absent
+            target = guest.path(item.path)
+            source = None if item.source is None else task.source_path(item)
+            folder = target if item.path.endswith("/") else posixpath.dirname(target)
+            self._exec(["mkdir", "-p", "--", folder], timeout_ms=10_000)
             with self._lock:
-                self.client.write_file(
-                    guest.path(item.path),
-                    item.content.encode("utf-8"),
-                    mode=item.mode,
-                    mkdirs=True,
-                    timeout=30,
-                )
+                if source is not None:
+                    file_transfer.upload(self.client, source, target)
+                else:
+                    assert item.content is not None
+                    file_transfer.write_bytes(
+                        self.client, target, item.content.encode("utf-8"), mode=item.file_mode
+                    )
         if task.port is not None:
             self.start_form_server(task.port)
         self._timed("prepare", f"{len(task.setup.files)} files in {guest.workdir}", started)

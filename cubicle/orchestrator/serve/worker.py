@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import posixpath
 import queue
 import shlex
 import threading
@@ -39,6 +40,7 @@ from typing import Any
 from cubicle.drivers.approvals import ApprovalPolicy, FilePolicy
 from cubicle.drivers.decisions import ActionFacts, Judgement, SafetyCheck
 from cubicle.drivers.policy_file import Policy
+from cubicle.orchestrator import file_transfer
 from cubicle.orchestrator.errors import ProviderError
 from cubicle.orchestrator.provider import SandboxSpec
 from cubicle.orchestrator.sandbox import Sandbox
@@ -337,9 +339,10 @@ def prepare(sandbox: Sandbox, plan: EnvironmentPlan) -> None:
     :raises CubicleError: naming what failed (a setup command's exit status and output tail).
     """
     with sandbox.connect() as client:
-        client.exec(["mkdir", "-p", WORKSPACE])
-        for item in plan.files:
-            client.write_file(item.guest_path, item.data, mkdirs=True)
+        folders = sorted({WORKSPACE, *(posixpath.dirname(item.guest_path) for item in plan.files)})
+        client.exec(["mkdir", "-p", "--", *folders])
+        for item in plan.files:  # the path of Sandbox.upload: chunks, complete or absent
+            file_transfer.write_bytes(client, item.guest_path, item.data)
         if plan.env:
             lines = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(plan.env.items()))
             client.write_file(ENV_FILE, lines.encode())
