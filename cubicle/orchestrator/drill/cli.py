@@ -4,8 +4,10 @@
 ``desktop`` task; ``--task NAME|FILE``; ``--all``: every shipped task but those whose script calls
 function tools, which need a user: ``cubicle serve``): for each task and loop a
 fresh sandbox (the task's screen and network), the task's set-up, the scripted model on
-127.0.0.1 driving the real openai loop (``ComputerToolset`` and/or ``ResponsesToolRunner``) by
-pixels only, then the task's checks through the agent. It prints a table (task, loop, verdict,
+127.0.0.1 driving the provider's real client and loop (``--provider``: openai's
+``ComputerToolset`` and ``ResponsesToolRunner``, anthropic's ``tool_runner``, google-genai's
+``generate_content`` loop; without ``--loop`` every loop the provider has) by pixels only, then
+the task's checks through the agent. It prints a table (task, loop, verdict,
 steps, seconds, stale screenshots). Exit 0 only when every check of every run holds; 1 when one
 failed (the summary says which, expected vs got); 130/143 when cancelled by SIGINT/SIGTERM. Each
 sandbox is destroyed unless ``--keep``.
@@ -23,6 +25,13 @@ from cubicle.orchestrator.drill.runner import DrillResult, guest_time_scale, run
 from cubicle.orchestrator.errors import ConfigError
 from cubicle.orchestrator.modelrun.console import default_out, destroy_quietly, progress
 from cubicle.orchestrator.modelrun.loop import LoopKind
+from cubicle.orchestrator.modelrun.model_providers import (
+    MODEL_PROVIDERS,
+    PROVIDER_LOOPS,
+    ModelProviderName,
+    check_loop,
+    loops_help,
+)
 from cubicle.orchestrator.modelrun.signals import cancel_on_signals
 from cubicle.orchestrator.providers import PROVIDERS
 from cubicle.orchestrator.sandbox import Sandbox, teardown_on_signals
@@ -54,11 +63,18 @@ def register(sub: Any) -> None:
         "(a user answers those: cubicle serve): a conformance run",
     )
     p.add_argument(
+        "--provider",
+        choices=MODEL_PROVIDERS,
+        default="openai",
+        help="whose API the scripted model speaks, to that provider's real client "
+        "(default openai; a task needs a script for it: [scripted] providers)",
+    )
+    p.add_argument(
         "--loop",
-        choices=["toolset", "runner", "both"],
-        default="both",
-        help="which SDK loop plays the script: ComputerToolset.run, "
-        "ResponsesToolRunner.run, or both in turn (default)",
+        choices=[*sorted({loop for loops in PROVIDER_LOOPS.values() for loop in loops}), "both"],
+        default=None,
+        help=f"which of the provider's loops plays the script (default: every one in turn; "
+        f"'both' is openai's two). Loops per provider: {loops_help()}",
     )
     p.add_argument(
         "--out",
@@ -75,15 +91,33 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_drill)
 
 
+def _loops(args: argparse.Namespace) -> list[LoopKind]:
+    """``--loop`` for ``--provider`` (default: every loop it has).
+
+    :raises ConfigError: a loop the provider does not have.
+    """
+    provider: ModelProviderName = args.provider
+    if args.loop is None or (args.loop == "both" and provider == "openai"):
+        return list(PROVIDER_LOOPS[provider])
+    return [check_loop(provider, args.loop)]
+
+
 def cmd_drill(args: argparse.Namespace) -> int:
-    loops: list[LoopKind] = ["toolset", "runner"] if args.loop == "both" else [args.loop]
+    loops = _loops(args)
     record = parse_record(args.record) if args.record is not None else None
     tasks: list[Task] = shipped_tasks() if args.all else [load_task(args.task or DEFAULT_TASK)]
     if args.all:  # a task whose script calls function tools needs a user: cubicle serve's
         tasks = [task for task in tasks if task.scripted is None or not task.scripted.tools]
+    if args.all and args.provider != "openai":  # only tasks with a script for the provider
+        tasks = [t for t in tasks if t.scripted is None or args.provider in t.scripted.providers]
     for task in tasks:
         if task.scripted is None:
             raise ConfigError(f"task {task.name} has no [scripted] section: it cannot be drilled")
+        if args.provider != "openai" and args.provider not in task.scripted.providers:
+            raise ConfigError(
+                f"task {task.name} has no {args.provider} script "
+                f"([scripted] providers.{args.provider} in {task.source})"
+            )
         if task.scripted.tools:
             raise ConfigError(
                 f"task {task.name}'s script calls the function tools "
@@ -107,7 +141,8 @@ def cmd_drill(args: argparse.Namespace) -> int:
     print(results_table(results), flush=True)
     passed = len(results) == len(runs) and all(r.ok for r in results)
     print(
-        f"drill {'PASSED' if passed else 'FAILED'} on {args.backend}: {len(results)} of "
+        f"drill {'PASSED' if passed else 'FAILED'} on {args.backend} ({args.provider}): "
+        f"{len(results)} of "
         f"{len(runs)} runs in {wall:.1f} s including the sandboxes; trajectories in {out}",
         flush=True,
     )
@@ -136,7 +171,7 @@ def _one_run(
             progress=progress,
         )
     try:
-        progress(f"{sandbox.id}: task {task.name} with the {loop} loop")
+        progress(f"{sandbox.id}: task {task.name} with the {args.provider} {loop} loop")
         result = run_drill(
             sandbox,
             task=task,
@@ -157,12 +192,13 @@ def _one_run(
 
 
 def results_table(results: list[DrillResult]) -> str:
-    """The conformance table: task, loop, verdict, steps (actions), seconds (sandbox
+    """The conformance table: task, provider, loop, verdict, steps (actions), seconds (sandbox
     included), stale screenshots (stale of checked)."""
-    header = ("task", "loop", "verdict", "steps", "seconds", "stale")
+    header = ("task", "provider", "loop", "verdict", "steps", "seconds", "stale")
     rows = [
         (
             r.task,
+            r.provider,
             r.loop,
             "PASSED" if r.ok else ("CANCELLED" if r.cancelled else "FAILED"),
             str(r.actions),
