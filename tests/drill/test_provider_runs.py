@@ -131,7 +131,9 @@ def test_a_gemini_run_maps_the_grid_and_asks_the_safety_policy_to_confirm(
     assert (check["allowed"], check["detail"]) == (False, "require_confirmation")
     assert check["checks"][0]["message"] == "it buys something"
     first = stand_in.requests[0]["contents"][0]["parts"]
-    assert first[0]["text"] == "go" and "inlineData" in first[1] or "inline_data" in first[1]
+    assert first[0]["text"] == "go"
+    blob = first[1].get("inlineData") or first[1].get("inline_data")  # either spelling
+    assert (blob.get("mimeType") or blob.get("mime_type")) == "image/png", "the screen as it starts"
     run_record = next(e for e in events if e["kind"] == "run")
     assert (run_record["provider"], run_record["loop"]) == ("gemini", "generate_content")
     assert [e["kind"] for e in events].count("model_turn") == 3
