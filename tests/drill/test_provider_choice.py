@@ -12,8 +12,13 @@ import pytest
 
 from cubicle.drivers.errors import ScriptError
 from cubicle.orchestrator.cli import main
+from cubicle.orchestrator.drill.cli import provider_table
 from cubicle.orchestrator.drill.provider_scripts import parse_provider_script
+from cubicle.orchestrator.drill.runner import DrillResult
+from cubicle.orchestrator.drill.stale import StaleCheck
+from cubicle.orchestrator.modelrun.loop import LoopKind
 from cubicle.orchestrator.modelrun.model_providers import PROVIDER_LOOPS
+from cubicle.orchestrator.modelrun.verify import Check
 from cubicle.orchestrator.tasks import TaskFileError, fill, load_task, parse_task
 from tests.drill.conftest import PYTHON, REPO
 
@@ -107,3 +112,39 @@ def test_run_without_the_providers_key_names_its_variable(provider: str, variabl
     assert result.returncode == 1
     assert f"{variables} is not set" in result.stderr
     assert f"cubicle drill --provider {provider}" in result.stderr
+
+
+def test_the_conformance_table_has_a_column_per_provider(tmp_path: Path) -> None:
+    def result(task: str, provider: str, loop: LoopKind, ok: bool) -> DrillResult:
+        stale = StaleCheck.__new__(StaleCheck)
+        stale.stale, stale.checked = (0 if ok else 1), 9
+        return DrillResult(
+            out=tmp_path,
+            task=task,
+            provider=provider,  # type: ignore[arg-type]
+            loop=loop,
+            error=None if ok else "boom",
+            checks=[Check("c", True, 1, 1, "")],
+            stale_check=stale,
+        )
+
+    table = provider_table(
+        [
+            result("desktop", "openai", "toolset", True),
+            result("desktop", "openai", "runner", True),
+            result("desktop", "anthropic", "tool_runner", True),
+            result("desktop", "gemini", "generate_content", False),
+            result("editor-save", "openai", "toolset", True),
+        ]
+    )
+    lines = [line.split() for line in table.splitlines()]
+    assert lines[0] == ["task", "openai", "anthropic", "gemini"]
+    assert " ".join(lines[1]) == (
+        "desktop PASSED 2/2 stale 0/18 PASSED 1/1 stale 0/9 FAILED 0/1 stale 1/9"
+    )
+    assert lines[2] == ["editor-save", "PASSED", "1/1", "stale", "0/9", "-", "-"]
+
+
+def test_provider_all_takes_no_loop(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["drill", "--provider", "all", "--loop", "runner"]) != 0
+    assert "--provider all runs every provider's loops" in capsys.readouterr().err
