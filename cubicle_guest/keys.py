@@ -176,7 +176,6 @@ def _table() -> dict[str, str]:
         "commandleft",
         "lwin",
         "super_left",
-        "meta_l",
     )
     add(
         "Super_R",
@@ -187,8 +186,11 @@ def _table() -> dict[str, str]:
         "commandright",
         "rwin",
         "super_right",
-        "meta_r",
     )
+    # X's Meta keysyms are themselves (an exact keysym name is never an alias of another key;
+    # ``meta`` alone stays the logo key above)
+    add("Meta_L", "meta_l")
+    add("Meta_R", "meta_r")
     add("Menu", "menu", "apps", "contextmenu", "application")
     add("Caps_Lock", "capslock", "caps", "caps_lock")
     add("Num_Lock", "numlock", "num_lock")

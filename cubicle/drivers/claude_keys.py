@@ -12,7 +12,10 @@ characters) and finally any X keysym name python-xlib knows, matched without cas
 else is refused naming the key; nothing is dropped or guessed.
 
 xdotool's ``meta`` is X's ``Meta_L``, a key no stock layout binds; here, as everywhere in cubicle,
-``meta``/``cmd``/``win``/``super`` are ``Super_L`` (the key a desktop reads as the logo key).
+the aliases ``meta``/``cmd``/``win``/``super`` are ``Super_L`` (the key a desktop reads as the logo
+key). A keysym's own name is that keysym: ``Super_L`` is ``Super_L``, and ``Meta_L``/``Meta_R``/
+``Hyper_L``/``Hyper_R`` press exactly those keysyms (cubicle's general vocabulary folds
+``Meta_L`` into ``Super_L``; Claude, writing xdotool names, means the keysym it names).
 """
 
 from __future__ import annotations
@@ -50,6 +53,10 @@ def _vocabulary() -> dict[str, str]:
     add("Control_R")
     add("Super_R")
     add("Shift_R")
+    add("Meta_L")  # the keysym itself, not cubicle's alias for Super_L (module docstring)
+    add("Meta_R")
+    add("Hyper_L")
+    add("Hyper_R")
     add("ISO_Level3_Shift", "altgr")
     # what the toolset's own documentation names, and their usual spellings
     add("Return", "enter", "ret")

@@ -15,11 +15,13 @@ that the caller can put the field's name in front of them.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, get_args
 
+from anthropic.lib.tools._toolsets._computer_inputs import BetaComputerMemberName
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator
 
 from cubicle.drivers.actions import ACTION_TYPES
+from cubicle.drivers.gemini_actions import FUNCTIONS as GEMINI_FUNCTIONS
 from cubicle.drivers.viewport import Rect
 from cubicle.egress import origins as egress
 from cubicle_guest.errors import GuestError
@@ -38,7 +40,15 @@ __all__ = [
 ]
 
 Verdict = Literal["allow", "deny", "ask"]
-POLICY_ACTIONS: Final = (*ACTION_TYPES, "screenshot")
+POLICY_ACTIONS: Final = (
+    *ACTION_TYPES,
+    "screenshot",
+    *(m for m in get_args(BetaComputerMemberName) if m not in ACTION_TYPES and m != "screenshot"),
+    *(name for name in GEMINI_FUNCTIONS if name not in ACTION_TYPES),
+)
+"""What a rule's ``actions`` may name: the OpenAI action types, Claude's computer-toolset members
+(``left_click``, ``key``, ``zoom`` …) and Gemini's computer-use functions (``click_at`` …) — each
+provider's actions are judged under the names the model used."""
 Chord = frozenset[str]
 """A chord as matched: lower-case keysym names (``{"control_l", "l"}``)."""
 

@@ -18,7 +18,7 @@ answered HTTP 400 and recorded (:class:`~cubicle.drivers.stand_in_http.StandIn`)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from cubicle.drivers.stand_in_http import ScriptedStandIn
@@ -33,8 +33,14 @@ GeminiTurn = Sequence[GeminiCall] | str
 class ScriptedGemini(ScriptedStandIn[Sequence[GeminiCall]]):
     """Serve ``turns`` as ``generateContent`` on ``127.0.0.1`` (see the module docstring)."""
 
-    def __init__(self, turns: Sequence[GeminiTurn], *, name: str = "gemini-drill") -> None:
-        super().__init__(turns, name=name, what="a Gemini script")
+    def __init__(
+        self,
+        turns: Sequence[GeminiTurn],
+        *,
+        name: str = "gemini-drill",
+        on_turn: Callable[[int], None] | None = None,
+    ) -> None:
+        super().__init__(turns, name=name, what="a Gemini script", on_turn=on_turn)
 
     def answer(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         if not path.split("?", 1)[0].endswith(":generateContent"):
@@ -43,6 +49,7 @@ class ScriptedGemini(ScriptedStandIn[Sequence[GeminiCall]]):
             raise self.violation("a request after the final turn")
         if self._next > 0:
             self._check_responses(body, self.turns[self._next - 1])
+        self.begin_turn()
         turn = self.turns[self._next]
         self._next += 1
         if isinstance(turn, str):

@@ -21,7 +21,7 @@ call was scripted to fail (``("left_click", {...}, "error")``), and that ``scree
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from cubicle.drivers.stand_in_http import ScriptedStandIn
@@ -38,8 +38,14 @@ IMAGE_MEMBERS = frozenset({"screenshot", "zoom"})
 class ScriptedMessages(ScriptedStandIn[Sequence[Call]]):
     """Serve ``turns`` as the Messages API on ``127.0.0.1`` (see the module docstring)."""
 
-    def __init__(self, turns: Sequence[MessagesTurn], *, name: str = "claude-drill") -> None:
-        super().__init__(turns, name=name, what="a Messages script")
+    def __init__(
+        self,
+        turns: Sequence[MessagesTurn],
+        *,
+        name: str = "claude-drill",
+        on_turn: Callable[[int], None] | None = None,
+    ) -> None:
+        super().__init__(turns, name=name, what="a Messages script", on_turn=on_turn)
 
     def answer(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         if not path.split("?", 1)[0].endswith("/v1/messages"):
@@ -48,6 +54,7 @@ class ScriptedMessages(ScriptedStandIn[Sequence[Call]]):
             raise self.violation("a request after the final turn")
         if self._next > 0:
             self._check_results(body, self.turns[self._next - 1])
+        self.begin_turn()
         turn = self.turns[self._next]
         index = self._next
         self._next += 1

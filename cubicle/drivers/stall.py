@@ -1,10 +1,12 @@
 """Stall detection: a model acting again and again with nothing visible happening.
 
 State-changing actions are click, double_click, drag, keypress, scroll and type (not move, wait
-or screenshot). :class:`StallDetector` counts those whose receipt says the screen did not change
-visibly, in a row; a visible change resets the count. When the count reaches ``limit`` the run
-is stalled: the model is probably clicking something dead, typing into nothing, or reading a
-screen it misunderstands. ``cubicle run --stall N`` stops the run then (``0`` turns it off).
+or screenshot), and the same actions under Claude's member names (``left_click``, ``key`` …) and
+Gemini's function names (``click_at``, ``type_text_at`` …). :class:`StallDetector` counts those
+whose receipt says the screen did not change visibly, in a row; a visible change resets the
+count. When the count reaches ``limit`` the run is stalled: the model is probably clicking
+something dead, typing into nothing, or reading a screen it misunderstands. ``cubicle run
+--stall N`` stops the run then (``0`` turns it off).
 """
 
 from __future__ import annotations
@@ -16,7 +18,17 @@ from cubicle.drivers.records import ActionRecord
 
 __all__ = ["DEFAULT_STALL_LIMIT", "STATE_CHANGING", "StallDetector"]
 
-STATE_CHANGING: Final = frozenset({"click", "double_click", "drag", "keypress", "scroll", "type"})
+STATE_CHANGING: Final = frozenset(
+    {
+        *("click", "double_click", "drag", "keypress", "scroll", "type"),
+        # Claude's computer toolset
+        *("left_click", "right_click", "middle_click", "triple_click", "left_click_drag"),
+        *("key", "hold_key", "left_mouse_down", "left_mouse_up"),
+        # Gemini's computer use
+        *("click_at", "type_text_at", "key_combination", "scroll_document", "scroll_at"),
+        "drag_and_drop",
+    }
+)
 DEFAULT_STALL_LIMIT: Final = 8
 """State-changing actions in a row with no visible change before a run counts as stalled.
 Models legitimately send a few inert actions (a click into a field that already has the focus,

@@ -133,15 +133,40 @@ class ScriptedStandIn(Generic[T]):
     turn. A subclass implements :meth:`answer`.
 
     :param what: the API's name for errors (``"a Gemini script"``).
+    :param on_turn: called with the turn's index before each turn is answered, once the request
+        was found on script (the drill looks at the screen there); what it raises makes the
+        request off script (HTTP 400), with that error as the recorded failure's ``__cause__``.
     """
 
-    def __init__(self, turns: Sequence[T | str], *, name: str, what: str) -> None:
+    def __init__(
+        self,
+        turns: Sequence[T | str],
+        *,
+        name: str,
+        what: str,
+        on_turn: Callable[[int], None] | None = None,
+    ) -> None:
         if not turns or not isinstance(turns[-1], str):
             raise ValueError(f"{what} ends with the final text (a string)")
         self.turns = list(turns)
         self.name = name
+        self.on_turn = on_turn
         self._next = 0
         self._server = StandIn(self.answer)
+
+    @property
+    def finished(self) -> bool:
+        """Whether every turn was served."""
+        return self._next >= len(self.turns)
+
+    def begin_turn(self) -> None:
+        """Run ``on_turn`` for the turn about to be answered (subclasses call it)."""
+        if self.on_turn is None:
+            return
+        try:
+            self.on_turn(self._next)
+        except Exception as exc:
+            raise self.violation(f"on_turn: {exc}") from exc
 
     def answer(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """The reply to one request (raise :meth:`violation` for one off script)."""

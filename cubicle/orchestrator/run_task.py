@@ -1,8 +1,11 @@
-"""``cubicle run "TASK"``: one task for a real model (Responses API) in a fresh sandbox.
+"""``cubicle run "TASK"``: one task for a real model in a fresh sandbox.
 
 The same pipeline as the drill (:mod:`cubicle.orchestrator.drill`): a sandbox (network ``none``
-unless ``--network``), the :class:`cubicle.drivers.computer.GuestDriver` at a model view, the real
-openai loop (``ComputerToolset`` or ``ResponsesToolRunner``), a trajectory folder with
+unless ``--network``), the :class:`cubicle.drivers.computer.GuestDriver` at a model view, the
+provider's real loop (``--provider``, or the task file's ``provider``: openai's
+``ComputerToolset`` or ``ResponsesToolRunner``, anthropic's ``tool_runner`` with Claude's computer
+toolset, google-genai's ``generate_content`` with Gemini's computer use; the key from the SDK's
+usual variable, :mod:`cubicle.orchestrator.modelrun.model_providers`), a trajectory folder with
 ``report.html``, and optional verification of the guest's state before success is claimed.
 
 Approvals: pending safety checks are asked on the terminal when stdin is one (default answer
@@ -24,10 +27,11 @@ network, screen size, step and stall limits apply unless a flag gives them
 text together with ``--task`` is an error.
 
 Offline: ``OPENAI_BASE_URL`` pointing at a :class:`cubicle.drivers.scripted_model.ScriptedModel`
-runs the whole command without a key or network (tests do this).
+runs the whole command without a key or network (tests do this); ``ANTHROPIC_BASE_URL`` and
+``GOOGLE_GEMINI_BASE_URL`` do the same for the other providers' stand-ins.
 
-The run itself is :func:`cubicle.orchestrator.modelrun.run.run` with a
-:class:`~cubicle.orchestrator.modelrun.responses_model.ResponsesModel`, the skeleton the drill and
+The run itself is :func:`cubicle.orchestrator.modelrun.run.run` with the provider's model source
+(:func:`~cubicle.orchestrator.modelrun.provider_models.model_source`), the skeleton the drill and
 serve's turns use too; this module is the command line around it (registered by
 :mod:`cubicle.orchestrator.cli` through :func:`register`).
 """
@@ -50,7 +54,17 @@ from cubicle.drivers.viewport import Viewport
 from cubicle.orchestrator.errors import ConfigError
 from cubicle.orchestrator.modelrun.budget import BudgetSpec, parse_context_budget
 from cubicle.orchestrator.modelrun.console import default_out, destroy_quietly, progress
-from cubicle.orchestrator.modelrun.responses_model import ResponsesModel
+from cubicle.orchestrator.modelrun.loop import LoopKind
+from cubicle.orchestrator.modelrun.model_providers import (
+    DEFAULT_MODELS,
+    KEY_VARIABLES,
+    MODEL_PROVIDERS,
+    PROVIDER_LOOPS,
+    ModelProviderName,
+    api_key,
+    check_loop,
+)
+from cubicle.orchestrator.modelrun.provider_models import model_source
 from cubicle.orchestrator.modelrun.run import DEFAULT_MAX_STEPS, RunSpec, run
 from cubicle.orchestrator.modelrun.signals import cancel_on_signals
 from cubicle.orchestrator.modelrun.usage import usage_line
@@ -73,7 +87,7 @@ from cubicle.orchestrator.view.recording import add_record_argument, parse_recor
 
 __all__ = ["cmd_run", "file_verifier", "parse_verify_file", "register"]
 
-DEFAULT_MODEL = "gpt-5.4"
+DEFAULT_MODEL = DEFAULT_MODELS["openai"]
 """A model with native computer use through the GA ``{"type": "computer"}`` tool."""
 
 
@@ -111,9 +125,19 @@ def register(sub: Any) -> None:
         "limits; a flag given here overrides the file's value",
     )
     p.add_argument(
+        "--provider",
+        choices=MODEL_PROVIDERS,
+        default=None,
+        help="whose model: openai (Responses API, OPENAI_API_KEY), anthropic (Claude's computer "
+        "toolset, ANTHROPIC_API_KEY) or gemini (computer use, GEMINI_API_KEY or GOOGLE_API_KEY) "
+        "(default: the task file's provider, else openai)",
+    )
+    p.add_argument(
         "--model",
-        default=os.environ.get("CUBICLE_MODEL", DEFAULT_MODEL),
-        help=f"Responses API model (default $CUBICLE_MODEL or {DEFAULT_MODEL})",
+        default=None,
+        help="the provider's model (default: the task file's model, else $CUBICLE_MODEL, else "
+        + ", ".join(f"{p}: {m}" for p, m in DEFAULT_MODELS.items())
+        + ")",
     )
     p.add_argument(
         "--max-steps",
@@ -139,10 +163,12 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--loop",
-        choices=["toolset", "runner"],
-        default="runner",
-        help="ResponsesToolRunner.run with a context budget (default), or ComputerToolset.run, "
-        "which replays the full history, every screenshot, every step (no budget)",
+        choices=sorted({loop for loops in PROVIDER_LOOPS.values() for loop in loops}),
+        default=None,
+        help="the provider's SDK loop (default: its first; openai: runner). openai: runner, "
+        "ResponsesToolRunner.run with a context budget, or toolset, ComputerToolset.run, which "
+        "replays the full history (no budget); anthropic: tool_runner; gemini: "
+        "generate_content",
     )
     p.add_argument(
         "--context-budget",
@@ -231,16 +257,46 @@ def parse_settle(text: str) -> SettleOption:
     return values
 
 
-def _context_budget(args: argparse.Namespace) -> BudgetSpec | Literal["default"] | None:
-    """``--context-budget`` for ``--loop``; the toolset takes none but ``off``."""
+def _context_budget(
+    args: argparse.Namespace, loop: LoopKind
+) -> BudgetSpec | Literal["default"] | None:
+    """``--context-budget`` for ``loop``; only the openai runner takes one but ``off``."""
     if args.context_budget is None:
         return "default"
     budget = parse_context_budget(args.context_budget)
-    if budget is not None and args.loop == "toolset":
+    if budget is not None and loop != "runner":
         raise ConfigError(
-            "--context-budget needs --loop runner: the toolset loop replays the full history"
+            f"--context-budget needs --loop runner (openai): the {loop} loop replays the full "
+            "history"
         )
     return budget
+
+
+def _provider_loop_model(
+    args: argparse.Namespace, task: Task | None
+) -> tuple[ModelProviderName, LoopKind, str]:
+    """The provider (flag, task file, openai), its loop (flag or its default) and the model
+    (flag, task file, ``$CUBICLE_MODEL``, the provider's default).
+
+    :raises ConfigError: a loop the provider does not have; the provider's key is not set.
+    """
+    provider: ModelProviderName = args.provider or (task and task.provider) or "openai"
+    default_loop: LoopKind = "runner" if provider == "openai" else PROVIDER_LOOPS[provider][0]
+    loop = check_loop(provider, args.loop) if args.loop is not None else default_loop
+    model = (
+        args.model
+        or (task and task.model)
+        or os.environ.get("CUBICLE_MODEL")
+        or DEFAULT_MODELS[provider]
+    )
+    if not api_key(provider):
+        names = " or ".join(KEY_VARIABLES[provider])
+        raise ConfigError(
+            f"{names} is not set (the {provider} provider's key)",
+            hint=f"export {KEY_VARIABLES[provider][0]}=...; for a keyless check run: "
+            f"cubicle drill --provider {provider}",
+        )
+    return provider, loop, model
 
 
 def _policies(args: argparse.Namespace) -> tuple[ApprovalPolicy, ApprovalPolicy | None]:
@@ -329,12 +385,9 @@ def effective_settings(args: argparse.Namespace) -> tuple[Task | None, RunSettin
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    if not os.environ.get("OPENAI_API_KEY"):
-        raise ConfigError(
-            "OPENAI_API_KEY is not set",
-            hint="export OPENAI_API_KEY=...; for a keyless check run: cubicle drill",
-        )
     task_file, settings = effective_settings(args)
+    provider, loop, model_name = _provider_loop_model(args, task_file)
+    progress(f"effective provider: {provider} (loop {loop}, model {model_name})")
     for line in settings.lines():
         progress(line)
     screen = parse_size(settings.size, "--size")
@@ -350,9 +403,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if settings.max_steps < 1:
         raise ConfigError(f"--max-steps must be at least 1, got {settings.max_steps}")
     record = parse_record(args.record) if args.record is not None else None
-    budget = _context_budget(args)
+    budget = _context_budget(args, loop)
     out: Path = args.out or default_out("run")
-    model = ResponsesModel.from_environment(args.model)
+    model = model_source(provider, model_name)
     with teardown_on_signals():
         sandbox = Sandbox.create(
             args.backend,
@@ -364,7 +417,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         spec = RunSpec(
             out=out,
-            loop=args.loop,
+            loop=loop,
             context_budget=budget,
             prompt=args.task or "",
             task=task_file,

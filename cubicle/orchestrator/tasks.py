@@ -5,6 +5,8 @@ A task file is TOML (``tasks/*.toml`` ships a few)::
     name = "editor-save"                       # default: the file's stem
     description = "one line for tables"
     prompt = "Open the text editor ... save it as {WORKDIR}/note.txt"
+    provider = "anthropic"                     # openai (default) | anthropic | gemini
+    model = "claude-sonnet-5"                  # default: the provider's default model
 
     [setup]                                    # all optional
     screen = "1280x800"                        # WxH
@@ -40,6 +42,7 @@ A task file is TOML (``tasks/*.toml`` ships a few)::
 
     [scripted]                                 # the offline scripted model (cubicle drill)
     script = "editor-save.script.json"         # relative to the task file
+    providers = { anthropic = "editor-save.anthropic.json" }   # the other providers' scripts
     model_view = [1024, 640]                   # what the scripted model sees of the screen
     tools = ["request_user_response"]          # function tools the script calls (serve only)
 
@@ -59,7 +62,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Final, Self
+from typing import Annotated, Any, Final, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -76,9 +79,11 @@ from cubicle.orchestrator.shipped import source_root
 
 __all__ = [
     "DEFAULT_TASK",
+    "MODEL_PROVIDERS",
     "TASKS_DIR",
     "Check",
     "Limits",
+    "ModelProviderName",
     "Scripted",
     "Setup",
     "SetupFile",
@@ -254,6 +259,11 @@ class Check(_Strict):
         return f"verifier {self.verifier}"
 
 
+ModelProviderName = Literal["openai", "anthropic", "gemini"]
+"""Whose model a run talks to (``cubicle run --provider``, a task's ``provider``)."""
+MODEL_PROVIDERS: Final[tuple[ModelProviderName, ...]] = ("openai", "anthropic", "gemini")
+
+
 class Limits(_Strict):
     max_steps: int = Field(default=30, ge=1, le=1000)
     stall: int = Field(default=8, ge=0, le=1000)
@@ -269,6 +279,11 @@ class Scripted(_Strict):
     tools: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]] = Field(
         default_factory=list
     )
+    providers: dict[Literal["anthropic", "gemini"], Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=dict
+    )
+    """Scripts for the other providers' stand-ins
+    (:mod:`cubicle.orchestrator.drill.provider_scripts`), relative to the task file."""
 
     @field_validator("model_view")
     @classmethod
@@ -288,6 +303,10 @@ class Task(_Strict):
     checks: list[Check] = Field(default_factory=list)
     limits: Limits = Limits()
     scripted: Scripted | None = None
+    provider: ModelProviderName | None = None
+    """Whose model runs the task (``cubicle run``; a ``--provider`` flag wins)."""
+    model: str | None = Field(default=None, min_length=1)
+    """The model's name (default: the provider's default model)."""
     source: Path | None = Field(default=None, strict=False)
 
     @property
@@ -315,18 +334,28 @@ class Task(_Strict):
             raise TaskFileError(f"task {self.name}: setup.files source {path} does not exist")
         return path
 
-    def script(self) -> dict[str, Any]:
-        """The scripted model's script as written (placeholders unfilled).
+    def script(self, provider: ModelProviderName = "openai") -> dict[str, Any]:
+        """The scripted model's script for ``provider`` as written (placeholders unfilled).
 
-        :raises TaskFileError: no ``[scripted]`` section, or the script cannot be read.
+        :raises TaskFileError: no ``[scripted]`` section, no script for ``provider``, or the
+            script cannot be read.
         """
         if self.scripted is None:
             raise TaskFileError(
                 f"task {self.name}: no [scripted] section, so it cannot run offline "
                 "(cubicle drill needs a scripted model script)"
             )
+        name = self.scripted.script
+        if provider != "openai":
+            if provider not in self.scripted.providers:
+                raise TaskFileError(
+                    f"task {self.name}: no {provider} script (scripted.providers.{provider}); "
+                    f"it has scripts for: openai"
+                    + "".join(f", {p}" for p in sorted(self.scripted.providers))
+                )
+            name = self.scripted.providers[provider]
         base = self.source.parent if self.source is not None else TASKS_DIR
-        path = (base / self.scripted.script).resolve()
+        path = (base / name).resolve()
         try:
             value = json.loads(path.read_text("utf-8"))
         except (OSError, ValueError) as exc:

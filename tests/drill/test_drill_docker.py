@@ -45,13 +45,13 @@ def test_drill_all_passes_every_shipped_task_on_both_loops_pixels_only(
     assert process.returncode == 0, f"{stdout}\n{stderr}"
     assert cubicle_containers(process.pid) == []
     table = stdout[stdout.index("task ") :]
-    assert re.match(r"task +loop +verdict +steps +seconds +stale\n", table), table
+    assert re.match(r"task +provider +loop +verdict +steps +seconds +stale\n", table), table
     drilled = [t for t in shipped_tasks() if t.scripted is None or not t.scripted.tools]
     assert len(drilled) < len(shipped_tasks()), "ask-user needs a user: cubicle serve's"
     for task in drilled:
         for loop in ("toolset", "runner"):
             row = re.search(
-                rf"^{re.escape(task.name)} +{loop} +(\S+) +(\d+) +\S+ +(\d+)/(\d+)$",
+                rf"^{re.escape(task.name)} +openai +{loop} +(\S+) +(\d+) +\S+ +(\d+)/(\d+)$",
                 table,
                 re.MULTILINE,
             )
@@ -84,6 +84,52 @@ def test_drill_all_passes_every_shipped_task_on_both_loops_pixels_only(
     assert len(re.findall(r'<section class="step"', dom)) == len(shots)
     expectations = [e for e in events if e["kind"] == "expectation"]
     assert dom.count('<li class="ok">seen: ') == len(expectations) > 0
+
+
+@pytest.mark.parametrize(
+    ("provider", "loop", "launcher_click"),
+    [("anthropic", "tool_runner", "left_click"), ("gemini", "generate_content", "click_at")],
+)
+def test_the_drill_passes_through_each_providers_real_client_with_no_flag_but_the_provider(
+    docker_image: str,
+    tmp_path: Path,
+    cubicle_containers: Callable[[int], list[str]],
+    provider: str,
+    loop: str,
+    launcher_click: str,
+) -> None:
+    """``cubicle drill --provider P --task desktop``: every loop P has, through the real
+    anthropic / google-genai client at the stand-in; the file's bytes and the form's data are
+    verified, no model-visible screenshot was stale, the same trajectory as OpenAI's."""
+    process = _drill_cli("--provider", provider, "--task", "desktop", "--out", str(tmp_path))
+    stdout, stderr = process.communicate(timeout=600)
+    assert process.returncode == 0, f"{stdout}\n{stderr}"
+    assert cubicle_containers(process.pid) == []
+    assert f"drill desktop ({loop}): PASSED" in stdout
+    assert "  ok      note saved through the editor" in stdout
+    assert "  ok      form submitted in the browser" in stdout
+    assert re.search(r"stale model-visible screenshots: 0 of [1-9]\d* checked", stdout), stdout
+    assert f"drill PASSED on docker ({provider}): 1 of 1 runs" in stdout
+    assert re.search(rf"^desktop +{provider} +{loop} +PASSED +\d+ +\S+ +0/\d+$", stdout, re.M)
+    events = read_trajectory(tmp_path / loop)
+    run = next(e for e in events if e["kind"] == "run")
+    assert (run["provider"], run["loop"]) == (provider, loop)
+    turns = [e for e in events if e["kind"] == "model_turn"]
+    assert len(turns) >= 9 and all(t["status"] != "http 400" for t in turns)
+    assert turns[-1]["message"] == "Done: the note is saved and the form is submitted."
+    launcher_clicks = [
+        e
+        for e in events
+        if e["kind"] == "action" and e["type"] == launcher_click and e["native"]["y"] == 780
+    ]
+    assert len(launcher_clicks) == 2, "the editor and the browser are opened from the panel"
+    assert all(c["receipt"]["settled"] and c["receipt"]["changed"] for c in launcher_clicks)
+    typed = [e["text"] for e in events if e["kind"] == "action" and "text" in e]
+    assert "Zoë Ångström-Łukasiewicz" in typed
+    seen = [e for e in events if e["kind"] == "expectation"]
+    assert len(seen) >= 8 and all(e["ok"] for e in seen)
+    end = next(e for e in events if e["kind"] == "end")
+    assert end["ok"] and end["usage"]["requests"] == len(turns)
 
 
 def _drill_edited(

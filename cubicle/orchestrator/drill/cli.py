@@ -4,8 +4,10 @@
 ``desktop`` task; ``--task NAME|FILE``; ``--all``: every shipped task but those whose script calls
 function tools, which need a user: ``cubicle serve``): for each task and loop a
 fresh sandbox (the task's screen and network), the task's set-up, the scripted model on
-127.0.0.1 driving the real openai loop (``ComputerToolset`` and/or ``ResponsesToolRunner``) by
-pixels only, then the task's checks through the agent. It prints a table (task, loop, verdict,
+127.0.0.1 driving the provider's real client and loop (``--provider``: openai's
+``ComputerToolset`` and ``ResponsesToolRunner``, anthropic's ``tool_runner``, google-genai's
+``generate_content`` loop; without ``--loop`` every loop the provider has) by pixels only, then
+the task's checks through the agent. It prints a table (task, loop, verdict,
 steps, seconds, stale screenshots). Exit 0 only when every check of every run holds; 1 when one
 failed (the summary says which, expected vs got); 130/143 when cancelled by SIGINT/SIGTERM. Each
 sandbox is destroyed unless ``--keep``.
@@ -23,13 +25,21 @@ from cubicle.orchestrator.drill.runner import DrillResult, guest_time_scale, run
 from cubicle.orchestrator.errors import ConfigError
 from cubicle.orchestrator.modelrun.console import default_out, destroy_quietly, progress
 from cubicle.orchestrator.modelrun.loop import LoopKind
+from cubicle.orchestrator.modelrun.model_providers import (
+    MODEL_PROVIDERS,
+    PROVIDER_LOOPS,
+    ModelProviderName,
+    check_loop,
+    loops_help,
+    provider_of_loop,
+)
 from cubicle.orchestrator.modelrun.signals import cancel_on_signals
 from cubicle.orchestrator.providers import PROVIDERS
 from cubicle.orchestrator.sandbox import Sandbox, teardown_on_signals
 from cubicle.orchestrator.tasks import DEFAULT_TASK, Task, load_task, shipped_tasks
 from cubicle.orchestrator.view.recording import add_record_argument, parse_record
 
-__all__ = ["cmd_drill", "register", "results_table"]
+__all__ = ["cmd_drill", "provider_table", "register", "results_table"]
 
 
 def register(sub: Any) -> None:
@@ -54,11 +64,19 @@ def register(sub: Any) -> None:
         "(a user answers those: cubicle serve): a conformance run",
     )
     p.add_argument(
+        "--provider",
+        choices=[*MODEL_PROVIDERS, "all"],
+        default="openai",
+        help="whose API the scripted model speaks, to that provider's real client "
+        "(default openai; a task needs a script for it: [scripted] providers); all: every "
+        "provider a task has a script for, and a table with a column per provider",
+    )
+    p.add_argument(
         "--loop",
-        choices=["toolset", "runner", "both"],
-        default="both",
-        help="which SDK loop plays the script: ComputerToolset.run, "
-        "ResponsesToolRunner.run, or both in turn (default)",
+        choices=[*sorted({loop for loops in PROVIDER_LOOPS.values() for loop in loops}), "both"],
+        default=None,
+        help=f"which of the provider's loops plays the script (default: every one in turn; "
+        f"'both' is openai's two). Loops per provider: {loops_help()}",
     )
     p.add_argument(
         "--out",
@@ -75,15 +93,45 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_drill)
 
 
-def cmd_drill(args: argparse.Namespace) -> int:
-    loops: list[LoopKind] = ["toolset", "runner"] if args.loop == "both" else [args.loop]
-    record = parse_record(args.record) if args.record is not None else None
+def _loops(args: argparse.Namespace, provider: ModelProviderName) -> list[LoopKind]:
+    """``--loop`` for ``provider`` (default: every loop it has).
+
+    :raises ConfigError: a loop the provider does not have.
+    """
+    if args.loop is None or (args.loop == "both" and provider == "openai"):
+        return list(PROVIDER_LOOPS[provider])
+    return [check_loop(provider, args.loop)]
+
+
+def _has_script(task: Task, provider: ModelProviderName) -> bool:
+    return task.scripted is not None and (
+        provider == "openai" or provider in task.scripted.providers
+    )
+
+
+def _runs(args: argparse.Namespace) -> list[tuple[Task, LoopKind]]:
+    """Every (task, loop) the command runs.
+
+    :raises ConfigError: a task that cannot be drilled (with the provider asked for), a loop the
+        provider does not have.
+    """
+    every = args.provider == "all"
+    if every and args.loop is not None:
+        raise ConfigError("--provider all runs every provider's loops; leave out --loop")
+    providers: tuple[ModelProviderName, ...] = MODEL_PROVIDERS if every else (args.provider,)
     tasks: list[Task] = shipped_tasks() if args.all else [load_task(args.task or DEFAULT_TASK)]
     if args.all:  # a task whose script calls function tools needs a user: cubicle serve's
         tasks = [task for task in tasks if task.scripted is None or not task.scripted.tools]
+        if not every:  # only tasks with a script for the provider
+            tasks = [t for t in tasks if t.scripted is None or _has_script(t, args.provider)]
     for task in tasks:
         if task.scripted is None:
             raise ConfigError(f"task {task.name} has no [scripted] section: it cannot be drilled")
+        if not every and not _has_script(task, args.provider):
+            raise ConfigError(
+                f"task {task.name} has no {args.provider} script "
+                f"([scripted] providers.{args.provider} in {task.source})"
+            )
         if task.scripted.tools:
             raise ConfigError(
                 f"task {task.name}'s script calls the function tools "
@@ -91,10 +139,22 @@ def cmd_drill(args: argparse.Namespace) -> int:
                 f"cubicle serve (agent.model 'cubicle-task:{task.name}', the tools declared in "
                 "agent.tools)"
             )
+    return [
+        (task, loop)
+        for task in tasks
+        for provider in providers
+        if _has_script(task, provider)
+        for loop in _loops(args, provider)
+    ]
+
+
+def cmd_drill(args: argparse.Namespace) -> int:
+    record = parse_record(args.record) if args.record is not None else None
+    runs = _runs(args)
+    tasks = list(dict.fromkeys(task.name for task, _loop in runs))
     out: Path = args.out or default_out("drill")
     started = time.monotonic()
     results: list[DrillResult] = []
-    runs = [(task, loop) for task in tasks for loop in loops]
     with cancel_on_signals() as cancel:
         for task, loop in runs:
             if cancel():
@@ -105,9 +165,12 @@ def cmd_drill(args: argparse.Namespace) -> int:
             print(result.summary(), flush=True)
     wall = time.monotonic() - started
     print(results_table(results), flush=True)
+    if args.provider == "all":
+        print(provider_table(results), flush=True)
     passed = len(results) == len(runs) and all(r.ok for r in results)
     print(
-        f"drill {'PASSED' if passed else 'FAILED'} on {args.backend}: {len(results)} of "
+        f"drill {'PASSED' if passed else 'FAILED'} on {args.backend} ({args.provider}): "
+        f"{len(results)} of "
         f"{len(runs)} runs in {wall:.1f} s including the sandboxes; trajectories in {out}",
         flush=True,
     )
@@ -136,7 +199,7 @@ def _one_run(
             progress=progress,
         )
     try:
-        progress(f"{sandbox.id}: task {task.name} with the {loop} loop")
+        progress(f"{sandbox.id}: task {task.name} with the {provider_of_loop(loop)} {loop} loop")
         result = run_drill(
             sandbox,
             task=task,
@@ -157,12 +220,13 @@ def _one_run(
 
 
 def results_table(results: list[DrillResult]) -> str:
-    """The conformance table: task, loop, verdict, steps (actions), seconds (sandbox
+    """The conformance table: task, provider, loop, verdict, steps (actions), seconds (sandbox
     included), stale screenshots (stale of checked)."""
-    header = ("task", "loop", "verdict", "steps", "seconds", "stale")
+    header = ("task", "provider", "loop", "verdict", "steps", "seconds", "stale")
     rows = [
         (
             r.task,
+            r.provider,
             r.loop,
             "PASSED" if r.ok else ("CANCELLED" if r.cancelled else "FAILED"),
             str(r.actions),
@@ -171,6 +235,35 @@ def results_table(results: list[DrillResult]) -> str:
         )
         for r in results
     ]
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        for row in (header, *rows)
+    ]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def provider_table(results: list[DrillResult]) -> str:
+    """The conformance table with a column per provider: for each task, each provider's
+    verdict over its loops (``PASSED 2/2``: loops passed of loops run, then stale screenshots
+    of those checked), ``-`` where the task has no script for the provider."""
+    providers = [p for p in MODEL_PROVIDERS if any(r.provider == p for r in results)]
+    tasks = list(dict.fromkeys(r.task for r in results))
+    header = ("task", *providers)
+    rows = []
+    for task in tasks:
+        cells = [task]
+        for provider in providers:
+            runs = [r for r in results if r.task == task and r.provider == provider]
+            if not runs:
+                cells.append("-")
+                continue
+            passed = sum(r.ok for r in runs)
+            stale = sum(r.stale_check.stale for r in runs if r.stale_check)
+            checked = sum(r.stale_check.checked for r in runs if r.stale_check)
+            verdict = "PASSED" if passed == len(runs) else "FAILED"
+            cells.append(f"{verdict} {passed}/{len(runs)} stale {stale}/{checked}")
+        rows.append(tuple(cells))
     widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
     lines = [
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))

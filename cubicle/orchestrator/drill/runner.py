@@ -27,19 +27,23 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from PIL import Image
 
 from cubicle.drivers.approvals import ApprovalPolicy, ApproveAll
-from cubicle.drivers.errors import ScriptViolation
-from cubicle.drivers.scripted_model import ScriptedModel, Turn, parse_script
+from cubicle.drivers.scripted_gemini import ScriptedGemini
+from cubicle.drivers.scripted_messages import ScriptedMessages
+from cubicle.drivers.scripted_model import ScriptedModel, parse_script
+from cubicle.drivers.scripted_model.expect import Expectation
 from cubicle.drivers.viewport import Viewport
+from cubicle.orchestrator.drill.provider_scripts import parse_provider_script
 from cubicle.orchestrator.drill.stale import StaleCheck
 from cubicle.orchestrator.modelrun import Desktop
 from cubicle.orchestrator.modelrun.errors import ExpectationFailed, RunError
 from cubicle.orchestrator.modelrun.functions import FunctionTool
 from cubicle.orchestrator.modelrun.loop import LoopKind, LoopOutcome
+from cubicle.orchestrator.modelrun.model_providers import provider_of_loop
 from cubicle.orchestrator.modelrun.run import (
     FAILURE_SCREEN,
     LoopContext,
@@ -50,7 +54,13 @@ from cubicle.orchestrator.modelrun.run import (
 )
 from cubicle.orchestrator.modelrun.verify import Check
 from cubicle.orchestrator.provider import SandboxInfo
-from cubicle.orchestrator.tasks import DEFAULT_TASK, Task, fill, load_task
+from cubicle.orchestrator.tasks import (
+    DEFAULT_TASK,
+    ModelProviderName,
+    Task,
+    fill,
+    load_task,
+)
 from cubicle.orchestrator.trajectory.recorder import TrajectoryObserver
 from cubicle_guest.protocol import MAX_LAUNCH_CAP_MS, MAX_SETTLE_CAP_MS, SettleSpec
 
@@ -182,8 +192,9 @@ def run_drill(
     functions: Sequence[FunctionTool] = (),
 ) -> DrillResult:
     """Run ``task`` (default: the shipped ``desktop`` task) once with the ``loop`` flavour of
-    the SDK and its scripted model: :func:`cubicle.orchestrator.modelrun.run.run` with a
-    :class:`DrillModel`.
+    its provider's SDK (:data:`~cubicle.orchestrator.modelrun.model_providers.PROVIDER_LOOPS`)
+    and the task's script for that provider: :func:`cubicle.orchestrator.modelrun.run.run` with
+    a :class:`DrillModel`.
 
     :param out: trajectory folder (created).
     :param workdir: overrides the task's ``setup.workdir`` (an absolute guest folder).
@@ -204,9 +215,10 @@ def run_drill(
     task = task or load_task(DEFAULT_TASK)
     if workdir is not None:
         task = task.model_copy(update={"setup": task.setup.model_copy(update={"workdir": workdir})})
-    script = script_template if script_template is not None else task.script()
+    provider = provider_of_loop(loop)
+    script = script_template if script_template is not None else task.script(provider)
     model_view = task.scripted.model_view if task.scripted else [1024, 640]
-    model = DrillModel(script, (model_view[0], model_view[1]))
+    model = DrillModel(script, (model_view[0], model_view[1]), provider)
     spec = RunSpec(
         out=out,
         loop=loop,
@@ -228,32 +240,97 @@ def run_drill(
 
 
 class DrillModel:
-    """The task's scripted model (:class:`cubicle.drivers.scripted_model.ScriptedModel`) as a
-    :class:`~cubicle.orchestrator.modelrun.run.ModelSource`, looking between turns (module
-    docstring): whether the screenshot the model just received was stale, and whether it shows
-    what the turn ``sees``; its own check is that no model-visible screenshot was stale.
+    """The task's scripted model as a :class:`~cubicle.orchestrator.modelrun.run.ModelSource`:
+    for ``openai`` the Responses API stand-in
+    (:class:`cubicle.drivers.scripted_model.ScriptedModel`), for ``anthropic`` the Messages API
+    one (:class:`~cubicle.drivers.scripted_messages.ScriptedMessages`), for ``gemini`` the
+    ``generateContent`` one (:class:`~cubicle.drivers.scripted_gemini.ScriptedGemini`), each
+    playing the task's script for that provider to the provider's real client. Between turns it
+    looks (module docstring): whether the screenshot the model just received was stale, and
+    whether it shows what the turn ``sees``; its own check is that no model-visible screenshot
+    was stale.
 
     :param script: the script template (placeholders are filled from the prepared task).
     :param model_view: the model's view in pixels (the screenshots' size).
+    :param provider: whose API the stand-in speaks (``script`` is that provider's).
     """
 
     name = DRILL_MODEL
 
-    def __init__(self, script: dict[str, Any], model_view: tuple[int, int]) -> None:
+    def __init__(
+        self,
+        script: dict[str, Any],
+        model_view: tuple[int, int],
+        provider: ModelProviderName = "openai",
+    ) -> None:
         self.script = script
         self.model_view = model_view
+        self.provider = provider
         self.stale_check: StaleCheck | None = None
 
     @contextmanager
     def serve(self, context: LoopContext) -> Iterator[ModelEndpoint]:
         values = context.guest.values if context.guest is not None else {}
-        parsed = parse_script({"model_view": list(self.model_view), **fill(self.script, values)})
-        for turn in parsed.turns:
-            if turn.before:
-                raise RunError(
-                    f"script turn {turn.index} has 'before' guest steps; the drill is pixels-only "
-                    "after the first turn (put set-up in the task's [setup])"
+        filled = fill(self.script, values)
+        if self.provider == "openai":
+            parsed = parse_script({"model_view": list(self.model_view), **filled})
+            for turn in parsed.turns:
+                if turn.before:
+                    raise RunError(
+                        f"script turn {turn.index} has 'before' guest steps; the drill is "
+                        "pixels-only after the first turn (put set-up in the task's [setup])"
+                    )
+            turns: Sequence[_Looked] = parsed.turns
+        else:
+            provider_script = parse_provider_script(filled, f"{self.provider} script")
+            turns = provider_script.turns
+        looker = self._looker(context, turns)
+        if self.provider == "openai":
+            with ScriptedModel(
+                parsed,
+                on_turn=lambda index, turn, body: looker(index),
+                raise_on_exit=False,
+            ) as model:
+                yield ModelEndpoint(
+                    base_url=model.base_url,
+                    api_key="drill",
+                    model=DRILL_MODEL,
+                    trust_env=False,
+                    max_retries=0,
+                    after_loop=_after_loop(model.failures, model.assert_finished),
+                    checks=self._checks,
                 )
+            return
+        stand_in: ScriptedMessages | ScriptedGemini
+        if self.provider == "anthropic":
+            stand_in = ScriptedMessages(provider_script.stand_in_turns(), on_turn=looker)
+        else:
+            stand_in = ScriptedGemini(provider_script.stand_in_turns(), on_turn=looker)
+
+        def finished() -> None:
+            if not stand_in.finished:
+                raise RunError(
+                    f"the {self.provider} script was not played to its end "
+                    f"({len(stand_in.requests)} of {len(stand_in.turns)} turns)"
+                )
+
+        with stand_in:
+            yield ModelEndpoint(
+                base_url=stand_in.base_url,
+                api_key="drill",
+                model=DRILL_MODEL,
+                provider=self.provider,
+                trust_env=False,
+                max_retries=0,
+                after_loop=_after_loop(stand_in.failures, finished),
+                checks=self._checks,
+            )
+
+    def _checks(self) -> list[Check]:
+        return [stale_screenshots_check(self.stale_check)] if self.stale_check else []
+
+    def _looker(self, context: LoopContext, turns: Sequence[_Looked]) -> Callable[[int], None]:
+        """What the drill does before answering turn ``index`` (module docstring)."""
         client, driver, session = context.agent, context.driver, context.session
         stale = StaleCheck(
             client,
@@ -267,15 +344,16 @@ class DrillModel:
         # acts (taken now, not recorded: the model never receives it)
         previous = [_image(client.screenshot(**driver.screenshot_request, timeout=30).blob)]
 
-        def before_turn(index: int, turn: Turn) -> None:
+        def before_turn(index: int) -> None:
             """Look only: was the screenshot the model just received stale, and does it show
             what the turn expects to see?"""
             if index == 0 or session.last_model_shot is None:
                 return
-            if not parsed.turns[index - 1].is_call:
+            if not turns[index - 1].is_call:
                 return  # a function call's answer: the model received no new screenshot
             stale.check(session.last_model_shot, session.recorder.last_shot)
             shot = _image(session.last_model_shot)
+            turn = turns[index]
             if turn.sees:
                 windows = client.windows(timeout=10).result.get("windows") or []
                 for number, expectation in enumerate(turn.sees):
@@ -295,32 +373,34 @@ class DrillModel:
                         )
             previous[0] = shot
 
-        with ScriptedModel(
-            parsed,
-            on_turn=lambda index, turn, body: before_turn(index, turn),
-            raise_on_exit=False,
-        ) as model:
+        return before_turn
 
-            def after_loop(outcome: LoopOutcome) -> None:
-                if model.failures:
-                    # the model's own record says why (a guest step failed, the run went off
-                    # script); the SDK only saw an HTTP error
-                    failure: ScriptViolation | BaseException = model.failures[0]
-                    if failure.__cause__ is not None:
-                        failure = failure.__cause__
-                    raise failure from outcome.error
-                if outcome.error is None:
-                    model.assert_finished()
 
-            yield ModelEndpoint(
-                base_url=model.base_url,
-                api_key="drill",
-                model=DRILL_MODEL,
-                trust_env=False,
-                max_retries=0,
-                after_loop=after_loop,
-                checks=lambda: [stale_screenshots_check(stale)],
-            )
+class _Looked(Protocol):
+    """A scripted turn as the drill looks at it (either script's)."""
+
+    @property
+    def is_call(self) -> bool: ...
+
+    @property
+    def sees(self) -> tuple[Expectation, ...]: ...
+
+
+def _after_loop(
+    failures: Sequence[BaseException], finished: Callable[[], None]
+) -> Callable[[LoopOutcome], None]:
+    def after_loop(outcome: LoopOutcome) -> None:
+        if failures:
+            # the model's own record says why (a guest step failed, the run went off script, an
+            # expectation failed); the SDK only saw an HTTP error
+            failure: BaseException = failures[0]
+            if failure.__cause__ is not None:
+                failure = failure.__cause__
+            raise failure from outcome.error
+        if outcome.error is None:
+            finished()
+
+    return after_loop
 
 
 def _image(png: bytes) -> Image.Image:

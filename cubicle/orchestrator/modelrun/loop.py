@@ -37,6 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Literal, cast
 from urllib.parse import urlsplit
 
@@ -71,7 +72,11 @@ __all__ = [
     "is_loopback",
 ]
 
-LoopKind = Literal["toolset", "runner"]
+LoopKind = Literal["toolset", "runner", "tool_runner", "generate_content"]
+"""The SDK loops: openai's ``toolset`` and ``runner`` (:class:`LoopThread`), anthropic's
+``tool_runner`` (:mod:`~cubicle.orchestrator.modelrun.claude_loop`), google-genai's
+``generate_content`` (:mod:`~cubicle.orchestrator.modelrun.gemini_loop`); which provider has which:
+:data:`cubicle.orchestrator.modelrun.model_providers.PROVIDER_LOOPS`."""
 
 
 def error_chain(exc: BaseException) -> str:
@@ -181,26 +186,50 @@ class RecordedSession:
         return allowed is True
 
     def before_action(self, action: ComputerActionInput) -> bool:
+        return self.approve(
+            str(action.type),
+            action.model_dump(exclude_none=True),
+            lambda policy: policy.before_action(action),
+        )
+
+    def approve(
+        self, kind: str, sent: dict[str, Any], judge: Callable[[ApprovalPolicy], bool]
+    ) -> bool:
+        """``before_action`` for any provider: the hand-over gate first, then ``judge`` with the
+        action policy (none: the action runs), the decision recorded as an ``approval`` event;
+        an allowed action's ``sent`` fields (``text``, ``keys``, the model's coordinates) are
+        paired with the driver's record of it (``sent["type"]`` must be the record's kind).
+
+        :param kind: the action's name as the provider calls it (``left_click``, ``click_at``).
+        """
         if self.gate is not None and not self.gate():
             return False
         if self.action_policy is None:
             allowed, by, reason = True, "none", "no action policy: actions run without approval"
         else:
-            allowed = self.action_policy.before_action(action)
+            allowed = judge(self.action_policy)
             decision = self.action_policy.log[-1]
             by, reason = decision.decided_by, decision.reason
-        if (self.action_policy is not None and action.type != "screenshot") or not allowed:
+        if (self.action_policy is not None and kind != "screenshot") or not allowed:
             self.recorder.event(
                 "approval",
                 subject="action",
                 allowed=allowed is True,
                 by=by,
                 reason=reason,
-                detail=str(action.type),
+                detail=kind,
             )
-        if allowed and action.type != "screenshot":
-            self._pending.append(action.model_dump(exclude_none=True))
+        if allowed and kind != "screenshot":
+            self._pending.append(sent)
         return allowed is True
+
+    def approve_confirmation(self, call_id: str, code: str, message: str) -> bool:
+        """A provider's own request for a person's confirmation (Gemini's ``safety_decision``)
+        as one pending safety check, decided by the safety policy and recorded as
+        ``approve_safety_checks`` is."""
+        check = SimpleNamespace(id=call_id, code=code, message=message)
+        call = SimpleNamespace(call_id=call_id, pending_safety_checks=[check])
+        return self.approve_safety_checks(cast(ResponseComputerToolCall, call))
 
     def on_diagnostic(self, diagnostic: ToolDiagnostic) -> None:
         self.recorder.event("diagnostic", **dict(diagnostic))
@@ -406,14 +435,16 @@ class RecordedSession:
 
 @dataclass
 class LoopOutcome:
-    """How a loop ended: the final response, or the error that stopped it."""
+    """How a loop ended: the final response (openai) or final text (the other providers), or
+    the error that stopped it."""
 
     response: Response | None = None
     error: BaseException | None = None
+    message: str | None = None
 
     @property
     def final_message(self) -> str | None:
-        return self.response.output_text if self.response is not None else None
+        return self.response.output_text if self.response is not None else self.message
 
 
 class LoopThread:
@@ -441,6 +472,8 @@ class LoopThread:
         functions: Sequence[RegisteredFunction] = (),
         context_budget: BudgetSpec | Literal["default"] | None = "default",
     ) -> None:
+        if kind not in ("toolset", "runner"):
+            raise ValueError(f"{kind!r} is not an openai loop (toolset, runner)")
         if functions and kind != "runner":
             raise ValueError("function tools need the runner loop (ResponsesToolRunner)")
         context_budget = resolve_budget(kind, context_budget)

@@ -11,8 +11,13 @@ turns share.
    sandbox's origin questions;
 3. the task's set-up (:class:`~cubicle.orchestrator.modelrun.guest_steps.GuestSteps`), then the
    screen recording, the driver at the model's view and the ``run`` record;
-4. the model (:class:`ModelSource`: a Responses API endpoint, or the drill's scripted model)
-   and the SDK's loop in a worker thread, polled for cancellation and stalls;
+4. the model (:class:`ModelSource`: a provider's endpoint — OpenAI's Responses API, Anthropic's
+   Messages API, Gemini's ``generateContent`` — or the drill's scripted stand-in for one) and that
+   provider's SDK loop in a worker thread (:func:`start_loop`: openai's ``LoopThread``,
+   :class:`~cubicle.orchestrator.modelrun.claude_loop.ClaudeLoop`,
+   :class:`~cubicle.orchestrator.modelrun.gemini_loop.GeminiLoop`), polled for cancellation and
+   stalls. Everything else here is provider-neutral: the trajectory, the report, the recording,
+   stall detection, takeover, usage and the checks are the same for every provider;
 5. the checks of the guest's real state — after the loop, also when it failed (not when the run
    was cancelled) — then the model's own checks, clean-up, ``end`` and the report.
 
@@ -39,8 +44,10 @@ from cubicle.drivers.stall import DEFAULT_STALL_LIMIT, StallDetector
 from cubicle.drivers.viewport import Viewport
 from cubicle.orchestrator.modelrun import Desktop
 from cubicle.orchestrator.modelrun.budget import BudgetSpec, describe_budget, resolve_budget
-from cubicle.orchestrator.modelrun.errors import RunCancelled, RunStalled
+from cubicle.orchestrator.modelrun.claude_loop import ClaudeLoop
+from cubicle.orchestrator.modelrun.errors import RunCancelled, RunError, RunStalled
 from cubicle.orchestrator.modelrun.functions import FunctionCalls, FunctionTool
+from cubicle.orchestrator.modelrun.gemini_loop import GeminiLoop
 from cubicle.orchestrator.modelrun.guest_steps import GuestSteps, TaskGuest
 from cubicle.orchestrator.modelrun.loop import (
     LoopKind,
@@ -48,6 +55,11 @@ from cubicle.orchestrator.modelrun.loop import (
     LoopThread,
     RecordedSession,
     error_chain,
+)
+from cubicle.orchestrator.modelrun.model_providers import (
+    PROVIDER_LOOPS,
+    ModelProviderName,
+    provider_of_loop,
 )
 from cubicle.orchestrator.modelrun.verify import Check, Verifier, task_verifiers
 from cubicle.orchestrator.origin_answers import Answering
@@ -67,6 +79,7 @@ __all__ = [
     "RunResult",
     "RunSpec",
     "run",
+    "start_loop",
 ]
 
 DEFAULT_MAX_STEPS = 30
@@ -81,6 +94,7 @@ class RunResult:
 
     out: Path
     loop: LoopKind = "toolset"
+    provider: ModelProviderName = "openai"
     task: str = ""
     """The task's name (a task file), or empty for a run given as text."""
     final_message: str | None = None
@@ -183,6 +197,7 @@ class LoopContext:
 class ModelEndpoint:
     """Where the SDK's client sends its requests, and what the source checks afterwards.
 
+    :param provider: whose API ``base_url`` speaks; it picks the loop (:func:`start_loop`).
     :param after_loop: called with the loop's outcome once it ended, while the model is still
         served (before the loop's own error is raised): a source that knows better why the loop
         failed raises that.
@@ -192,6 +207,7 @@ class ModelEndpoint:
     base_url: str
     api_key: str = field(repr=False)
     model: str
+    provider: ModelProviderName = "openai"
     trust_env: bool = True
     max_retries: int | None = None
     after_loop: Callable[[LoopOutcome], None] = lambda outcome: None
@@ -199,9 +215,11 @@ class ModelEndpoint:
 
 
 class ModelSource(Protocol):
-    """The model of a run: a Responses API endpoint
-    (:class:`cubicle.orchestrator.modelrun.responses_model.ResponsesModel`) or the drill's
-    scripted model (:class:`cubicle.orchestrator.drill.runner.DrillModel`)."""
+    """The model of a run: a provider's endpoint
+    (:class:`cubicle.orchestrator.modelrun.responses_model.ResponsesModel`,
+    :class:`~cubicle.orchestrator.modelrun.provider_models.AnthropicModel`,
+    :class:`~cubicle.orchestrator.modelrun.provider_models.GeminiModel`) or the drill's scripted
+    model (:class:`cubicle.orchestrator.drill.runner.DrillModel`)."""
 
     @property
     def name(self) -> str:
@@ -232,6 +250,7 @@ def run(
     result = RunResult(
         out=spec.out,
         loop=spec.loop,
+        provider=provider_of_loop(spec.loop),
         task=spec.task.name if spec.task is not None else "",
         require_checks=spec.require_checks,
     )
@@ -324,6 +343,7 @@ def _run_connected(
             "run",
             task=prompt,
             loop=spec.loop,
+            provider=result.provider,
             context_budget=describe_budget(resolve_budget(spec.loop, spec.context_budget)),
             model=model.name,
             screen=list(geometry.screen),
@@ -381,6 +401,79 @@ def _run_connected(
             )
 
 
+class LoopHandle(Protocol):
+    """A provider's loop running in a worker thread."""
+
+    @property
+    def outcome(self) -> LoopOutcome: ...
+
+    def cancelled(self) -> bool: ...
+
+    def cancel(self) -> str: ...
+
+    def wait(self, timeout: float | None = None, *, poll_s: float = 0.2) -> bool: ...
+
+
+@contextmanager
+def start_loop(
+    spec: RunSpec, endpoint: ModelEndpoint, context: LoopContext
+) -> Iterator[LoopHandle]:
+    """Start ``endpoint.provider``'s loop (``spec.loop`` must be one of its loops) in a worker
+    thread; leaving the block closes what the loop's client holds.
+
+    :raises RunError: ``spec.loop`` is not a loop of the endpoint's provider.
+    """
+    session, driver = context.session, context.driver
+    if spec.loop not in PROVIDER_LOOPS[endpoint.provider]:
+        raise RunError(
+            f"loop {spec.loop!r} is not a loop of the {endpoint.provider} provider "
+            f"({', '.join(PROVIDER_LOOPS[endpoint.provider])})"
+        )
+    if endpoint.provider != "openai" and session.functions is not None:
+        raise RunError("function tools are served on the openai runner loop only")
+    thread: LoopThread | ClaudeLoop | GeminiLoop
+    if endpoint.provider == "anthropic":
+        thread = ClaudeLoop(
+            driver,
+            session,
+            base_url=endpoint.base_url,
+            api_key=endpoint.api_key,
+            model=endpoint.model,
+            prompt=context.prompt,
+            max_steps=spec.max_steps,
+            trust_env=endpoint.trust_env,
+            max_retries=endpoint.max_retries,
+        )
+    elif endpoint.provider == "gemini":
+        thread = GeminiLoop(
+            driver,
+            session,
+            base_url=endpoint.base_url,
+            api_key=endpoint.api_key,
+            model=endpoint.model,
+            prompt=context.prompt,
+            max_steps=spec.max_steps,
+            trust_env=endpoint.trust_env,
+        )
+    else:
+        with _openai_client(endpoint, session) as client:
+            thread = LoopThread(
+                spec.loop,
+                driver,
+                client,
+                {"model": endpoint.model, "input": context.prompt},
+                session,
+                max_steps=spec.max_steps,
+                functions=session.functions.registered() if session.functions else (),
+                context_budget=spec.context_budget,
+            )
+            context.steps.cancelled = lambda: context.cancel_requested() or thread.cancelled()
+            yield thread.start()
+        return
+    context.steps.cancelled = lambda: context.cancel_requested() or thread.cancelled()
+    yield thread.start()
+
+
 def _loop(
     spec: RunSpec,
     endpoint: ModelEndpoint,
@@ -388,20 +481,9 @@ def _loop(
     stall_hit: threading.Event,
     recorder: TrajectoryRecorder,
 ) -> LoopOutcome:
-    """The SDK's loop against ``endpoint`` until it ends, cancelling it when asked or stalled."""
-    with _openai_client(endpoint, context.session) as client:
-        thread = LoopThread(
-            spec.loop,
-            context.driver,
-            client,
-            {"model": endpoint.model, "input": context.prompt},
-            context.session,
-            max_steps=spec.max_steps,
-            functions=context.session.functions.registered() if context.session.functions else (),
-            context_budget=spec.context_budget,
-        )
-        context.steps.cancelled = lambda: context.cancel_requested() or thread.cancelled()
-        thread.start()
+    """The provider's loop against ``endpoint`` until it ends, cancelling it when asked or
+    stalled."""
+    with start_loop(spec, endpoint, context) as thread:
         while not thread.wait(POLL_S):
             if (context.cancel_requested() or stall_hit.is_set()) and not thread.cancelled():
                 recorder.event("cancel", toolset_status=thread.cancel())
