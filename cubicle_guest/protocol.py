@@ -115,13 +115,15 @@ FEATURES: Final = (
     "settle_until_idle",
     "launch_cap",
     "hold",
+    "signin",
 )
 """Optional protocol-v1 features this agent has, listed in ``hello``/``info`` ``features``.
 ``receipts``: input ops take ``settle`` and answer with a ``receipt``; ``typing_quiet``: the
 ``settle`` object also takes ``typing_quiet_ms``; ``idle_quiet``: it also takes
 ``idle_quiet_ms`` (:class:`SettleSpec`); ``settle_until_idle``: the ``settle`` op takes
 ``until_idle``; ``launch_cap``: the ``settle`` object also takes ``launch_cap_ms``; ``hold``: the
-ops ``mouse_down``, ``mouse_up``, ``hold_keys`` and ``pointer``."""
+ops ``mouse_down``, ``mouse_up``, ``hold_keys`` and ``pointer``; ``signin``: the ops
+``browser_start``, ``signin_find`` and ``signin_fill`` (:mod:`cubicle_guest.signin_ops`)."""
 TYPING_QUIET_MS: Final = 150
 """Default ``typing_quiet_ms``: the quiet period after typing into a normal (non-dialog) window."""
 IDLE_QUIET_MS: Final = 70
@@ -145,6 +147,7 @@ ERROR_CODES: Final = frozenset(
         "not_found",  # a file or window that does not exist
         "io_error",  # the OS refused (permissions, disk)
         "x11_error",  # the X server refused or went away
+        "signin_failed",  # a sign-in op failed; details.reason: no_browser, unknown_form, changed…
         "internal",  # a bug in the agent; the message says what
     }
 )
@@ -570,6 +573,8 @@ class OpSpec:
     required: Mapping[str, tuple[Check, str]] = field(default_factory=dict)
     optional: Mapping[str, tuple[Check, str]] = field(default_factory=dict)
     takes_blob: bool = False
+    secret: frozenset[str] = frozenset()
+    """Arguments whose values are never shown: an error about one names it, not its value."""
 
 
 SETTLE: Final[tuple[Check, str]] = (
@@ -624,6 +629,14 @@ OPS: Final[Mapping[str, OpSpec]] = {
         required={"path": STR}, optional={"mode": INT, "mkdirs": BOOL}, takes_blob=True
     ),
     "release_all": OpSpec(),
+    # sign-in (feature "signin"): the agent's own browser, its forms found and filled
+    "browser_start": OpSpec(optional={"argv": ARGV, "url": STR, "env": ENV}),
+    "signin_find": OpSpec(),
+    "signin_fill": OpSpec(
+        required={"form_id": STR, "values": ENV},
+        optional={"option": STR},
+        secret=frozenset({"values"}),
+    ),
 }
 """Every operation of protocol version 1 and the arguments it accepts.
 
@@ -658,6 +671,9 @@ Replies (``result`` fields; sizes in pixels, times in milliseconds):
   replaced), ``stdout_truncated``/``stderr_truncated``, ``timed_out``, ``duration_ms``.
 - ``read_file``: ``size``; content is the blob. ``write_file``: ``size``.
 - ``release_all``: ``released`` (list of key/button names that were still held).
+- ``browser_start``: ``pid``, ``started``; ``signin_find``: ``form`` (None or ``form_id``,
+  ``title``, ``credential_origin``, ``fields``, ``options``); ``signin_fill``: ``filled`` — see
+  :mod:`cubicle_guest.signin_ops`. ``signin_fill``'s ``values`` are secret (:attr:`OpSpec.secret`).
 """
 
 
@@ -692,8 +708,9 @@ def validate_args(op: object, args: object, blob: bytes = b"") -> dict[str, Any]
         if value is None and name in spec.optional:
             continue
         if not check(value):
+            seen = "a value withheld" if name in spec.secret else f"{value!r:.80}"
             raise GuestError(
-                "bad_args", f"argument {name!r} must be {description}, got {value!r:.80}", op=op
+                "bad_args", f"argument {name!r} must be {description}, got {seen}", op=op
             )
     if blob and not spec.takes_blob:
         raise GuestError("bad_args", f"{op} takes no binary payload, got {len(blob)} bytes", op=op)

@@ -25,6 +25,7 @@ from cubicle_guest.geometry import Rect
 from cubicle_guest.keys import is_typing_key
 from cubicle_guest.launches import CpuWatch, pointer_programs, window_manager_pid
 from cubicle_guest.screen import Screen
+from cubicle_guest.signin_ops import SigninOps
 from cubicle_guest.windows import active_window, list_windows, window_pid
 from cubicle_guest.xinput import XInput
 
@@ -87,6 +88,8 @@ class Agent:
             self.screen.close()
             self.input.close()
             raise
+        self.signin = SigninOps()
+        """The agent's browser on a DevTools pipe and its sign-in forms."""
         self._handlers: dict[str, Handler] = {
             "hello": self._hello,
             "info": self._info,
@@ -109,6 +112,9 @@ class Agent:
             "read_file": self._read_file,
             "write_file": self._write_file,
             "release_all": self._release_all,
+            "browser_start": lambda args, _blob: (self.signin.browser_start(args), b""),
+            "signin_find": lambda args, _blob: (self.signin.signin_find(args), b""),
+            "signin_fill": lambda args, _blob: (self.signin.signin_fill(args), b""),
         }
         missing = set(protocol.OPS) - set(self._handlers)
         if missing:
@@ -120,6 +126,7 @@ class Agent:
         if self._closed.is_set():
             return
         self._closed.set()
+        self.signin.close()
         self.changes.close()
         self.input.close()
         self.screen.close()

@@ -329,4 +329,3 @@ def _unique(base: str, used: set[str]) -> str:
         name, counter = f"{base}_{counter}", counter + 1
     used.add(name)
     return name
-

@@ -9,32 +9,15 @@ pages is declared anywhere else: detection reads the page, not a task file.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import tempfile
-import threading
-import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, TypeVar
-from urllib.parse import parse_qsl
 
 import pytest
 
 from cubicle_guest.cdp import CdpBrowser
 from cubicle_guest.signin import SigninDriver, SigninError, SigninForm
-
-T = TypeVar("T")
-
-SCRIPT_BUILT = """<!doctype html><title>Portal</title><body><p>Loading…</p><script>
-addEventListener("load", () => setTimeout(() => {
-  const form = document.createElement("form");
-  form.method = "post"; form.action = "/received";
-  form.innerHTML = `<label for=u>Work email</label><input id=u name=user autocomplete=username>
-    <label>Secret <input type=password name=pw></label><button>Sign in</button>`;
-  document.body.append(form);
-}, 300));
-</script>"""
+from tests.support.signin_site import SCRIPT_BUILT, Site, browser_argv, until
 
 TWO_METHODS = """<!doctype html><title>Tracker</title>
 <form method=post action=/received><h2>Use a password</h2>
@@ -52,48 +35,6 @@ CODE_PAGE = """<!doctype html><title>Check</title><form method=post action=/rece
 <button>Verify</button></form>"""
 
 
-class Site:
-    """Pages by path on one port, reachable as http://127.0.0.1:P and http://localhost:P."""
-
-    def __init__(self) -> None:
-        self.pages: dict[str, str] = {}
-        self.received: list[dict[str, str]] = []
-        site = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                page = site.pages.get(self.path.split("?")[0])
-                body = (page or "not found").encode()
-                self.send_response(200 if page else 404)
-                self.send_header("content-type", "text/html; charset=utf-8")
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("content-length", "0"))
-                form = dict(parse_qsl(self.rfile.read(length).decode()))
-                site.received.append(form)
-                self.send_response(200)
-                self.send_header("content-type", "text/html")
-                self.end_headers()
-                self.wfile.write(b"<title>Signed in</title>welcome")
-
-            def log_message(self, *_args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def url(self, path: str, host: str = "127.0.0.1") -> str:
-        return f"http://{host}:{self.port}{path}"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
 def site() -> Iterator[Site]:
     served = Site()
@@ -108,27 +49,12 @@ def browser() -> Iterator[CdpBrowser]:
     if shutil.which("chromium") is None:
         pytest.skip("chromium is not installed")
     profile = tempfile.mkdtemp(prefix="cubicle-signin-")
-    argv = ["chromium", "--headless=new", "--no-first-run", "--no-proxy-server"]
-    argv += [f"--user-data-dir={profile}", "--site-per-process", "about:blank"]
-    if os.geteuid() == 0:
-        argv.append("--no-sandbox")  # the host's tests run as root; the guest's browser does not
-    started = CdpBrowser(argv)
+    started = CdpBrowser([*browser_argv(profile, headless=True), "about:blank"])
     try:
         yield started
     finally:
         started.close()
         shutil.rmtree(profile, ignore_errors=True)
-
-
-def until(probe: Callable[[], T | None], what: str, timeout_s: float = 20.0) -> T:
-    """Ask ``probe`` until it answers something (a condition, not a fixed wait)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        answer = probe()
-        if answer is not None:
-            return answer
-        threading.Event().wait(0.05)
-    raise AssertionError(f"no {what} within {timeout_s} s")
 
 
 def navigate(browser: CdpBrowser, url: str) -> None:
