@@ -276,6 +276,10 @@ class AgentOps(Generic[R]):
         )
         return self.call("browser_start", args, timeout=timeout)
 
+    def browser_stop(self, *, timeout: float | None = None) -> R:
+        """End the browser ``browser_start`` started: ``stopped``."""
+        return self.call("browser_stop", {}, timeout=timeout)
+
     def signin_find(self, *, timeout: float | None = None) -> R:
         """The sign-in form the agent's browser shows: ``form`` (None, or ``form_id``,
         ``credential_origin``, ``fields``, ``options``, ``title``)."""

@@ -123,7 +123,8 @@ FEATURES: Final = (
 ``idle_quiet_ms`` (:class:`SettleSpec`); ``settle_until_idle``: the ``settle`` op takes
 ``until_idle``; ``launch_cap``: the ``settle`` object also takes ``launch_cap_ms``; ``hold``: the
 ops ``mouse_down``, ``mouse_up``, ``hold_keys`` and ``pointer``; ``signin``: the ops
-``browser_start``, ``signin_find`` and ``signin_fill`` (:mod:`cubicle_guest.signin_ops`)."""
+``browser_start``, ``browser_stop``, ``signin_find`` and ``signin_fill``
+(:mod:`cubicle_guest.signin_ops`)."""
 TYPING_QUIET_MS: Final = 150
 """Default ``typing_quiet_ms``: the quiet period after typing into a normal (non-dialog) window."""
 IDLE_QUIET_MS: Final = 70
@@ -631,6 +632,7 @@ OPS: Final[Mapping[str, OpSpec]] = {
     "release_all": OpSpec(),
     # sign-in (feature "signin"): the agent's own browser, its forms found and filled
     "browser_start": OpSpec(optional={"argv": ARGV, "url": STR, "env": ENV}),
+    "browser_stop": OpSpec(),
     "signin_find": OpSpec(),
     "signin_fill": OpSpec(
         required={"form_id": STR, "values": ENV},
@@ -671,7 +673,7 @@ Replies (``result`` fields; sizes in pixels, times in milliseconds):
   replaced), ``stdout_truncated``/``stderr_truncated``, ``timed_out``, ``duration_ms``.
 - ``read_file``: ``size``; content is the blob. ``write_file``: ``size``.
 - ``release_all``: ``released`` (list of key/button names that were still held).
-- ``browser_start``: ``pid``, ``started``; ``signin_find``: ``form`` (None or ``form_id``,
+- ``browser_start``: ``pid``, ``started``; ``browser_stop``: ``stopped``; ``signin_find``: ``form`` (None or ``form_id``,
   ``title``, ``credential_origin``, ``fields``, ``options``); ``signin_fill``: ``filled`` — see
   :mod:`cubicle_guest.signin_ops`. ``signin_fill``'s ``values`` are secret (:attr:`OpSpec.secret`).
 """

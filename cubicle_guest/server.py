@@ -113,6 +113,7 @@ class Agent:
             "write_file": self._write_file,
             "release_all": self._release_all,
             "browser_start": lambda args, _blob: (self.signin.browser_start(args), b""),
+            "browser_stop": lambda args, _blob: (self.signin.browser_stop(args), b""),
             "signin_find": lambda args, _blob: (self.signin.signin_find(args), b""),
             "signin_fill": lambda args, _blob: (self.signin.signin_fill(args), b""),
         }

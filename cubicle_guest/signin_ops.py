@@ -1,11 +1,11 @@
-"""The agent's sign-in operations: ``browser_start``, ``signin_find``, ``signin_fill``.
+"""The agent's sign-in operations: ``browser_start``/``browser_stop``, ``signin_find``/``_fill``.
 
 :class:`SigninOps` owns the one browser the agent starts with its DevTools protocol on a pipe
 (:class:`cubicle_guest.cdp.CdpBrowser`) and the :class:`cubicle_guest.signin.SigninDriver` over it.
 
 - ``browser_start`` starts it (``argv``, default ``["chromium"]``, and an optional ``url``) unless
   it is running; answers ``pid`` and ``started`` (False: it was running, the URL, if any, opened
-  in it as a new tab).
+  in it as a new tab); ``browser_stop`` ends it (``stopped``).
 - ``signin_find`` answers ``form``: None, or the found form's ``browser_authentication`` request
   fields (``credential_origin``, ``fields``, ``options``, ``title``) plus ``form_id``, by which
   ``signin_fill`` names it. Only the last found form can be filled.
@@ -129,6 +129,13 @@ class SigninOps:
             browser.call(method, params)
         except CdpError as exc:
             raise GuestError("signin_failed", str(exc), details={"reason": "browser"}) from exc
+
+    def browser_stop(self, _args: Mapping[str, Any]) -> dict[str, Any]:
+        """End the browser ``browser_start`` started: ``stopped`` (False: none was running)."""
+        with self._lock:
+            running = self._browser is not None
+        self.close()
+        return {"stopped": running}
 
     def close(self) -> None:
         """End the browser this agent started (idempotent)."""

@@ -36,6 +36,11 @@ class Site:
     def __init__(self) -> None:
         self.pages: dict[str, str] = {}
         self.received: list[dict[str, str]] = []
+        """Every form POSTed, in order."""
+        self.posted: list[tuple[str, dict[str, str]]] = []
+        """(path, form) of every POST, in order."""
+        self.responses: dict[str, Callable[[dict[str, str]], str]] = {}
+        """path → the page answering a POST there (given the form); default: "Signed in"."""
         site = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -50,11 +55,15 @@ class Site:
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", "0"))
                 form = dict(parse_qsl(self.rfile.read(length).decode()))
+                path = self.path.split("?")[0]
                 site.received.append(form)
+                site.posted.append((path, form))
+                answer = site.responses.get(path)
+                page = answer(form) if answer else "<title>Signed in</title>welcome"
                 self.send_response(200)
-                self.send_header("content-type", "text/html")
+                self.send_header("content-type", "text/html; charset=utf-8")
                 self.end_headers()
-                self.wfile.write(b"<title>Signed in</title>welcome")
+                self.wfile.write(page.encode())
 
             def log_message(self, *_args: Any) -> None:
                 pass

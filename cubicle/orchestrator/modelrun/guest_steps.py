@@ -9,6 +9,8 @@ Nothing here runs between model turns: the drill is pixels-only once the model h
   and mode), the form
   server, the apps to open (and the URL), each waited for until its window is focused, then a
   settle so the model's first screenshot shows a still screen;
+- :meth:`GuestSteps.start_browser` — a task's browser, when the agent has the ``signin`` feature:
+  the agent's own (its DevTools protocol on a pipe, :mod:`cubicle_guest.signin_ops`);
 - :meth:`GuestSteps.launch` — start a program detached (``launch.py`` in the guest); its process
   group is remembered and ended by :meth:`GuestSteps.stop_launched`;
 - :meth:`GuestSteps.wait_window` — poll the agent's ``windows`` until a top-level window's title
@@ -158,6 +160,8 @@ class GuestSteps:
         self.recorder = recorder
         self.cancelled = cancelled
         self.launched: list[int] = []
+        self.agent_browser = False
+        """Whether :meth:`start_browser` started the agent's browser (ended by stop_launched)."""
         self.wait_s = 0.0
         """Total seconds spent in steps (waiting on the guest)."""
         self.notes: list[str] = []
@@ -218,7 +222,10 @@ class GuestSteps:
                 url = str(fill(task.setup.url, guest.values))
                 argv.append(url)
             started = time.monotonic()
-            self.launch(argv)
+            if app == "browser" and "signin" in self.features:
+                self.start_browser(url)
+            else:
+                self.launch(argv)
             timeout = BROWSER_WINDOW_TIMEOUT_MS if app == "browser" else DEFAULT_WINDOW_TIMEOUT_MS
             wm_class = PANEL.launcher(app).wm_class
             if url is None:
@@ -271,8 +278,20 @@ class GuestSteps:
                 hint=f"see the guest log {self.log}",
             )
 
+    def start_browser(self, url: str | None) -> None:
+        """Start the agent's own browser (``browser_start``: the DevTools protocol on a pipe only
+        the agent holds, what sign-in detection reads, docs/security.md)."""
+        with self._lock:
+            self.client.browser_start(url=url, timeout=30)
+        self.agent_browser = True
+
     def stop_launched(self) -> None:
-        """SIGTERM the process group of every program this object launched (best effort)."""
+        """SIGTERM the process group of every program this object launched, and end the agent's
+        browser when this object started it (best effort)."""
+        if self.agent_browser:
+            self.agent_browser = False
+            with self._lock:
+                self.client.browser_stop(timeout=30)
         groups, self.launched = self.launched, []
         if groups:
             self._exec(["python3", "-c", _KILL_GROUPS, *map(str, groups)], timeout_ms=10_000)
