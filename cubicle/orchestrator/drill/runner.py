@@ -48,6 +48,7 @@ from cubicle.orchestrator.modelrun.run import (
     RunSpec,
     run,
 )
+from cubicle.orchestrator.modelrun.signin import credentials_callback
 from cubicle.orchestrator.modelrun.verify import Check
 from cubicle.orchestrator.provider import SandboxInfo
 from cubicle.orchestrator.tasks import DEFAULT_TASK, Task, fill, load_task
@@ -221,6 +222,7 @@ def run_drill(
         stop_launched_apps=not keep_apps,
         require_checks=True,
         functions=tuple(functions),
+        signin=None if task.signin is None else credentials_callback(**task.signin.model_dump()),
     )
     result = run(desktop, spec, model, observers=observers, cancel_requested=cancel_requested)
     fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(RunResult)}

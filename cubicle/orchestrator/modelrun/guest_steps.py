@@ -22,6 +22,8 @@ Every step is timed into the trajectory as ``guest_wait``.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import posixpath
 import threading
 import time
@@ -212,6 +214,8 @@ class GuestSteps:
                     mkdirs=True,
                     timeout=30,
                 )
+        if task.signin is not None:
+            self._write_signin_digests(task)
         if task.port is not None:
             self.start_form_server(task.port)
         self._timed("prepare", f"{len(task.setup.files)} files in {guest.workdir}", started)
@@ -262,6 +266,20 @@ class GuestSteps:
         self.wait_window(
             wm_class=wm_class, timeout_ms=timeout_ms - first, focused=True, loaded=True
         )
+
+    def _write_signin_digests(self, task: Task) -> None:
+        """The form server's sign-in site checks the task's test credentials against their
+        SHA-256 digests (``signin.json`` in the helper folder): the values never enter the guest
+        but through the browser's form."""
+        assert task.signin is not None
+        digests = {
+            name: hashlib.sha256(getattr(task.signin, name).encode("utf-8")).hexdigest()
+            for name in ("email", "password", "code")
+        }
+        with self._lock:
+            self.client.write_file(
+                f"{self.helpers}/signin.json", json.dumps(digests).encode(), mkdirs=True, timeout=30
+            )
 
     def start_form_server(self, port: int) -> None:
         """Start the form server on guest loopback ``port``; wait until it accepts."""

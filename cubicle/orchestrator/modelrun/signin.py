@@ -43,6 +43,7 @@ __all__ = [
     "SigninRequest",
     "SigninWatch",
     "check_answer",
+    "credentials_callback",
     "terminal_callback",
     "withheld_note",
 ]
@@ -334,3 +335,29 @@ def terminal_callback(
         return SigninAnswer.submit(values, option)
 
     return ask
+
+
+def credentials_callback(email: str, password: str, code: str) -> SigninCallback:
+    """A task's test credentials given as a person would (the drill, a suite's oracle: no person
+    present): an email or username field gets ``email``, a password ``password``, a code ``code``;
+    with options, the first option whose fields it can fill all of."""
+
+    def value_for(item: SigninField) -> str | None:
+        kind = item.id.rstrip("_0123456789")
+        return {"email": email, "username": email, "password": password, "code": code}.get(kind)
+
+    def give(request: SigninRequest) -> SigninAnswer:
+        fields = {f.id: f for f in request.fields}
+        if request.options:
+            for offered in request.options:
+                values = {i: value_for(fields[i]) for i in offered.field_ids if i in fields}
+                if values and all(v is not None for v in values.values()):
+                    return SigninAnswer.submit(
+                        {k: v for k, v in values.items() if v is not None}, offered.id
+                    )
+            return SigninAnswer.cancel()
+        values = {f.id: value_for(f) for f in request.fields}
+        known = {k: v for k, v in values.items() if v is not None}
+        return SigninAnswer.submit(known) if known else SigninAnswer.cancel()
+
+    return give
