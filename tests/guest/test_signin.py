@@ -44,8 +44,9 @@ def site() -> Iterator[Site]:
         served.close()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def browser() -> Iterator[CdpBrowser]:
+    """One browser for the module (each test navigates its one tab and finds with a new driver)."""
     if shutil.which("chromium") is None:
         pytest.skip("chromium is not installed")
     profile = tempfile.mkdtemp(prefix="cubicle-signin-")

@@ -213,3 +213,55 @@ def test_an_expired_request_is_withdrawn_and_answering_it_is_a_conflict(
     finally:
         server.stop()
         assert leftovers(engine, {L.OWNER_PID: str(server.process.pid)}) == []
+
+
+def test_a_cancelled_sign_in_lets_the_turn_go_on_without_signing_in(
+    docker_image: str, engine: docker.DockerClient, tmp_path: Path
+) -> None:
+    server = start_server(tmp_path / "serve")
+    try:
+        client = server.client()
+        session = client.beta.agents.sessions.create(
+            environment=DRILL_ENV, agent={"model": "cubicle-task:sign-in"}
+        )
+        cancelled: list[str] = []
+        ended = ""
+        with client.beta.agents.sessions.stream(session.id, input="Sign in.") as stream:
+            for event in stream:
+                if event.type == "agent.session.requires_action":
+                    request_id = pending_signin(client, session.id).request_id
+                    cancelled.append(request_id)
+                    client.beta.agents.sessions.events.create(
+                        session.id,
+                        events=[
+                            cast(
+                                AgentSessionInputParam,
+                                {
+                                    "type": "agent.session.input."
+                                    "computer_use_approval_request_result",
+                                    "request_id": request_id,
+                                    "response": {
+                                        "type": "browser_authentication",
+                                        "action": "cancel",
+                                    },
+                                },
+                            )
+                        ],
+                    )
+                if event.type in ("agent.session.turn.completed", "agent.session.turn.failed"):
+                    ended = event.type
+                    break
+        assert len(cancelled) == 1, "a cancelled form is not asked again in the turn"
+        assert (
+            ended == "agent.session.turn.failed"
+        )  # the scripted model never saw the signed-in page
+        items = [
+            i.to_dict() for i in client.beta.agents.sessions.items.list(session.id, order="asc")
+        ]
+        results = [i for i in items if i["type"] == "computer_use_approval_request_result"]
+        assert [r["response"] for r in results] == [
+            {"type": "browser_authentication", "action": "cancel"}
+        ]
+    finally:
+        server.stop()
+        assert leftovers(engine, {L.OWNER_PID: str(server.process.pid)}) == []
