@@ -325,3 +325,44 @@ class AgentOps(Generic[R]):
     ) -> R:
         """Make the agent own the selection (default ``clipboard``) with ``text``."""
         return self.call("clipboard_set", _args(text=text, selection=selection), timeout=timeout)
+
+    # -- sign-in (feature "signin") ------------------------------------------------------------
+
+    def browser_start(
+        self,
+        *,
+        argv: Sequence[str] | None = None,
+        url: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> R:
+        """Start the agent's browser with its DevTools protocol on a pipe (or open ``url`` in
+        it when running): ``pid``, ``started``."""
+        args = _args(
+            argv=None if argv is None else list(argv),
+            url=url,
+            env=None if env is None else dict(env),
+        )
+        return self.call("browser_start", args, timeout=timeout)
+
+    def browser_stop(self, *, timeout: float | None = None) -> R:
+        """End the browser ``browser_start`` started: ``stopped``."""
+        return self.call("browser_stop", {}, timeout=timeout)
+
+    def signin_find(self, *, timeout: float | None = None) -> R:
+        """The sign-in form the agent's browser shows: ``form`` (None, or ``form_id``,
+        ``credential_origin``, ``fields``, ``options``, ``title``)."""
+        return self.call("signin_find", {}, timeout=timeout)
+
+    def signin_fill(
+        self,
+        form_id: str,
+        values: Mapping[str, str],
+        *,
+        option: str | None = None,
+        timeout: float | None = None,
+    ) -> R:
+        """Write ``values`` (field id → value; secret) into the found form and submit it:
+        ``filled``."""
+        args = _args(form_id=form_id, values=dict(values), option=option)
+        return self.call("signin_fill", args, timeout=timeout)

@@ -121,6 +121,7 @@ FEATURES: Final = (
     "hold",
     "files",
     "clipboard",
+    "signin",
 )
 """Optional protocol-v1 features this agent has, listed in ``hello``/``info`` ``features``.
 ``receipts``: input ops take ``settle`` and answer with a ``receipt``; ``typing_quiet``: the
@@ -129,7 +130,9 @@ FEATURES: Final = (
 ``until_idle``; ``launch_cap``: the ``settle`` object also takes ``launch_cap_ms``; ``hold``: the
 ops ``mouse_down``, ``mouse_up``, ``hold_keys`` and ``pointer``; ``files``: the chunked transfer
 ops ``file_stat``, ``put_*`` and ``get_*`` (:mod:`cubicle_guest.transfer`); ``clipboard``: the
-ops ``clipboard_get`` and ``clipboard_set`` (:mod:`cubicle_guest.clipboard`)."""
+ops ``clipboard_get`` and ``clipboard_set`` (:mod:`cubicle_guest.clipboard`); ``signin``: the
+ops ``browser_start``, ``browser_stop``, ``signin_find`` and ``signin_fill``
+(:mod:`cubicle_guest.signin_ops`)."""
 MAX_CHUNK_BYTES: Final = 8 * 1024 * 1024
 """Largest piece of a file one ``put_chunk``/``get_chunk`` moves (bytes)."""
 MAX_LIST_ENTRIES: Final = 50_000
@@ -164,6 +167,7 @@ ERROR_CODES: Final = frozenset(
         "io_error",  # the OS refused (permissions, disk)
         "no_space",  # the guest's disk (its filesystem) is full
         "x11_error",  # the X server refused or went away
+        "signin_failed",  # a sign-in op failed; details.reason: no_browser, unknown_form, changed…
         "internal",  # a bug in the agent; the message says what
     }
 )
@@ -591,6 +595,8 @@ class OpSpec:
     required: Mapping[str, tuple[Check, str]] = field(default_factory=dict)
     optional: Mapping[str, tuple[Check, str]] = field(default_factory=dict)
     takes_blob: bool = False
+    secret: frozenset[str] = frozenset()
+    """Arguments whose values are never shown: an error about one names it, not its value."""
 
 
 SETTLE: Final[tuple[Check, str]] = (
@@ -664,6 +670,15 @@ OPS: Final[Mapping[str, OpSpec]] = {
     # the clipboard (feature "clipboard")
     "clipboard_get": OpSpec(optional={"selection": SELECTION}),
     "clipboard_set": OpSpec(required={"text": STR}, optional={"selection": SELECTION}),
+    # sign-in (feature "signin"): the agent's own browser, its forms found and filled
+    "browser_start": OpSpec(optional={"argv": ARGV, "url": STR, "env": ENV}),
+    "browser_stop": OpSpec(),
+    "signin_find": OpSpec(),
+    "signin_fill": OpSpec(
+        required={"form_id": STR, "values": ENV},
+        optional={"option": STR},
+        secret=frozenset({"values"}),
+    ),
 }
 """Every operation of protocol version 1 and the arguments it accepts.
 
@@ -708,6 +723,10 @@ Replies (``result`` fields; sizes in pixels, times in milliseconds):
   ``size`` of the blob, the bytes at ``offset`` (shorter at the end of the file).
 - ``clipboard_get``: ``text`` (``""`` when nobody owns the selection), ``owner`` (``agent``,
   ``other`` or ``null``); ``clipboard_set``: ``size`` (UTF-8 bytes).
+- ``browser_start``: ``pid``, ``started``; ``browser_stop``: ``stopped``; ``signin_find``:
+  ``form`` (None or ``form_id``, ``title``, ``credential_origin``, ``fields``, ``options``);
+  ``signin_fill``: ``filled`` — see :mod:`cubicle_guest.signin_ops`. ``signin_fill``'s
+  ``values`` are secret (:attr:`OpSpec.secret`).
 """
 
 
@@ -742,8 +761,9 @@ def validate_args(op: object, args: object, blob: bytes = b"") -> dict[str, Any]
         if value is None and name in spec.optional:
             continue
         if not check(value):
+            seen = "a value withheld" if name in spec.secret else f"{value!r:.80}"
             raise GuestError(
-                "bad_args", f"argument {name!r} must be {description}, got {value!r:.80}", op=op
+                "bad_args", f"argument {name!r} must be {description}, got {seen}", op=op
             )
     if blob and not spec.takes_blob:
         raise GuestError("bad_args", f"{op} takes no binary payload, got {len(blob)} bytes", op=op)

@@ -26,6 +26,7 @@ from cubicle_guest.geometry import Rect
 from cubicle_guest.keys import is_typing_key
 from cubicle_guest.launches import CpuWatch, pointer_programs, window_manager_pid
 from cubicle_guest.screen import Screen
+from cubicle_guest.signin_ops import SigninOps
 from cubicle_guest.transfer import Transfers
 from cubicle_guest.windows import active_window, list_windows, window_pid
 from cubicle_guest.xinput import XInput
@@ -89,6 +90,8 @@ class Agent:
             self.screen.close()
             self.input.close()
             raise
+        self.signin = SigninOps()
+        """The agent's browser on a DevTools pipe and its sign-in forms."""
         self._handlers: dict[str, Handler] = {
             "hello": self._hello,
             "info": self._info,
@@ -127,6 +130,10 @@ class Agent:
             "get_chunk": self._get_chunk,
             "clipboard_get": self._clipboard_get,
             "clipboard_set": self._clipboard_set,
+            "browser_start": lambda args, _blob: (self.signin.browser_start(args), b""),
+            "browser_stop": lambda args, _blob: (self.signin.browser_stop(args), b""),
+            "signin_find": lambda args, _blob: (self.signin.signin_find(args), b""),
+            "signin_fill": lambda args, _blob: (self.signin.signin_fill(args), b""),
         }
         missing = set(protocol.OPS) - set(self._handlers)
         if missing:
@@ -145,6 +152,7 @@ class Agent:
         with self._clipboard_lock:
             if self._clipboard is not None:
                 self._clipboard.close()
+        self.signin.close()
         self.changes.close()
         self.input.close()
         self.screen.close()

@@ -15,6 +15,10 @@ terminal, or are denied when there is none). Ctrl-C cancels cooperatively (the S
 ``cancelled``), waits for the loop to drain, then tears the sandbox down; a second Ctrl-C stops
 at once (the sandbox is still removed).
 
+Sign-in: a sign-in form in the guest's browser is asked on the terminal (the destination shown,
+every value read without echo; :mod:`cubicle.orchestrator.modelrun.signin`) and cancelled when
+stdin is not one; ``--policy`` never answers it.
+
 Verification (``--verify-file GUEST_PATH=TEXT``, repeatable; ``--verify module:function`` called
 with the agent client, returning a bool, a :class:`~cubicle.orchestrator.modelrun.verify.Check` or
 a list of them) runs after the loop (also when it failed, not when cancelled); any failed check
@@ -67,6 +71,7 @@ from cubicle.orchestrator.modelrun.model_providers import (
 from cubicle.orchestrator.modelrun.provider_models import model_source
 from cubicle.orchestrator.modelrun.run import DEFAULT_MAX_STEPS, RunSpec, run
 from cubicle.orchestrator.modelrun.signals import cancel_on_signals
+from cubicle.orchestrator.modelrun.signin import terminal_callback
 from cubicle.orchestrator.modelrun.usage import usage_line
 from cubicle.orchestrator.modelrun.verify import Verifier, check_file, function_verifier
 from cubicle.orchestrator.network import NetworkPolicy
@@ -431,6 +436,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             on_stall="takeover" if args.takeover_on_stall else "stop",
             record=record,
             origin_answers=run_answers(sandbox, network, safety),
+            signin=terminal_callback() if sys.stdin.isatty() else None,
         )
         with cancel_on_signals() as cancel:
             result = run(sandbox, spec, model, cancel_requested=cancel)

@@ -36,6 +36,11 @@ A task file is TOML (``tasks/*.toml`` ships a few)::
     file = "{WORKDIR}/answer.txt"              # the model received (equals/contains only)
     equals = "{TOOL_OUTPUT}"
 
+    [signin]                                   # test credentials of the form server's sign-in
+    email = "a@example.test"                   # site (/signin, then /code); given through the
+    password = "..."                           # person's callback, never the model
+    code = "123456"
+
     [limits]
     max_steps = 30                             # model requests at most
     stall = 8                                  # cubicle.drivers.stall; 0 off
@@ -87,6 +92,7 @@ __all__ = [
     "Scripted",
     "Setup",
     "SetupFile",
+    "SigninCredentials",
     "Task",
     "TaskFileError",
     "load_task",
@@ -293,6 +299,17 @@ class Scripted(_Strict):
         return value
 
 
+class SigninCredentials(_Strict):
+    """A sign-in task's test credentials (``[signin]``): the form server's sign-in site
+    (``/signin``, then ``/code``) accepts only these; with no person present (the drill) they are
+    given through the person's sign-in callback, never the model
+    (:func:`cubicle.orchestrator.modelrun.signin.credentials_callback`)."""
+
+    email: str = Field(min_length=1, max_length=200)
+    password: str = Field(min_length=1, max_length=200)
+    code: str = Field(min_length=1, max_length=32)
+
+
 class Task(_Strict):
     """A validated task file. ``source`` is where it was read from (``None``: built in code)."""
 
@@ -307,6 +324,7 @@ class Task(_Strict):
     """Whose model runs the task (``cubicle run``; a ``--provider`` flag wins)."""
     model: str | None = Field(default=None, min_length=1)
     """The model's name (default: the provider's default model)."""
+    signin: SigninCredentials | None = None
     source: Path | None = Field(default=None, strict=False)
 
     @property

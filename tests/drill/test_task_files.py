@@ -37,7 +37,14 @@ def _write(tmp_path: Path, text: str, name: str = "t.toml") -> Path:
 def test_every_shipped_task_loads_and_its_script_types_what_its_checks_expect() -> None:
     tasks = shipped_tasks()
     names = [t.name for t in tasks]
-    assert {"ask-user", "desktop", "editor-save", "browser-form", "terminal-output"} <= set(names)
+    assert {
+        "ask-user",
+        "desktop",
+        "editor-save",
+        "browser-form",
+        "sign-in",
+        "terminal-output",
+    } <= set(names)
     assert names == sorted(names)
     for task in tasks:
         assert task.scripted is not None, f"{task.name} cannot run offline"
@@ -53,6 +60,11 @@ def test_every_shipped_task_loads_and_its_script_types_what_its_checks_expect() 
         assert "{WORKDIR}" not in text and "{PORT}" not in text
         prompt = str(fill(task.prompt, values))
         assert "{" not in prompt.replace("{b}", ""), prompt
+        if task.signin is not None:
+            # the person's credentials reach the site through the sign-in callback only
+            for secret in (task.signin.email, task.signin.password, task.signin.code):
+                assert secret not in text and secret not in prompt, (task.name, "credential")
+            continue
         for check in task.checks:
             if check.form is not None:
                 for value in check.form.values():

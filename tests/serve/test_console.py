@@ -16,6 +16,7 @@ from playwright.sync_api import Browser, sync_playwright
 
 from cubicle.drivers.scripted_model import ScriptedModel, parse_script
 from cubicle.orchestrator import labels as L
+from cubicle.orchestrator.tasks import load_task
 from tests.orchestrator.support import leftovers
 from tests.serve.conftest import TOKEN, Server, engine, server, start_server
 from tests.serve.support import ASK_TOOL, DRILL_ENV, assert_turn_went_through
@@ -164,3 +165,59 @@ def test_console_answers_a_function_call(
         finally:
             server.stop()
         assert leftovers(engine, {L.OWNER_PID: str(server.process.pid)}) == []
+
+
+def test_console_signs_in_with_masked_fields_and_keeps_no_value(
+    server: Server, browser: Browser
+) -> None:
+    """``cubicle-task:sign-in`` from the console: the destination shown, every field masked, the
+    values sent only in the answer and gone from the page afterwards; the task's check passes."""
+    task = load_task("sign-in")
+    assert task.signin is not None
+    values = {
+        "email": task.signin.email,
+        "password": task.signin.password,
+        "code": task.signin.code,
+    }
+    client = server.client()
+    session = client.beta.agents.sessions.create(
+        environment=DRILL_ENV, agent={"model": "cubicle-task:sign-in"}
+    )
+    context = new_context(browser)
+    page = context.new_page()
+    page.goto(f"{server.origin}/console#token={TOKEN}")
+    page.locator(f'.session[data-id="{session.id}"]').click(timeout=10_000)
+    outcome: list[AgentSessionEvent] = []
+
+    def run_turn() -> None:
+        with client.beta.agents.sessions.stream(session.id, input="Sign in.") as stream:
+            outcome.extend(stream)
+
+    worker = threading.Thread(target=run_turn)
+    worker.start()
+    try:
+        for fields in (("email", "password"), ("code",)):
+            form = page.locator(".signin", has=page.locator(f'input[data-field="{fields[0]}"]'))
+            form.wait_for(timeout=120_000)
+            assert f"http://127.0.0.1:{task.port}" in form.inner_text()
+            for field in fields:
+                box = form.locator(f'input[data-field="{field}"]')
+                assert box.get_attribute("type") == "password"
+                box.fill(values[field])
+            form.locator("button", has_text="sign in").click()
+            form.wait_for(state="detached", timeout=30_000)
+        worker.join(120)
+    finally:
+        if worker.is_alive():
+            client.beta.agents.sessions.events.create(
+                session.id, events=[{"type": "agent.session.input.cancel"}]
+            )
+            worker.join(60)
+    assert_turn_went_through(outcome)  # the site reached its signed-in page
+    typed = "() => [...document.querySelectorAll('input')].map(i => i.value).join(' ')"
+    shown = page.content() + str(page.evaluate(typed))
+    for value in values.values():
+        assert value not in shown
+    assert_no_csp_violations(page)
+    context.close()
+    client.beta.agents.sessions.delete(session.id)

@@ -52,6 +52,7 @@ from cubicle.orchestrator.modelrun.run import (
     RunSpec,
     run,
 )
+from cubicle.orchestrator.modelrun.signin import SigninCallback, credentials_callback
 from cubicle.orchestrator.modelrun.verify import Check
 from cubicle.orchestrator.provider import SandboxInfo
 from cubicle.orchestrator.tasks import (
@@ -190,6 +191,7 @@ def run_drill(
     record: tuple[float, int] | None = None,
     observers: Iterable[TrajectoryObserver] = (),
     functions: Sequence[FunctionTool] = (),
+    signin: SigninCallback | None = None,
 ) -> DrillResult:
     """Run ``task`` (default: the shipped ``desktop`` task) once with the ``loop`` flavour of
     its provider's SDK (:data:`~cubicle.orchestrator.modelrun.model_providers.PROVIDER_LOOPS`)
@@ -211,6 +213,8 @@ def run_drill(
         (:class:`cubicle.orchestrator.trajectory.TrajectoryObserver`).
     :param functions: the function tools the script calls, with who answers them (the
         ``runner`` loop only; ``cubicle serve`` asks its client).
+    :param signin: who answers a sign-in form (``cubicle serve``: its client); default: the
+        task's test credentials (``[signin]``), given as a person would.
     """
     task = task or load_task(DEFAULT_TASK)
     if workdir is not None:
@@ -233,6 +237,9 @@ def run_drill(
         stop_launched_apps=not keep_apps,
         require_checks=True,
         functions=tuple(functions),
+        signin=signin
+        if signin is not None or task.signin is None
+        else credentials_callback(**task.signin.model_dump()),
     )
     result = run(desktop, spec, model, observers=observers, cancel_requested=cancel_requested)
     fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(RunResult)}

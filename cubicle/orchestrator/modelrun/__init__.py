@@ -16,6 +16,8 @@ Neither ``cubicle run`` nor the drill imports the other; both import this packag
   clean-up (helper files in :mod:`~cubicle.orchestrator.modelrun.guest_files`);
 * :mod:`~cubicle.orchestrator.modelrun.verify` — checks of the guest's real state after the run;
   :mod:`~cubicle.orchestrator.modelrun.verifiers` — the shipped tasks' Python verifiers;
+* :mod:`~cubicle.orchestrator.modelrun.signin` — browser sign-in answered by the person (a
+  callback, the terminal), never the model or a policy;
 * :mod:`~cubicle.orchestrator.modelrun.signals` — the first Ctrl-C/SIGTERM cancels cooperatively;
 * :mod:`~cubicle.orchestrator.modelrun.console` — progress lines, the default trajectory folder,
   removing the sandbox without hiding the run's outcome;

@@ -9,6 +9,8 @@ Nothing here runs between model turns: the drill is pixels-only once the model h
   and mode), the form
   server, the apps to open (and the URL), each waited for until its window is focused, then a
   settle so the model's first screenshot shows a still screen;
+- :meth:`GuestSteps.start_browser` — a task's browser, when the agent has the ``signin`` feature:
+  the agent's own (its DevTools protocol on a pipe, :mod:`cubicle_guest.signin_ops`);
 - :meth:`GuestSteps.launch` — start a program detached (``launch.py`` in the guest); its process
   group is remembered and ended by :meth:`GuestSteps.stop_launched`;
 - :meth:`GuestSteps.wait_window` — poll the agent's ``windows`` until a top-level window's title
@@ -20,6 +22,8 @@ Every step is timed into the trajectory as ``guest_wait``.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import posixpath
 import threading
 import time
@@ -159,6 +163,8 @@ class GuestSteps:
         self.recorder = recorder
         self.cancelled = cancelled
         self.launched: list[int] = []
+        self.agent_browser = False
+        """Whether :meth:`start_browser` started the agent's browser (ended by stop_launched)."""
         self.wait_s = 0.0
         """Total seconds spent in steps (waiting on the guest)."""
         self.notes: list[str] = []
@@ -213,6 +219,8 @@ class GuestSteps:
                     file_transfer.write_bytes(
                         self.client, target, item.content.encode("utf-8"), mode=item.file_mode
                     )
+        if task.signin is not None:
+            self._write_signin_digests(task)
         if task.port is not None:
             self.start_form_server(task.port)
         self._timed("prepare", f"{len(task.setup.files)} files in {guest.workdir}", started)
@@ -223,7 +231,10 @@ class GuestSteps:
                 url = str(fill(task.setup.url, guest.values))
                 argv.append(url)
             started = time.monotonic()
-            self.launch(argv)
+            if app == "browser" and "signin" in self.features:
+                self.start_browser(url)
+            else:
+                self.launch(argv)
             timeout = BROWSER_WINDOW_TIMEOUT_MS if app == "browser" else DEFAULT_WINDOW_TIMEOUT_MS
             wm_class = PANEL.launcher(app).wm_class
             if url is None:
@@ -261,6 +272,20 @@ class GuestSteps:
             wm_class=wm_class, timeout_ms=timeout_ms - first, focused=True, loaded=True
         )
 
+    def _write_signin_digests(self, task: Task) -> None:
+        """The form server's sign-in site checks the task's test credentials against their
+        SHA-256 digests (``signin.json`` in the helper folder): the values never enter the guest
+        but through the browser's form."""
+        assert task.signin is not None
+        digests = {
+            name: hashlib.sha256(getattr(task.signin, name).encode("utf-8")).hexdigest()
+            for name in ("email", "password", "code")
+        }
+        with self._lock:
+            self.client.write_file(
+                f"{self.helpers}/signin.json", json.dumps(digests).encode(), mkdirs=True, timeout=30
+            )
+
     def start_form_server(self, port: int) -> None:
         """Start the form server on guest loopback ``port``; wait until it accepts."""
         self.launch(["python3", f"{self.helpers}/form_server.py", str(port), self.helpers])
@@ -276,8 +301,20 @@ class GuestSteps:
                 hint=f"see the guest log {self.log}",
             )
 
+    def start_browser(self, url: str | None) -> None:
+        """Start the agent's own browser (``browser_start``: the DevTools protocol on a pipe only
+        the agent holds, what sign-in detection reads, docs/security.md)."""
+        with self._lock:
+            self.client.browser_start(url=url, timeout=30)
+        self.agent_browser = True
+
     def stop_launched(self) -> None:
-        """SIGTERM the process group of every program this object launched (best effort)."""
+        """SIGTERM the process group of every program this object launched, and end the agent's
+        browser when this object started it (best effort)."""
+        if self.agent_browser:
+            self.agent_browser = False
+            with self._lock:
+                self.client.browser_stop(timeout=30)
         groups, self.launched = self.launched, []
         if groups:
             self._exec(["python3", "-c", _KILL_GROUPS, *map(str, groups)], timeout_ms=10_000)

@@ -154,6 +154,9 @@ class RecordedSession:
         """Seconds the driver spent on actions and screenshots (guest round trips)."""
         self.next_shot_note: str | None = None
         """Says who took the next screenshot when it is not the SDK (recorded, then cleared)."""
+        self.signin: Callable[[], None] | None = None
+        """Called before each screenshot the model is to get: answers any sign-in form the
+        browser shows, the turn waiting meanwhile (:mod:`cubicle.orchestrator.modelrun.signin`)."""
         self.functions: FunctionCalls | None = None
         """The run's function tools: each response's ``function_call`` items are queued there
         (:mod:`cubicle.orchestrator.modelrun.functions`) and recorded in its ``model_turn``."""
@@ -204,6 +207,8 @@ class RecordedSession:
         """
         if self.gate is not None and not self.gate():
             return False
+        if kind == "screenshot" and self.signin is not None:
+            self.signin()  # a sign-in form is answered before the model sees the screen
         if self.action_policy is None:
             allowed, by, reason = True, "none", "no action policy: actions run without approval"
         else:

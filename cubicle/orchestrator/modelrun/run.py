@@ -61,6 +61,7 @@ from cubicle.orchestrator.modelrun.model_providers import (
     ModelProviderName,
     provider_of_loop,
 )
+from cubicle.orchestrator.modelrun.signin import SigninCallback, SigninWatch
 from cubicle.orchestrator.modelrun.verify import Check, Verifier, task_verifiers
 from cubicle.orchestrator.origin_answers import Answering
 from cubicle.orchestrator.tasks import Task
@@ -156,6 +157,8 @@ class RunSpec:
     :param stop_launched_apps: stop the programs the set-up launched when the run ends.
     :param functions: function tools declared beside the computer tool
         (:mod:`cubicle.orchestrator.modelrun.functions`; the ``runner`` loop only).
+    :param signin: who answers a sign-in form in the browser (the person, never a policy;
+        :mod:`cubicle.orchestrator.modelrun.signin`); None: every sign-in is cancelled.
     """
 
     out: Path
@@ -177,6 +180,7 @@ class RunSpec:
     stop_launched_apps: bool = False
     require_checks: bool = False
     functions: tuple[FunctionTool, ...] = ()
+    signin: SigninCallback | None = None
 
 
 @dataclass
@@ -309,6 +313,7 @@ def _run_connected(
         gate=gate.wait if gate is not None else None,
     )
     session.functions = FunctionCalls(spec.functions, recorder) if spec.functions else None
+    session.signin = SigninWatch(agent, spec.signin, recorder).check
     steps: GuestSteps | None = None
     guest: TaskGuest | None = None
     recording: Recording | None = None

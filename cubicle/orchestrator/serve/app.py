@@ -69,11 +69,13 @@ from cubicle.orchestrator.serve.requests import (
     EventsRequest,
     InputEvent,
     MessageInput,
+    SigninResponse,
     ToolResult,
     UpdateRequest,
     content_of,
     validate,
 )
+from cubicle.orchestrator.serve.signin import DEFAULT_SIGNIN_EXPIRY_S, check_signin_answer
 from cubicle.orchestrator.serve.spend import PriceTable, Spend, check_limit
 from cubicle.orchestrator.serve.store import Session, SessionStore, TurnState, page
 from cubicle.orchestrator.serve.turns import turn_runner
@@ -102,6 +104,8 @@ class ServerState:
     backend: str = "docker"
     policy: Policy | None = None
     ask_timeout: float | None = None
+    signin_expiry_s: float = DEFAULT_SIGNIN_EXPIRY_S
+    """Seconds a sign-in request waits for its answer (``--signin-expiry``)."""
     """Ask mode (``--ask-origins``): seconds a question about an origin waits; ``None``: off."""
     internal_networks: tuple[str, ...] = ()
     """Private networks the sessions' restricted policies may reach by name (``--allow-internal``,
@@ -203,6 +207,7 @@ async def create_session(request: Request) -> Response:
         review=body.review,
         spend=Spend(state.prices.price(agent.model), limit),
     )
+    session.signin_expiry_s = state.signin_expiry_s
     queue = session.subscribe()[0] if body.stream else None
     worker = SessionWorker(
         session,
@@ -446,6 +451,8 @@ def _check_input(session: Session, index: int, entry: InputEvent) -> Any:
     if isinstance(entry, ToolResult):
         return _tool_result(session, p, entry)
     assert isinstance(entry, ApprovalResult)  # MCP answers are refused by the schema
+    if isinstance(entry.response, SigninResponse):
+        return check_signin_answer(session, p, entry.request_id, entry.response)
     with session.lock:
         pending = session.pending.get(entry.request_id)
     if pending is None or pending.is_function_call:
@@ -453,7 +460,7 @@ def _check_input(session: Session, index: int, entry: InputEvent) -> Any:
             f"{p}.request_id {entry.request_id!r} names no pending approval request",
             f"{p}.request_id",
         )
-    if entry.response.type != pending.kind:
+    if pending.kind == "browser_authentication" or entry.response.type != pending.kind:
         raise bad_request(
             f"{p}.response.type must be {pending.kind!r} for this request, "
             f"got {entry.response.type!r}",

@@ -37,6 +37,7 @@ from cubicle.orchestrator.serve.connections import (
 from cubicle.orchestrator.serve.hosts import allowed_hosts
 from cubicle.orchestrator.serve.logs import bound_logs
 from cubicle.orchestrator.serve.registry import Registry
+from cubicle.orchestrator.serve.signin import DEFAULT_SIGNIN_EXPIRY_S
 from cubicle.orchestrator.serve.spend import PriceTable, load_prices
 from cubicle.orchestrator.shape_options import add_internal_networks_argument
 from cubicle_guest.errors import CubicleError
@@ -131,6 +132,14 @@ def register(sub: Any) -> None:
         f"(default {DEFAULT_HEAD_TIMEOUT_S:g})",
     )
     p.add_argument(
+        "--signin-expiry",
+        type=float,
+        default=DEFAULT_SIGNIN_EXPIRY_S,
+        metavar="S",
+        help="seconds a browser sign-in request waits for its answer before it expires "
+        f"(default {DEFAULT_SIGNIN_EXPIRY_S:g})",
+    )
+    p.add_argument(
         "--prices",
         type=Path,
         default=None,
@@ -155,6 +164,14 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _signin_expiry(args: argparse.Namespace) -> float:
+    """``--signin-expiry`` checked: more than 0, at most a day."""
+    value = float(args.signin_expiry)
+    if not 0 < value <= 86_400:
+        raise ConfigError(f"--signin-expiry must be more than 0 and at most 86400 s, got {value:g}")
+    return value
 
 
 def _ask_timeout(args: argparse.Namespace) -> float | None:
@@ -209,6 +226,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         policy=policy,
         prices=prices,
         ask_timeout=ask_timeout,
+        signin_expiry_s=_signin_expiry(args),
         max_sessions=max_sessions,
         hosts=allowed_hosts(args.host),
         internal_networks=tuple(args.allow_internal),

@@ -24,11 +24,17 @@ async function loadSessions() {
 }
 function showActions(session) {
   const box = document.getElementById("actions");
+  const kept = {};  // a sign-in form being filled in survives a refresh of the list
+  for (const el of box.querySelectorAll(".signin")) kept[el.dataset.request] = el;
   box.textContent = "";
   document.getElementById("status").textContent = session.id + ": " + session.status;
   for (const a of session.required_actions || []) {
     if (a.type === "function_call") {
       box.appendChild(functionCall(session.id, a));
+      continue;
+    }
+    if ((a.request || {}).type === "browser_authentication") {
+      box.appendChild(kept[a.request_id] || signIn(session.id, a));
       continue;
     }
     const div = document.createElement("div");
@@ -50,6 +56,64 @@ function showActions(session) {
     }
     box.appendChild(div);
   }
+}
+function signIn(sessionId, a) {
+  // a browser sign-in: the destination, the methods, a masked input per field; the values go
+  // only into the answer, and the form is emptied and removed once it is sent
+  const req = a.request;
+  const div = document.createElement("div");
+  div.className = "action signin";
+  div.dataset.request = a.request_id;
+  const head = document.createElement("div");
+  head.textContent = (req.reason || "Sign in") + " — credentials go to " +
+    (req.credential_origin || "an unknown origin: cancel unless you can verify it");
+  div.appendChild(head);
+  let choice = null;
+  if (req.options && req.options.length) {
+    choice = document.createElement("select");
+    for (const o of req.options) {
+      const opt = document.createElement("option");
+      opt.value = o.id;
+      opt.textContent = o.label;
+      choice.appendChild(opt);
+    }
+    div.appendChild(choice);
+  }
+  const inputs = [];
+  for (const f of req.fields || []) {
+    const label = document.createElement("label");
+    label.textContent = f.label + (f.required ? "" : " (optional)") + " ";
+    const input = document.createElement("input");
+    input.type = "password";
+    input.autocomplete = "off";
+    input.dataset.field = f.id;
+    label.appendChild(input);
+    div.appendChild(label);
+    inputs.push([f.id, input]);
+  }
+  const send = (response) => api("/v1/agents/sessions/" + sessionId + "/events", {method: "POST",
+    body: JSON.stringify({events: [{type: "agent.session.input.computer_use_approval_request_result",
+      request_id: a.request_id, response: response}]})});
+  const clear = () => { for (const [, input] of inputs) input.value = ""; div.remove(); };
+  const submit = document.createElement("button");
+  submit.textContent = "sign in";
+  submit.onclick = () => {
+    const option = choice ? choice.value : null;
+    const allowed = option ? req.options.find(o => o.id === option).field_ids : null;
+    const fields = inputs
+      .filter(([id, input]) => input.value && (!allowed || allowed.includes(id)))
+      .map(([id, input]) => ({field_id: id, value: input.value}));
+    const response = {type: "browser_authentication", action: "submit", fields: fields};
+    if (option) response.selected_option = option;
+    send(response).then(clear, e => alert(e));
+  };
+  const cancel = document.createElement("button");
+  cancel.textContent = "cancel";
+  cancel.onclick = () => send({type: "browser_authentication", action: "cancel"})
+    .then(clear, e => alert(e));
+  div.appendChild(submit);
+  div.appendChild(cancel);
+  return div;
 }
 function functionCall(sessionId, a) {
   // a pending function tool call: its arguments, and a text answer (or a refusal) as tool_result

@@ -330,10 +330,36 @@ class ApprovalResponse(_Body):
     decision: Literal["approve", "deny", "cancel"]
 
 
+class SigninFieldValue(_Body):
+    """One submitted sign-in value (sensitive: never echoed in an error)."""
+
+    field_id: str
+    value: str
+
+
+class SigninResponse(_Body):
+    """An answer to a ``browser_authentication`` request: ``submit`` (``fields``, and
+    ``selected_option`` when the request offers options) or ``cancel`` (neither)."""
+
+    type: Literal["browser_authentication"]
+    action: Literal["submit", "cancel"]
+    fields: list[SigninFieldValue] | None = None
+    selected_option: str | None = None
+
+
+def _response_kind(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return "signin_answer" if kind == "browser_authentication" else "decision_answer"
+
+
 class ApprovalResult(_Body):
     type: Literal["agent.session.input.computer_use_approval_request_result"]
     request_id: str
-    response: ApprovalResponse
+    response: Annotated[
+        Annotated[ApprovalResponse, Tag("decision_answer")]
+        | Annotated[SigninResponse, Tag("signin_answer")],
+        Discriminator(_response_kind),
+    ]
 
 
 class OutputText(_Body):
@@ -402,7 +428,15 @@ INPUT_TYPES: Final = (
     "agent.session.input.mcp_approval_request_result",
 )
 """The ``type`` of every session input the API defines (pydantic names them in error paths)."""
-_TAGS: Final = (*INPUT_TYPES, "computer_use", "function", "output_text", "output_parts")
+_TAGS: Final = (
+    *INPUT_TYPES,
+    "computer_use",
+    "function",
+    "output_text",
+    "output_parts",
+    "decision_answer",
+    "signin_answer",
+)
 """Union tags pydantic puts in error paths, left out of ``param``."""
 
 InputEvent = Annotated[

@@ -114,6 +114,11 @@ class Session:
         self.function_calls: dict[str, str] = {}
         """Every function call ever pending, ``call_id`` → ``turn_id`` (an answer to one no
         longer pending is a conflict, not an unknown call)."""
+        self.signin_requests: dict[str, Any] = {}
+        """Every sign-in request ever made, ``request_id`` →
+        :class:`cubicle.orchestrator.serve.signin.SigninState` (no value: an HMAC)."""
+        self.signin_expiry_s = 300.0
+        """Seconds a sign-in request waits for its answer (``cubicle serve --signin-expiry``)."""
         self.turn: TurnState | None = None
         self.sandbox: Sandbox | None = None
         self.latest_screenshot: bytes | None = None

@@ -11,9 +11,10 @@ writing a trajectory folder that the turn's reporter observes as it is written:
   user's text as the task, against ``OPENAI_BASE_URL`` (default the OpenAI API) with the server's
   ``OPENAI_API_KEY``.
 
-An agent with function tools runs the ``runner`` loop (``ResponsesToolRunner``: the computer tool
-and the functions, :mod:`cubicle.orchestrator.serve.functions`), without them the ``toolset``
-loop.
+A sign-in form in the turn's browser is a ``browser_authentication`` required action the client
+answers (:mod:`cubicle.orchestrator.serve.signin`). An agent with function tools runs the
+``runner`` loop (``ResponsesToolRunner``: the computer tool and the functions,
+:mod:`cubicle.orchestrator.serve.functions`), without them the ``toolset`` loop.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from cubicle.orchestrator.sandbox import Sandbox
 from cubicle.orchestrator.serve.agents import AgentSpec
 from cubicle.orchestrator.serve.functions import turn_functions
 from cubicle.orchestrator.serve.reporter import TurnReporter
+from cubicle.orchestrator.serve.signin import turn_signin
 from cubicle.orchestrator.serve.store import TurnState
 from cubicle.orchestrator.serve.worker import TurnOutcome, TurnRun
 from cubicle.orchestrator.tasks import Task
@@ -97,6 +99,7 @@ def turn_runner(agent: AgentSpec) -> TurnRun:
                 cancel_requested=cancel,
                 observers=[reporter],
                 functions=functions,
+                signin=turn_signin(turn, reporter),
             )
         else:
             model = ResponsesModel.from_environment(agent.model)
@@ -108,6 +111,7 @@ def turn_runner(agent: AgentSpec) -> TurnRun:
                 safety_policy=policy,
                 # the run only closes what the hook returns (origin_answers.Answering)
                 origin_answers=turn.origin_records,
+                signin=turn_signin(turn, reporter),
             )
             result = run(sandbox, spec, model, observers=[reporter], cancel_requested=cancel)
         return outcome_of(result, policy)

@@ -21,7 +21,9 @@ cubicle's own required-action kind (the SDK's ``computer_use_approval_request`` 
 
 answered with the SDK's ``agent.session.input.computer_use_approval_request_result`` input and
 ``response: {"type": "safety_check", "decision": "approve" | "deny" | "cancel"}`` (``cancel``
-dismisses the request, which denies it).
+dismisses the request, which denies it). The SDK's ``browser_authentication`` kind, its items
+(``computer_use_approval_request``, ``computer_use_approval_request_result``) and its answers are
+:mod:`cubicle.orchestrator.serve.signin`'s.
 """
 
 from __future__ import annotations

@@ -4,17 +4,26 @@ Usage: ``python3 form_server.py PORT FOLDER``. Serves ``FOLDER/form.html`` at ``
 what the page posts:
 
 - ``POST /submit`` (JSON object of the form's fields) → ``FOLDER/form-data.json``
+- a sign-in site when ``FOLDER/signin.json`` exists (SHA-256 hex digests of the task's test
+  credentials ``email``, ``password``, ``code``; the values themselves are never in the guest):
+  ``GET /signin`` (email and password), ``POST /signin`` → ``/code`` (a one-time code),
+  ``POST /code`` → ``/done`` ("signed in") and ``{"signed_in": "yes"}`` → ``FOLDER/form-data.json``.
+  A wrong value shows the page again with "Wrong"; the code page without the password is refused.
+  Forms post ``application/x-www-form-urlencoded``; no value is logged.
 
 Files are written atomically (temp file + rename) so a reader never sees half a file.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs
 
 MAX_BODY = 64 * 1024
 FOLDER = Path(".")
@@ -27,8 +36,82 @@ def _store(name: str, data: object) -> None:
     os.replace(temporary, target)
 
 
+SIGNIN_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>Cubicle sign-in</title>
+<style>body{font:18px sans-serif;margin:60px}label{display:block;margin:14px 0}
+input{font:18px sans-serif;width:320px;padding:6px}button{font:18px sans-serif;padding:8px 20px}
+</style></head><body><h1>Sign in to the tracker</h1>%s
+<form method="post" action="/signin">
+<label>Email<br><input type="email" name="email" autocomplete="username" required></label>
+<label>Password<br><input type="password" name="password" autocomplete="current-password"
+ required></label><button type="submit">Sign in</button></form></body></html>"""
+CODE_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>Cubicle sign-in: code</title>
+<style>body{font:18px sans-serif;margin:60px}label{display:block;margin:14px 0}
+input{font:18px sans-serif;width:200px;padding:6px}button{font:18px sans-serif;padding:8px 20px}
+</style></head><body><h1>Enter the one-time code</h1>%s
+<form method="post" action="/code">
+<label>One-time code<br><input name="code" autocomplete="one-time-code" inputmode="numeric"
+ required></label><button type="submit">Verify</button></form></body></html>"""
+DONE_PAGE = """<!doctype html><html><head><meta charset="utf-8">
+<title>Cubicle sign-in: signed in</title></head><body style="font:18px sans-serif;margin:60px">
+<h1>Signed in</h1><p>Welcome to the tracker.</p></body></html>"""
+WRONG = '<p style="color:#b00020">Wrong, try again.</p>'
+_state = {"password_ok": False}
+
+
+def _digests() -> dict[str, str] | None:
+    try:
+        value = json.loads((FOLDER / "signin.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _matches(digests: dict[str, str], name: str, given: str) -> bool:
+    digest = hashlib.sha256(given.encode("utf-8")).hexdigest()
+    return hmac.compare_digest(digest, str(digests.get(name, "")))
+
+
 class Handler(BaseHTTPRequestHandler):
+    def _signin_get(self) -> bool:
+        pages = {"/signin": SIGNIN_PAGE % "", "/code": CODE_PAGE % "", "/done": DONE_PAGE}
+        if _digests() is None or self.path not in pages:
+            return False
+        if self.path == "/code" and not _state["password_ok"]:
+            self._redirect("/signin")
+            return True
+        self._reply(200, pages[self.path].encode(), "text/html; charset=utf-8")
+        return True
+
+    def _signin_post(self, body: bytes) -> bool:
+        digests = _digests()
+        if digests is None or self.path not in ("/signin", "/code"):
+            return False
+        form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
+        if self.path == "/signin":
+            if _matches(digests, "email", form.get("email", "")) and _matches(
+                digests, "password", form.get("password", "")
+            ):
+                _state["password_ok"] = True
+                self._redirect("/code")
+            else:
+                self._reply(200, (SIGNIN_PAGE % WRONG).encode(), "text/html; charset=utf-8")
+            return True
+        if _state["password_ok"] and _matches(digests, "code", form.get("code", "")):
+            _store("form-data.json", {"signed_in": "yes"})
+            self._redirect("/done")
+        else:
+            self._reply(200, (CODE_PAGE % WRONG).encode(), "text/html; charset=utf-8")
+        return True
+
+    def _redirect(self, location: str) -> None:
+        self.send_response(303)
+        self.send_header("Location", location)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
     def do_GET(self) -> None:
+        if self._signin_get():
+            return
         if self.path not in ("/", "/form.html"):
             self._reply(404, b"not found", "text/plain")
             return
@@ -37,11 +120,17 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         targets = {"/submit": "form-data.json"}
         length = int(self.headers.get("Content-Length") or 0)
-        if self.path not in targets or not 0 < length <= MAX_BODY:
+        if not 0 < length <= MAX_BODY:
+            self._reply(400, b"bad request", "text/plain")
+            return
+        body = self.rfile.read(length)
+        if self._signin_post(body):
+            return
+        if self.path not in targets:
             self._reply(400, b"bad request", "text/plain")
             return
         try:
-            data = json.loads(self.rfile.read(length).decode("utf-8"))
+            data = json.loads(body.decode("utf-8"))
         except ValueError:
             self._reply(400, b"body is not UTF-8 JSON", "text/plain")
             return
