@@ -65,7 +65,9 @@ LAYERS: Sequence[tuple[str, frozenset[str]]] = (
     ),
     (
         "runs, the drill, serve",
-        frozenset(f"{CORE}.{name}" for name in ("run_task", "agents_run", "drill", "serve")),
+        frozenset(
+            f"{CORE}.{name}" for name in ("run_task", "agents_run", "drill", "eval", "serve")
+        ),
     ),
     ("the command line", frozenset({f"{CORE}.cli"})),
     ("the public API", frozenset({"cubicle"})),

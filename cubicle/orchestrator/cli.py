@@ -33,6 +33,7 @@ from cubicle.orchestrator.errors import (
     ImageMissing,
     SandboxNotFound,
 )
+from cubicle.orchestrator.eval import cli as eval_cli
 from cubicle.orchestrator.origin_answers import (
     register_ask,
     with_ask_timeout,
@@ -354,9 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-SUBCOMMAND_MODULES: Final = (drill_cli, run_task, view_cli, pool_cli, serve_cli)
-"""The modules whose ``register(sub)`` adds their subcommands — ``drill``, ``run``, ``view``,
-``pool``, ``serve`` — in ``cubicle --help``'s order."""
+SUBCOMMAND_MODULES: Final = (drill_cli, eval_cli, run_task, view_cli, pool_cli, serve_cli)
+"""The modules whose ``register(sub)`` adds their subcommands — ``drill``, ``eval``, ``run``,
+``view``, ``pool``, ``serve`` — in ``cubicle --help``'s order."""
 
 
 def _register_plugins(sub: Any) -> None:
