@@ -7,9 +7,12 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from cubicle.orchestrator.drill.runner import stale_screenshots_check
+from cubicle.orchestrator.eval.attempt import PLAYER_CHECKS, verdict_of
 from cubicle.orchestrator.eval.results import (
     MANIFEST,
     RESULTS,
@@ -20,6 +23,8 @@ from cubicle.orchestrator.eval.results import (
 )
 from cubicle.orchestrator.eval.suite import SuiteError, load_suite
 from cubicle.orchestrator.eval.summary import pass_at_k, score, summary_table, write_index
+from cubicle.orchestrator.modelrun.run import RunResult
+from cubicle.orchestrator.modelrun.verify import Check
 from cubicle.orchestrator.tasks import TASKS_DIR, shipped_tasks
 from tests.support.cli import REPO, run_cli
 
@@ -237,3 +242,46 @@ def test_records_round_trip_and_bad_verdicts_are_refused(tmp_path: Path) -> None
     (tmp_path / RESULTS).write_text('{"task": "a", "attempt": 1, "verdict": "great"}\n')
     with pytest.raises(ValueError, match=r"results.jsonl:1: not an attempt record.*'great'"):
         ResultsFile(tmp_path).read()
+
+
+def test_the_scripted_players_own_check_does_not_decide_the_verdict(tmp_path: Path) -> None:
+    stale = SimpleNamespace(stale=1, checked=4, window_s=3.0)
+    own = stale_screenshots_check(stale)  # type: ignore[arg-type]
+    assert own.name in PLAYER_CHECKS and not own.ok
+    task_check = Check("the file", True, "x", "x")
+    result = RunResult(out=tmp_path, checks=[task_check, own], require_checks=True)
+    assert not result.ok
+    assert (
+        verdict_of(result, oracle=True, sandbox_failed=False, cancelled=False, timed_out=False)
+        == "passed"
+    )
+    result.checks = [own]
+    assert (
+        verdict_of(result, oracle=True, sandbox_failed=False, cancelled=False, timed_out=False)
+        == "broken_task"
+    ), "the player's check alone proves nothing"
+    result.checks = [Check("the file", False, "x", "y")]
+    for oracle, verdict in ((True, "broken_task"), (False, "failed")):
+        assert (
+            verdict_of(
+                result, oracle=oracle, sandbox_failed=False, cancelled=False, timed_out=False
+            )
+            == verdict
+        )
+    result.error = "APIConnectionError: Connection error."
+    assert (
+        verdict_of(result, oracle=False, sandbox_failed=False, cancelled=False, timed_out=False)
+        == "model_error"
+    )
+    assert (
+        verdict_of(result, oracle=False, sandbox_failed=True, cancelled=False, timed_out=False)
+        == "sandbox_error"
+    )
+    assert (
+        verdict_of(result, oracle=False, sandbox_failed=True, cancelled=False, timed_out=True)
+        == "timeout"
+    )
+    assert (
+        verdict_of(result, oracle=False, sandbox_failed=True, cancelled=True, timed_out=True)
+        == "interrupted"
+    )

@@ -6,7 +6,9 @@ Verdicts (:func:`verdict_of`):
 
 * ``interrupted`` — the eval was cancelled (Ctrl-C/SIGTERM) during the attempt;
 * ``timeout`` — the attempt ran longer than its time limit and was cancelled;
-* ``passed`` — the loop finished and every check holds (at least one check);
+* ``passed`` — the loop finished and every check of the task holds (at least one check; the
+  scripted players' own stale-screenshot check, :data:`PLAYER_CHECKS`, is recorded but does not
+  decide: it measures how cubicle's settling served the script, not the task);
 * ``sandbox_error`` — the sandbox could not be created, or the guest stopped answering (the
   trajectory's ``error`` record was at ``connect``, or is a lost connection or protocol error);
   such an attempt is tried once more on a fresh sandbox (:func:`run_attempt`), without counting
@@ -41,10 +43,13 @@ from cubicle.orchestrator.sandbox import Sandbox
 from cubicle.orchestrator.tasks import Task
 from cubicle_guest.errors import CubicleError
 
-__all__ = ["ORACLE", "AttemptSpec", "run_attempt", "verdict_of"]
+__all__ = ["ORACLE", "PLAYER_CHECKS", "AttemptSpec", "run_attempt", "task_passed", "verdict_of"]
 
 ORACLE: Final = "oracle"
 """The player name of ``--oracle``."""
+PLAYER_CHECKS: Final = frozenset({"stale model-visible screenshots"})
+"""The checks a scripted player adds of its own (:func:`cubicle.orchestrator.drill.runner.
+stale_screenshots_check`); they do not decide a verdict."""
 SANDBOX_ERROR_TYPES: Final = frozenset(
     {
         "AgentConnectionError",
@@ -98,6 +103,18 @@ class _Errors:
         return any(where == "connect" or kind in SANDBOX_ERROR_TYPES for where, kind in self.seen)
 
 
+def task_passed(result: RunResult) -> bool:
+    """``result.ok``, judged by the task's checks alone (not :data:`PLAYER_CHECKS`)."""
+    decisive = [check for check in result.checks if check.name not in PLAYER_CHECKS]
+    return (
+        result.error is None
+        and not result.cancelled
+        and result.stalled is None
+        and bool(decisive)
+        and all(check.ok for check in decisive)
+    )
+
+
 def verdict_of(
     result: RunResult, *, oracle: bool, sandbox_failed: bool, cancelled: bool, timed_out: bool
 ) -> Verdict:
@@ -106,7 +123,7 @@ def verdict_of(
         return "interrupted"
     if timed_out:
         return "timeout"
-    if result.ok:
+    if task_passed(result):
         return "passed"
     if sandbox_failed:
         return "sandbox_error"

@@ -140,8 +140,7 @@ def summary_table(scores: Scores) -> str:
     counts = scores.verdicts
     lines.append(
         f"total: {scores.passed}/{scores.attempts} passed (pass rate {scores.pass_rate:.0%}), "
-        f"{_pass_at(scores)}; "
-        + ", ".join(f"{counts[v]} {v}" for v in VERDICTS if counts[v])
+        f"{_pass_at(scores)}; " + ", ".join(f"{counts[v]} {v}" for v in VERDICTS if counts[v])
     )
     return "\n".join(lines)
 
