@@ -29,8 +29,9 @@ POOL_SIZE = 4
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _suite(parallel: int, attempts: int, out: Path) -> float:
-    """Seconds of one ``cubicle eval tasks --oracle`` run; every attempt must pass."""
+def _suite(parallel: int, attempts: int, out: Path) -> tuple[float, int]:
+    """Seconds of one ``cubicle eval tasks --oracle`` run (every attempt must pass) and how
+    many of its attempts claimed their sandbox from the pool."""
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "cubicle.orchestrator.cli", "eval", "tasks", "--oracle",
@@ -43,7 +44,7 @@ def _suite(parallel: int, attempts: int, out: Path) -> float:
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     verdicts = {r["verdict"] for r in records}
     assert verdicts == {"passed"}, verdicts
-    return seconds
+    return seconds, sum(bool(r["pooled"]) for r in records)
 
 
 def run(report: Report) -> None:
@@ -60,11 +61,11 @@ def run(report: Report) -> None:
         measured: dict[int, Sample] = {}
         for parallel in (1, 4):
             wait_refilled(record.key, timeout_s=300)
-            seconds = _suite(parallel, attempts, Path(folder) / f"p{parallel}")
+            seconds, pooled = _suite(parallel, attempts, Path(folder) / f"p{parallel}")
             measured[parallel] = Sample(f"eval {total} attempts --parallel {parallel}", [seconds])
             report.samples.append(measured[parallel])
             report.line(
                 f"--parallel {parallel}: {total} attempts in {seconds:.0f} s = "
-                f"{total / seconds * 60:.1f} tasks per minute"
+                f"{total / seconds * 60:.1f} tasks per minute ({pooled} sandboxes from the pool)"
             )
         report.ratio(measured[4], measured[1])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -169,3 +170,35 @@ def test_kill_9_mid_suite_then_resume_runs_only_the_unfinished_attempts(
     again = run_cli("eval", str(listing), *options, "--resume", str(out))
     assert again.returncode == 0, again.stderr
     assert (out / "results.jsonl").read_bytes() == after, "a finished suite appends nothing"
+
+
+def test_ctrl_c_records_the_running_attempts_interrupted_and_removes_their_sandboxes(
+    docker_image: str, tmp_path: Path, cubicle_containers: Callable[[int], list[str]]
+) -> None:
+    listing = tmp_path / "suite.txt"
+    listing.write_text("editor-save\nterminal-output\n", "utf-8")
+    out = tmp_path / "out"
+    options = ("--model", "cubicle-idle", "--parallel", "2")
+    process = _eval(str(listing), *options, "--out", str(out))
+    assert process.stderr is not None
+    try:
+        started = 0
+        for line in process.stderr:  # both attempts running
+            started += line.endswith(": started\n")
+            if started == 2:
+                break
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=300)
+    finally:
+        stop_process(process)
+    assert process.returncode == 130, stderr
+    assert cubicle_containers(process.pid) == [], "every sandbox removed, no gc needed"
+    records = _records(out)
+    assert {(r["task"], r["verdict"]) for r in records} == {
+        ("editor-save", "interrupted"),
+        ("terminal-output", "interrupted"),
+    }, records
+    resumed = run_cli("eval", str(listing), *options, "--resume", str(out), timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "2 to run" in resumed.stderr, "interrupted attempts are not finished"
+    assert "total: 0/2 passed (pass rate 0%), pass@1 0.00; 2 failed" in resumed.stdout

@@ -285,3 +285,17 @@ def test_the_scripted_players_own_check_does_not_decide_the_verdict(tmp_path: Pa
         verdict_of(result, oracle=False, sandbox_failed=True, cancelled=True, timed_out=True)
         == "interrupted"
     )
+
+
+def test_a_sandbox_error_is_tried_once_more_and_recorded_once(tmp_path: Path) -> None:
+    (tmp_path / "suite").mkdir()
+    _task(tmp_path / "suite", "one")
+    done = run_cli(
+        "eval", str(tmp_path / "suite"), "--model", "cubicle-idle", "--out", str(tmp_path / "o"),
+        env={"CUBICLE_DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"},
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("sandbox error (EngineUnavailable") == 1, done.stderr
+    [record] = ResultsFile(tmp_path / "o").read()
+    assert (record.verdict, record.sandbox_retries, record.attempt) == ("sandbox_error", 1, 1)
+    assert record.error is not None and "no-engine.sock" in record.error

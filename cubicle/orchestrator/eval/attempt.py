@@ -174,9 +174,13 @@ def _try(spec: AttemptSpec, *, cancel: Callable[[], bool], root: Path) -> Attemp
             return True
         return False
 
+    said: list[str] = []
     try:
         sandbox = Sandbox.create(
-            spec.backend, network=task.setup.network, screen=task.setup.screen_size
+            spec.backend,
+            network=task.setup.network,
+            screen=task.setup.screen_size,
+            progress=said.append,
         )
     except ConfigError as exc:
         base.verdict, base.error = "broken_task", f"the sandbox refused the task: {exc}"
@@ -184,6 +188,7 @@ def _try(spec: AttemptSpec, *, cancel: Callable[[], bool], root: Path) -> Attemp
     except CubicleError as exc:
         base.verdict, base.error = "sandbox_error", f"{type(exc).__name__}: {exc}"
         return base
+    base.pooled = any("claimed from a warm pool" in line for line in said)
     errors = _Errors()
     try:
         result = _play(spec, sandbox, cancelled, errors)

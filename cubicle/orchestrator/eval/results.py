@@ -5,7 +5,8 @@ A record (:class:`AttemptRecord`) holds ``task`` (the task's name), ``attempt`` 
 ``verdict`` (:data:`VERDICTS`), ``checks`` (``name``, ``ok``, ``detail`` each), ``steps`` (actions
 executed), ``seconds`` (the attempt's wall time, sandbox included), ``tokens`` (total tokens the
 model reported; 0 for scripted players), ``error``, ``report`` (the attempt's ``report.html``,
-relative to DIR), ``sandbox_retries`` (0 or 1). Each line is flushed and synced before the next
+relative to DIR), ``sandbox_retries`` (0 or 1), ``pooled`` (its sandbox was claimed from a warm
+pool). Each line is flushed and synced before the next
 attempt's record; a line cut short by a crash is dropped when the folder is read again.
 
 ``interrupted`` attempts are recorded but never count as finished: ``--resume`` runs them again,
@@ -65,6 +66,8 @@ class AttemptRecord:
     error: str | None = None
     report: str | None = None
     sandbox_retries: int = 0
+    pooled: bool = False
+    """Its sandbox was claimed from a warm pool."""
 
     @property
     def key(self) -> tuple[str, int]:
