@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import socket
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from cubicle.drivers.scripted_model import ScriptedModel, parse_script
 from cubicle.orchestrator.eval.oracle import PERSON_ANSWER
 from cubicle.orchestrator.tasks import shipped_tasks
 from tests.drill.conftest import PYTHON, REPO
@@ -202,3 +204,43 @@ def test_ctrl_c_records_the_running_attempts_interrupted_and_removes_their_sandb
     assert resumed.returncode == 0, resumed.stderr
     assert "2 to run" in resumed.stderr, "interrupted attempts are not finished"
     assert "total: 0/2 passed (pass rate 0%), pass@1 0.00; 2 failed" in resumed.stdout
+
+
+USAGE = {"input_tokens": 100, "output_tokens": 20, "total_tokens": 120}
+
+
+def test_a_responses_model_is_scored_with_its_tokens_and_an_unreachable_one_is_model_error(
+    docker_image: str, tmp_path: Path, cubicle_containers: Callable[[int], list[str]]
+) -> None:
+    listing = tmp_path / "suite.txt"
+    listing.write_text("editor-save\n", "utf-8")
+    script = {
+        "name": "looks-only",
+        "turns": [
+            {"computer_call": {"actions": [{"type": "screenshot"}]}, "usage": USAGE},
+            {"message": "Nothing done.", "usage": USAGE},
+        ],
+    }
+    with ScriptedModel(parse_script(script), raise_on_exit=False) as model:
+        done = run_cli(
+            "eval", str(listing), "--model", "some-model", "--out", str(tmp_path / "a"),
+            env={"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "offline-test"},
+            timeout=600,
+        )  # fmt: skip
+        assert model.finished and not model.failures
+    assert done.returncode == 0, done.stderr
+    [record] = _records(tmp_path / "a")
+    assert (record["verdict"], record["tokens"]) == ("failed", 240)
+    assert "tokens 240" in done.stderr and "0/1 passed" in done.stdout
+    with socket.socket() as closed:  # a port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}/v1"
+        done = run_cli(
+            "eval", str(listing), "--model", "some-model", "--out", str(tmp_path / "b"),
+            env={"OPENAI_BASE_URL": url, "OPENAI_API_KEY": "offline-test"},
+            timeout=600,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    [record] = _records(tmp_path / "b")
+    assert record["verdict"] == "model_error", record
+    assert "APIConnectionError" in record["error"]
