@@ -8,9 +8,10 @@ task's oracle (``--oracle``). Every attempt's record is appended to DIR/results.
 then the summary table and DIR/index.html (pass rate, pass@k, each attempt's report). ``--resume
 DIR`` runs only the attempts DIR has no finished record of (same SUITE and options, or refused
 naming what differs). Exit 0 when every attempt finished and none was ``broken_task`` or
-``sandbox_error``; 1 otherwise; 130/143 when cancelled by SIGINT/SIGTERM (the running attempts
-are recorded ``interrupted`` and their sandboxes removed; a second signal stops at once, and
-``cubicle gc`` removes what is left).
+``sandbox_error``; 1 otherwise; 130/143 when cancelled by SIGINT/SIGTERM (attempts not
+started are not run; the running ones are cancelled, recorded ``interrupted`` and their
+sandboxes removed; a second signal skips the summary; after ``kill -9``, ``cubicle gc`` removes
+what is left).
 """
 
 from __future__ import annotations
