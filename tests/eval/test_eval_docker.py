@@ -244,3 +244,22 @@ def test_a_responses_model_is_scored_with_its_tokens_and_an_unreachable_one_is_m
     [record] = _records(tmp_path / "b")
     assert record["verdict"] == "model_error", record
     assert "APIConnectionError" in record["error"]
+
+
+def test_attempts_are_spread_over_the_engines_given(
+    docker_image: str, tmp_path: Path, cubicle_containers: Callable[[int], list[str]]
+) -> None:
+    """Two engines, in turn: the local one, and one that is not there (every attempt sent to it
+    is a sandbox error, tried once more there) — each record names where it ran."""
+    listing = tmp_path / "suite.txt"
+    listing.write_text("editor-save\n", "utf-8")
+    absent = f"unix://{tmp_path}/no-engine.sock"
+    done = run_cli(
+        "eval", str(listing), "--model", "cubicle-idle", "--attempts", "2", "--parallel", "2",
+        "--engine", "local", "--engine", absent, "--out", str(tmp_path / "out"), timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    records = {r["attempt"]: r for r in _records(tmp_path / "out")}
+    assert (records[1]["engine"], records[1]["verdict"]) == (None, "failed")
+    assert (records[2]["engine"], records[2]["verdict"]) == (absent, "sandbox_error")
+    assert records[2]["sandbox_retries"] == 1

@@ -299,3 +299,19 @@ def test_a_sandbox_error_is_tried_once_more_and_recorded_once(tmp_path: Path) ->
     [record] = ResultsFile(tmp_path / "o").read()
     assert (record.verdict, record.sandbox_retries, record.attempt) == ("sandbox_error", 1, 1)
     assert record.error is not None and "no-engine.sock" in record.error
+
+
+def test_engines_are_checked_before_anything_starts(tmp_path: Path) -> None:
+    (tmp_path / "suite").mkdir()
+    _task(tmp_path / "suite", "one")
+    out = tmp_path / "o"
+    done = run_cli(
+        "eval", str(tmp_path / "suite"), "--oracle", "--engine", "http://x", "--out", str(out)
+    )
+    assert done.returncode == 1 and "Docker engine 'http://x': the scheme must be" in done.stderr
+    done = run_cli(
+        "eval", str(tmp_path / "suite"), "--oracle", "--backend", "vm", "--engine", "local",
+        "--out", str(out),
+    )  # fmt: skip
+    assert done.returncode == 1 and "--engine is for --backend docker, not vm" in done.stderr
+    assert not out.exists()

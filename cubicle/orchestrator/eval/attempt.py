@@ -39,6 +39,8 @@ from cubicle.orchestrator.eval.results import AttemptRecord, Verdict
 from cubicle.orchestrator.modelrun.console import progress as console_line
 from cubicle.orchestrator.modelrun.responses_model import ResponsesModel
 from cubicle.orchestrator.modelrun.run import RunResult, RunSpec, run
+from cubicle.orchestrator.providers.docker.engine import Engine
+from cubicle.orchestrator.providers.docker.provider import DockerProvider
 from cubicle.orchestrator.sandbox import Sandbox
 from cubicle.orchestrator.tasks import Task
 from cubicle_guest.errors import CubicleError
@@ -75,7 +77,7 @@ _MODEL_ERROR = re.compile(
 class AttemptSpec:
     """Attempt ``attempt`` (1..K) of ``task`` by ``player`` (:data:`ORACLE`,
     :data:`~cubicle.orchestrator.eval.oracle.IDLE_MODEL` or a Responses API model name) on
-    ``backend``, its trajectory in ``out``, cancelled after ``timeout_s``."""
+    ``backend`` (on ``engine``), its trajectory in ``out``, cancelled after ``timeout_s``."""
 
     task: Task
     attempt: int
@@ -83,6 +85,9 @@ class AttemptSpec:
     backend: str
     out: Path
     timeout_s: float
+    engine: str | None = None
+    """The Docker engine's URL (:mod:`cubicle.orchestrator.providers.docker.engine`); ``None``:
+    the default one (``--engine``/``CUBICLE_DOCKER_HOST``, else ``DOCKER_HOST``, else local)."""
 
 
 class _Errors:
@@ -156,7 +161,7 @@ def run_attempt(
 
 def _try(spec: AttemptSpec, *, cancel: Callable[[], bool], root: Path) -> AttemptRecord:
     task, oracle = spec.task, spec.player == ORACLE
-    base = AttemptRecord(task.name, spec.attempt, "interrupted")
+    base = AttemptRecord(task.name, spec.attempt, "interrupted", engine=spec.engine)
     if cancel():
         base.error = "cancelled before it started"
         return base
@@ -176,8 +181,10 @@ def _try(spec: AttemptSpec, *, cancel: Callable[[], bool], root: Path) -> Attemp
 
     said: list[str] = []
     try:
+        provider = DockerProvider(engine=Engine.parse(spec.engine)) if spec.engine else None
         sandbox = Sandbox.create(
             spec.backend,
+            provider=provider,
             network=task.setup.network,
             screen=task.setup.screen_size,
             progress=said.append,

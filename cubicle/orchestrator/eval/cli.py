@@ -33,6 +33,7 @@ from cubicle.orchestrator.eval.summary import score, summary_table, write_index
 from cubicle.orchestrator.modelrun.console import default_out
 from cubicle.orchestrator.modelrun.signals import cancel_on_signals
 from cubicle.orchestrator.providers import PROVIDERS
+from cubicle.orchestrator.providers.docker.engine import Engine
 from cubicle.orchestrator.run_task import DEFAULT_MODEL
 from cubicle.orchestrator.tasks import Task
 
@@ -66,6 +67,15 @@ def register(sub: Any) -> None:
         "task passable; an oracle that fails makes its task broken_task",
     )
     p.add_argument("--backend", default="docker", choices=sorted(PROVIDERS), help="sandbox backend")
+    p.add_argument(
+        "--engine",
+        dest="engines",  # not "engine": the single --engine of other commands is global
+        action="append",
+        default=[],
+        metavar="URL|local",
+        help="a Docker engine to run attempts on (repeatable: attempts are spread over them in "
+        "turn; local: the default engine); see docs/backends.md",
+    )
     p.add_argument(
         "--timeout",
         type=float,
@@ -106,6 +116,23 @@ def _player(args: argparse.Namespace) -> str:
     return model
 
 
+def _engines(args: argparse.Namespace) -> list[str | None]:
+    """``--engine``s as URLs (``None``: the default engine); none given: the default.
+
+    :raises ConfigError: an engine with ``--backend vm``, or a URL that is wrong (named)."""
+    if not args.engines:
+        return [None]
+    if args.backend != "docker":
+        raise ConfigError(f"--engine is for --backend docker, not {args.backend}")
+    engines: list[str | None] = []
+    for url in args.engines:
+        if url == "local":
+            engines.append(None)
+        else:
+            engines.append(Engine.parse(url).url)
+    return engines
+
+
 def _folder(args: argparse.Namespace, manifest: Manifest) -> tuple[Path, set[tuple[str, int]]]:
     """The eval's folder and the attempts it already finished (new folder: none)."""
     if args.resume is not None:
@@ -135,6 +162,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             raise ConfigError(f"{name} must be at least {least}, got {value}")
     if args.timeout <= 0:
         raise ConfigError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    engines = _engines(args)
     suite = load_suite(args.suite)
     player = _player(args)
     manifest = Manifest(
@@ -165,6 +193,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         with cancel_on_signals() as cancel:
             _schedule(
                 args=args,
+                engines=engines,
                 player=player,
                 folder=folder,
                 todo=todo,
@@ -187,6 +216,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def _schedule(
     *,
     args: argparse.Namespace,
+    engines: list[str | None],
     player: str,
     folder: Path,
     todo: list[tuple[Task, int]],
@@ -194,10 +224,11 @@ def _schedule(
     progress: Progress,
     cancel: Callable[[], bool],
 ) -> None:
-    """Run ``todo`` on ``--parallel`` worker threads; each record is appended as it ends.
-    Attempts not started when the eval is cancelled are not run (nor recorded)."""
+    """Run ``todo`` on ``--parallel`` worker threads, the i-th on ``engines[i % len]``; each
+    record is appended as it ends. Attempts not started when the eval is cancelled are not run
+    (nor recorded)."""
 
-    def job(task: Task, attempt: int) -> None:
+    def job(task: Task, attempt: int, engine: str | None) -> None:
         if cancel():
             return
         progress.start(task.name, attempt)
@@ -208,13 +239,16 @@ def _schedule(
             backend=args.backend,
             out=attempt_folder(folder, task.name, attempt),
             timeout_s=float(args.timeout),
+            engine=engine,
         )
         record = run_attempt(spec, cancel=cancel, root=folder, progress=progress.line)
         results.append(record)
         progress.end(record)
 
     with ThreadPoolExecutor(max_workers=args.parallel, thread_name_prefix="eval") as pool:
-        pending: set[Future[None]] = {pool.submit(job, task, n) for task, n in todo}
+        pending: set[Future[None]] = {
+            pool.submit(job, task, n, engines[i % len(engines)]) for i, (task, n) in enumerate(todo)
+        }
         while pending:
             done, pending = wait(pending, timeout=POLL_S, return_when=FIRST_COMPLETED)
             for future in done:

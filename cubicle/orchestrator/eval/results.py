@@ -6,8 +6,9 @@ A record (:class:`AttemptRecord`) holds ``task`` (the task's name), ``attempt`` 
 executed), ``seconds`` (the attempt's wall time, sandbox included), ``tokens`` (total tokens the
 model reported; 0 for scripted players), ``error``, ``report`` (the attempt's ``report.html``,
 relative to DIR), ``sandbox_retries`` (0 or 1), ``pooled`` (its sandbox was claimed from a warm
-pool). Each line is flushed and synced before the next
-attempt's record; a line cut short by a crash is dropped when the folder is read again.
+pool), ``engine`` (the ``--engine`` it ran on; ``null``: the default). Each line is flushed
+and synced before the next attempt's record; a line cut short by a crash is dropped when the
+folder is read again.
 
 ``interrupted`` attempts are recorded but never count as finished: ``--resume`` runs them again,
 and the latest record of an attempt is the one that counts (:func:`latest`).
@@ -68,6 +69,8 @@ class AttemptRecord:
     sandbox_retries: int = 0
     pooled: bool = False
     """Its sandbox was claimed from a warm pool."""
+    engine: str | None = None
+    """The Docker engine it ran on (``--engine``); ``None``: the default one."""
 
     @property
     def key(self) -> tuple[str, int]:
