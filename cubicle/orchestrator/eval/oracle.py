@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 from cubicle.orchestrator.modelrun.functions import FunctionCall, FunctionResult, FunctionTool
@@ -38,7 +39,8 @@ PERSON_ANSWER: Final = "Answer from the eval's test person"
 """What the eval's person answers every question (typed by the oracle, checked by the task)."""
 
 
-def _answer(call: FunctionCall, cancelled: Any) -> FunctionResult:
+def _answer(call: FunctionCall, cancelled: Callable[[], bool]) -> FunctionResult:
+    """The test person: answers every question at once with :data:`PERSON_ANSWER`."""
     return PERSON_ANSWER
 
 
