@@ -66,7 +66,9 @@ LAYERS: Sequence[tuple[str, frozenset[str]]] = (
     ),
     (
         "runs, the drill, serve",
-        frozenset(f"{CORE}.{name}" for name in ("run_task", "agents_run", "drill", "serve", "mcp")),
+        frozenset(
+            f"{CORE}.{name}" for name in ("run_task", "agents_run", "drill", "eval", "serve", "mcp")
+        ),
     ),
     ("the command line", frozenset({f"{CORE}.cli", f"{CORE}.files_cli"})),
     ("the public API", frozenset({"cubicle"})),

@@ -33,6 +33,7 @@ from cubicle.orchestrator.errors import (
     ImageMissing,
     SandboxNotFound,
 )
+from cubicle.orchestrator.eval import cli as eval_cli
 from cubicle.orchestrator.mcp import cli as mcp_cli
 from cubicle.orchestrator.origin_answers import (
     register_ask,
@@ -355,9 +356,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-SUBCOMMAND_MODULES: Final = (files_cli, drill_cli, run_task, view_cli, pool_cli, serve_cli, mcp_cli)
+SUBCOMMAND_MODULES: Final = (
+    files_cli,
+    drill_cli,
+    eval_cli,
+    run_task,
+    view_cli,
+    pool_cli,
+    serve_cli,
+    mcp_cli,
+)
 """The modules whose ``register(sub)`` adds their subcommands — ``cp``, ``clip``, ``drill``,
-``run``, ``view``, ``pool``, ``serve``, ``mcp`` — in ``cubicle --help``'s order."""
+``eval``, ``run``, ``view``, ``pool``, ``serve``, ``mcp`` — in ``cubicle --help``'s order."""
 
 
 def _register_plugins(sub: Any) -> None:
