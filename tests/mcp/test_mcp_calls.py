@@ -30,6 +30,10 @@ TOOLS = {
     "keypress",
     "wait",
     "exec",
+    "upload",
+    "download",
+    "clipboard_get",
+    "clipboard_set",
 }
 
 BAD_CALLS: list[tuple[str, dict[str, object], list[str]]] = [
@@ -70,16 +74,48 @@ BAD_CALLS: list[tuple[str, dict[str, object], list[str]]] = [
     ("create_sandbox", {"screen": "big"}, ["screen: String should match pattern"]),
     ("create_sandbox", {"network": "allow:"}, ["network: empty entry in the allow: list"]),
     ("create_sandbox", {"network": "ask:example.com"}, ["network: ask policies need someone"]),
+    (
+        "upload",
+        {"sandbox_id": "dk-abc", "local": "../x", "guest_path": "x"},
+        ["local: Value error, a '..' part is refused"],
+    ),
+    (
+        "download",
+        {"sandbox_id": "dk-abc", "guest_path": "x", "local": "/etc/passwd"},
+        ["local: Value error, an absolute path is refused"],
+    ),
+    ("upload", {"sandbox_id": "dk-abc", "local": "a"}, ["guest_path: required"]),
+    ("download", {"sandbox_id": "dk-abc", "guest_path": ""}, ["guest_path: String should have"]),
+    (
+        "upload",
+        {"sandbox_id": "dk-abc", "local": "missing", "guest_path": "x"},
+        ["local: 'missing' does not exist in the files folder"],
+    ),
+    ("clipboard_set", {"sandbox_id": "dk-abc", "text": 5}, ["text: Input should be a valid str"]),
+    (
+        "clipboard_set",
+        {"sandbox_id": "dk-abc", "text": "é" * 100_001},
+        ["text: Value error, 200002 bytes of UTF-8, over the limit of 200000"],
+    ),
+    (
+        "clipboard_get",
+        {"sandbox_id": "dk-abc", "selection": "secondary"},
+        ["selection: Input should be 'clipboard' or 'primary'"],
+    ),
+    ("clipboard_get", {"sandbox_id": "dk-nosuch"}, ["sandbox_id: no sandbox 'dk-nosuch'"]),
     ("no_such_tool", {}, ["unknown tool 'no_such_tool'", "create_sandbox"]),
 ]
 
 
-def test_the_tools_and_their_schemas_and_bad_calls_refused_naming_the_field() -> None:
+def test_the_tools_and_their_schemas_and_bad_calls_refused_naming_the_field(
+    tmp_path: Path,
+) -> None:
     """One server: the tools listed with precise schemas; each bad call an error result naming
     the field; the server still serving after them all."""
+    files = tmp_path / "files"
 
     async def main() -> None:
-        async with Client(stdio_params()) as client:
+        async with Client(stdio_params("--files", str(files))) as client:
             listed = {tool.name: tool for tool in (await client.list_tools()).tools}
             for tool, arguments, expected in BAD_CALLS:
                 result = await client.call_tool(tool, arguments)
@@ -92,6 +128,9 @@ def test_the_tools_and_their_schemas_and_bad_calls_refused_naming_the_field() ->
         assert listed["screenshot"].input_schema["required"] == ["sandbox_id"]
         assert listed["click"].input_schema["additionalProperties"] is False
         assert set(listed["click"].input_schema["required"]) == {"sandbox_id", "x", "y"}
+        assert set(listed["download"].input_schema["required"]) == {"sandbox_id", "guest_path"}
+        assert listed["clipboard_get"].input_schema["required"] == ["sandbox_id"]
+        assert stat.S_IMODE(files.stat().st_mode) == 0o700  # made at its first use, the user's
         assert not after.is_error
         assert text(after) == "No sandboxes; create one with create_sandbox."
 

@@ -1,7 +1,9 @@
 """``cubicle mcp`` through the real ``mcp`` client on Docker, on stdio and on HTTP: the editor
 round trip a model would make (create, screenshot, click the launcher, type, save, read the file
-back with exec, destroy); closing the stdio client removes the server's sandboxes within the
-client's grace; a server killed with SIGKILL leaves nothing after ``cubicle gc``."""
+back with exec, destroy) — on stdio with the files and the clipboard too (upload, download,
+refusals of paths out of the files folder, a Unicode clipboard); closing the stdio client removes
+the server's sandboxes within the client's grace; a server killed with SIGKILL leaves nothing
+after ``cubicle gc``."""
 
 from __future__ import annotations
 
@@ -64,9 +66,69 @@ async def create(client: Client) -> str:
     return sandbox_id
 
 
-async def editor_round_trip(client: Client) -> None:
+UNICODE_BYTES = "grüße 你好 🎉\r\nzweite Zeile\tend\n".encode() + bytes(range(256))
+CLIPBOARD = "emoji 🎉👩‍💻, CJK 漢字かな한글\nsecond line\n\nend"
+
+
+async def refused(client: Client, tool: str, arguments: dict[str, object]) -> str:
+    """The error text of a call that must fail."""
+    result = await client.call_tool(tool, arguments)
+    assert result.is_error, (tool, arguments, text(result))
+    return text(result)
+
+
+async def files_and_clipboard(client: Client, sandbox_id: str, files: Path) -> None:
+    """On the round trip's sandbox (its ~/task/todo.txt saved by the editor): a file with
+    Unicode and binary content up and read back with exec; the saved file down into the files
+    folder; ways out of the folder refused naming the field, and a guest-planted link; a Unicode
+    text through the clipboard."""
+    sid: dict[str, object] = {"sandbox_id": sandbox_id}
+    (files / "in").mkdir(parents=True)
+    (files / "in" / "ünï 文.bin").write_bytes(UNICODE_BYTES)
+    up = await call(client, "upload", {**sid, "local": "in/ünï 文.bin", "guest_path": "task"})
+    assert text(up).endswith(f"/task/ünï 文.bin (1 file, {len(UNICODE_BYTES)} bytes)."), text(up)
+    read = await call(
+        client, "exec", {**sid, "argv": ["sh", "-c", 'base64 -w0 ~/task/"ünï 文.bin"']}
+    )
+    assert base64.b64decode(text(read).split("--- stdout ---\n")[1]) == UNICODE_BYTES
+
+    down = await call(client, "download", {**sid, "guest_path": "task/todo.txt"})
+    assert "to todo.txt in the files folder (1 file, 16 bytes" in text(down), text(down)
+    assert (files / "todo.txt").read_bytes() == b"milk\neggs\nbread\n"
+    await call(client, "download", {**sid, "guest_path": "task/todo.txt", "local": "in/t2.txt"})
+    assert (files / "in" / "t2.txt").read_bytes() == b"milk\neggs\nbread\n"
+
+    assert "local: Value error, a '..' part is refused" in await refused(
+        client, "upload", {**sid, "local": "../x", "guest_path": "task"}
+    )
+    passwd = Path("/etc/passwd").read_bytes()
+    assert "local: Value error, an absolute path is refused" in await refused(
+        client, "download", {**sid, "guest_path": "task/todo.txt", "local": "/etc/passwd"}
+    )
+    assert Path("/etc/passwd").read_bytes() == passwd
+    outside = files.parent / "outside"
+    outside.mkdir()
+    (files / "out").symlink_to(outside)
+    assert "local: 'out' in 'out/x' is a symbolic link" in await refused(
+        client, "download", {**sid, "guest_path": "task/todo.txt", "local": "out/x"}
+    )
+    assert list(outside.iterdir()) == []
+    await call(client, "exec", {**sid, "argv": ["sh", "-c", "ln -s /etc ~/task/etc-link"]})
+    assert "symbolic link(s) or special file(s)" in await refused(
+        client, "download", {**sid, "guest_path": "task", "local": "got"}
+    )
+    assert sorted(p.name for p in files.iterdir()) == ["in", "out", "todo.txt"]  # nothing left
+
+    said = await call(client, "clipboard_set", {**sid, "text": CLIPBOARD})
+    assert "clipboard selection holds the text" in text(said), text(said)
+    got = await call(client, "clipboard_get", sid)
+    assert text(got) == CLIPBOARD
+
+
+async def editor_round_trip(client: Client, files: Path | None = None) -> None:
     """What tasks/editor-save asks a model, through the tools: open a prepared file in the
-    editor from its launcher, add a line, save; then read the bytes back with exec."""
+    editor from its launcher, add a line, save; then read the bytes back with exec (and, given
+    the server's files folder, :func:`files_and_clipboard` on the same sandbox)."""
     sandbox_id = await create(client)
     assert sandbox_id in text(await call(client, "list_sandboxes", {}))
     shot = image_of(await call(client, "screenshot", {"sandbox_id": sandbox_id}))
@@ -108,6 +170,8 @@ async def editor_round_trip(client: Client) -> None:
     read = await call(client, "exec", {"sandbox_id": sandbox_id, "argv": ["base64", "-w0", path]})
     encoded = text(read).split("--- stdout ---\n")[1]
     assert base64.b64decode(encoded) == b"milk\neggs\nbread\n"
+    if files is not None:
+        await files_and_clipboard(client, sandbox_id, files)
 
     assert text(await call(client, "destroy_sandbox", {"sandbox_id": sandbox_id})) == (
         f"Removed {sandbox_id}."
@@ -116,10 +180,14 @@ async def editor_round_trip(client: Client) -> None:
     assert sandbox_id not in text(await call(client, "list_sandboxes", {}))
 
 
-def test_stdio_editor_round_trip_and_the_close_removes_the_sandboxes(docker_image: str) -> None:
+def test_stdio_editor_round_trip_files_clipboard_and_the_close_removes_the_sandboxes(
+    docker_image: str, tmp_path: Path
+) -> None:
+    files = tmp_path / "files"
+
     async def main() -> tuple[str, float]:
-        async with Client(stdio_params()) as client:
-            await editor_round_trip(client)
+        async with Client(stdio_params("--files", str(files))) as client:
+            await editor_round_trip(client, files)
             kept = await create(client)
             assert left_of(kept) != []
             closing = time.monotonic()

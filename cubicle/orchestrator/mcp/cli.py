@@ -1,8 +1,10 @@
-"""``cubicle mcp [--http [--port P] [--token-file PATH]] [--backend B]``: serve the desktop as
-MCP tools — on stdin/stdout by default (what an MCP client launches), or as streamable HTTP on
-127.0.0.1 with a bearer token (``CUBICLE_MCP_TOKEN``, or generated and written to a file only
-the user can read; its path is printed on stderr). The sandboxes it creates are removed when it
-stops.
+"""``cubicle mcp [--http [--port P] [--token-file PATH]] [--backend B] [--files DIR]``: serve
+the desktop as MCP tools — on stdin/stdout by default (what an MCP client launches), or as
+streamable HTTP on 127.0.0.1 with a bearer token (``CUBICLE_MCP_TOKEN``, or generated and
+written to a file only the user can read; its path is printed on stderr). The sandboxes it
+creates are removed when it stops. The upload and download tools read and write the files folder
+alone (``--files DIR``, default ``$XDG_DATA_HOME/cubicle/mcp-files``, created 0700 at the first
+use).
 """
 
 from __future__ import annotations
@@ -30,11 +32,15 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     # the server and the mcp package load only for this command (every other one starts faster)
     from cubicle.orchestrator.mcp.auth import resolve_token  # noqa: PLC0415
     from cubicle.orchestrator.mcp.desktops import Desktops  # noqa: PLC0415
+    from cubicle.orchestrator.mcp.files import FilesFolder, default_files_dir  # noqa: PLC0415
     from cubicle.orchestrator.mcp.server import serve_http, serve_stdio  # noqa: PLC0415
 
     if args.ready_timeout <= 0:
         raise ConfigError(f"--ready-timeout {args.ready_timeout:g}: must be more than 0 s")
-    desktops = Desktops(args.backend, ready_timeout_s=args.ready_timeout)
+    files = FilesFolder(args.files if args.files is not None else default_files_dir())
+    if files.root.exists() and not files.root.is_dir():
+        raise ConfigError(f"--files {files.root}: not a folder")
+    desktops = Desktops(args.backend, ready_timeout_s=args.ready_timeout, files=files)
     if not args.http:
         if args.port is not None or args.token_file is not None:
             raise ConfigError("--port and --token-file go with --http")
@@ -79,6 +85,14 @@ def register(sub: Any) -> None:
         default="docker",
         choices=("docker", "vm"),
         help="the backend of create_sandbox calls that name none (default docker)",
+    )
+    p.add_argument(
+        "--files",
+        type=Path,
+        metavar="DIR",
+        help="the one host folder the upload and download tools read and write; their local "
+        "paths are relative to it (default $XDG_DATA_HOME/cubicle/mcp-files, i.e. "
+        "~/.local/share/cubicle/mcp-files; created 0700 at the first use)",
     )
     p.add_argument(
         "--ready-timeout",

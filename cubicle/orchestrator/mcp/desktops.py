@@ -10,7 +10,11 @@ sandbox itself once started.
 Each sandbox keeps one agent connection and one :class:`~cubicle.drivers.computer.GuestDriver`
 over it (the drivers' coordinate mapping, settle and receipts), used by one call at a time
 (a lock per sandbox; the calls are blocking: the server runs them in worker threads). ``exec``
-goes through the same connection (a VM's channel takes one connection at a time).
+goes through the same connection (a VM's channel takes one connection at a time), and so do the
+file transfers and the clipboard.
+
+The server's files folder (:mod:`cubicle.orchestrator.mcp.files`), the one host folder the
+``upload`` and ``download`` tools touch, is :attr:`Desktops.files`.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import TypeVar
 
 from cubicle.drivers.computer import GuestDriver
 from cubicle.orchestrator.errors import ConfigError, SandboxNotFound
+from cubicle.orchestrator.mcp.files import FilesFolder, default_files_dir
 from cubicle.orchestrator.network import NetworkPolicy
 from cubicle.orchestrator.provider import EXEC_MARGIN_S, ExecResult, parse_size
 from cubicle.orchestrator.sandbox import Sandbox
@@ -65,11 +70,20 @@ class Desktops:
 
     :param backend: the backend ``create`` uses when the call names none.
     :param ready_timeout_s: how long a creation waits for the guest's agent.
+    :param files: the files folder (default: the one of
+        :func:`~cubicle.orchestrator.mcp.files.default_files_dir`).
     """
 
-    def __init__(self, backend: str = "docker", *, ready_timeout_s: float = 90.0) -> None:
+    def __init__(
+        self,
+        backend: str = "docker",
+        *,
+        ready_timeout_s: float = 90.0,
+        files: FilesFolder | None = None,
+    ) -> None:
         self.backend = backend
         self.ready_timeout_s = ready_timeout_s
+        self.files = files if files is not None else FilesFolder(default_files_dir())
         self._items: dict[str, Desktop] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()

@@ -13,15 +13,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
+from cubicle.orchestrator.mcp.files import MAX_PATH_CHARS, check_relative
 from cubicle_guest import protocol
 
 __all__ = [
     "BadArguments",
     "Click",
+    "ClipboardGet",
+    "ClipboardSet",
     "CreateSandbox",
     "DoubleClick",
+    "Download",
     "Drag",
     "Exec",
     "Keypress",
@@ -31,6 +35,7 @@ __all__ = [
     "SandboxRef",
     "Scroll",
     "Type",
+    "Upload",
     "Wait",
     "input_schema",
     "parse_arguments",
@@ -153,6 +158,77 @@ class Exec(SandboxRef):
     timeout_s: float = Field(
         default=60.0, gt=0, le=MAX_EXEC_TIMEOUT_S, description="seconds the program may run"
     )
+
+
+LocalPath = Annotated[
+    str,
+    Field(max_length=MAX_PATH_CHARS),
+    AfterValidator(check_relative),
+]
+GuestPath = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_PATH_CHARS,
+        description="a path in the sandbox; a relative one is the desktop user's home's",
+    ),
+]
+Selection = Annotated[
+    Literal["clipboard", "primary"],
+    Field(description="clipboard (default: what Ctrl+C/Ctrl+V use) or primary (the selection)"),
+]
+
+
+class Upload(SandboxRef):
+    local: LocalPath = Field(
+        description="the file or folder to copy, relative to the server's files folder "
+        "(no absolute path, no '..', no symbolic link)"
+    )
+    guest_path: GuestPath = Field(
+        description="where to put it in the sandbox: an existing folder receives it under its "
+        "own name, anything else is the copy's name (its folder must exist); relative: the "
+        "desktop user's home's"
+    )
+
+
+class Download(SandboxRef):
+    guest_path: GuestPath = Field(
+        description="the file or folder to copy out of the sandbox; relative: the desktop "
+        "user's home's"
+    )
+    local: LocalPath = Field(
+        default=".",
+        description="where to put it, relative to the server's files folder (default: the "
+        "folder itself): an existing folder receives it under its own name, anything else is "
+        "the copy's name (its folder must exist)",
+    )
+
+
+def _fits_the_clipboard(text: str) -> str:
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"not valid Unicode: {exc.reason}") from None
+    if size > protocol.MAX_CLIPBOARD_BYTES:
+        raise ValueError(f"{size} bytes of UTF-8, over the limit of {protocol.MAX_CLIPBOARD_BYTES}")
+    return text
+
+
+class ClipboardGet(SandboxRef):
+    selection: Selection = "clipboard"
+
+
+class ClipboardSet(SandboxRef):
+    text: Annotated[
+        str,
+        Field(
+            max_length=protocol.MAX_CLIPBOARD_BYTES,
+            description="the text (UTF-8, at most "
+            f"{protocol.MAX_CLIPBOARD_BYTES} bytes) a paste in any application will receive",
+        ),
+        AfterValidator(_fits_the_clipboard),
+    ]
+    selection: Selection = "clipboard"
 
 
 def input_schema(model: type[BaseModel]) -> dict[str, Any]:

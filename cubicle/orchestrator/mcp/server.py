@@ -47,7 +47,9 @@ log = logging.getLogger("cubicle.orchestrator.mcp")
 INSTRUCTIONS = (
     "Disposable Linux desktops. Call create_sandbox, then screenshot to see the screen; click, "
     "type, keypress and the other input tools act on it (coordinates are pixels of the last "
-    "screenshot); exec runs a program in it. destroy_sandbox removes it; all of this server's "
+    "screenshot); exec runs a program in it; upload and download copy files between it and "
+    "this server's files folder (paths there are relative to it); clipboard_get and "
+    "clipboard_set read and set its clipboard. destroy_sandbox removes it; all of this server's "
     "sandboxes are removed when it stops."
 )
 GRACEFUL_S = 1

@@ -11,17 +11,23 @@ mapping (the coordinates are those of the last screenshot), settle and receipt a
 the result's text says what the screen did (the receipt).
 
 Adding a tool is one :class:`ToolSpec` in :data:`TOOLS`: a schema model, a description and a
-handler, e.g. for a ``Sandbox`` method ``upload(local, guest_path)``::
+handler, e.g. for a guest operation ``clipboard_get``::
 
-    class Upload(SandboxRef):
-        local: str
-        guest_path: str
+    class ClipboardGet(SandboxRef):
+        selection: Literal["clipboard", "primary"] = "clipboard"
 
-    def _upload(desktops, args):
-        desktops.get(args.sandbox_id).sandbox.upload(args.local, args.guest_path)
-        return [_text(f"uploaded {args.local} to {args.guest_path}")]
+    def _clipboard_get(desktops, args):
+        result = desktops.run(
+            args.sandbox_id, lambda d: d.client.clipboard_get(selection=args.selection).result
+        )
+        return [_text(str(result["text"]))]
 
-    ToolSpec("upload", "Copy a host file or folder into the sandbox.", Upload, _upload)
+    ToolSpec("clipboard_get", "Read the sandbox's clipboard.", ClipboardGet, _clipboard_get)
+
+A handler works on the desktop's own connection (``desktops.run``), never a new one: a VM's
+channel takes one connection at a time. Host paths never come from the arguments as they are:
+``upload`` and ``download`` take them relative to the server's files folder
+(:mod:`cubicle.orchestrator.mcp.files`), which refuses any way out of it.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from cubicle.drivers.actions import PlannedAction, plan_action
 from cubicle.drivers.computer import GuestDriver
 from cubicle.drivers.receipts import Receipt
 from cubicle.drivers.records import ActionRecord
+from cubicle.orchestrator import file_transfer
 from cubicle.orchestrator.mcp import schemas as S
 from cubicle.orchestrator.mcp.desktops import Desktop, Desktops
 from cubicle.orchestrator.provider import ExecResult
@@ -208,6 +215,50 @@ def _exec(desktops: Desktops, args: S.Exec) -> Sequence[Content]:
     return [_text(exec_text(result))]
 
 
+# -- files and the clipboard -----------------------------------------------------------------
+
+
+def _counted(files: int, size: int) -> str:
+    return f"{files} file{'' if files == 1 else 's'}, {size} bytes"
+
+
+def _upload(desktops: Desktops, args: S.Upload) -> Sequence[Content]:
+    source = desktops.files.source(args.local, "local")
+    copied = desktops.run(
+        args.sandbox_id, lambda d: file_transfer.upload(d.client, source, args.guest_path)
+    )
+    return [
+        _text(f"Uploaded {args.local} to {copied.path} ({_counted(copied.files, copied.bytes)}).")
+    ]
+
+
+def _download(desktops: Desktops, args: S.Download) -> Sequence[Content]:
+    target = desktops.files.destination(args.local, "local")
+    copied = desktops.run(
+        args.sandbox_id, lambda d: file_transfer.download(d.client, args.guest_path, target)
+    )
+    return [
+        _text(
+            f"Downloaded {args.guest_path} to {desktops.files.relative(copied.path)} in the files "
+            f"folder ({_counted(copied.files, copied.bytes)}; on the host: {copied.path})."
+        )
+    ]
+
+
+def _clipboard_get(desktops: Desktops, args: S.ClipboardGet) -> Sequence[Content]:
+    result = desktops.run(
+        args.sandbox_id, lambda d: d.client.clipboard_get(selection=args.selection).result
+    )
+    return [_text(str(result["text"]))]
+
+
+def _clipboard_set(desktops: Desktops, args: S.ClipboardSet) -> Sequence[Content]:
+    desktops.run(
+        args.sandbox_id, lambda d: d.client.clipboard_set(args.text, selection=args.selection)
+    )
+    return [_text(f"The {args.selection} selection holds the text ({len(args.text)} characters).")]
+
+
 _COORDS = (
     " Coordinates are pixels of the last screenshot (take one first). The result says whether "
     "the screen changed and which window has the focus."
@@ -276,6 +327,35 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
         "SCRIPT] for one) and return its exit code, stdout and stderr.",
         S.Exec,
         _exec,
+    ),
+    ToolSpec(
+        "upload",
+        "Copy a file or folder from the server's files folder (local, relative to it) into the "
+        "sandbox at guest_path; bytes, modes and modification times kept.",
+        S.Upload,
+        _upload,
+    ),
+    ToolSpec(
+        "download",
+        "Copy a file or folder out of the sandbox (guest_path) into the server's files folder "
+        "(local, relative to it; default: the folder itself, under the file's own name).",
+        S.Download,
+        _download,
+    ),
+    ToolSpec(
+        "clipboard_get",
+        "Read the text of the sandbox's clipboard (or primary selection); the result is the "
+        "text exactly, empty when nothing holds text.",
+        S.ClipboardGet,
+        _clipboard_get,
+        read_only=True,
+    ),
+    ToolSpec(
+        "clipboard_set",
+        "Put text on the sandbox's clipboard (or primary selection), so a paste (Ctrl+V) in "
+        "any application receives it.",
+        S.ClipboardSet,
+        _clipboard_set,
     ),
 )
 """Every tool, in the order ``tools/list`` shows them."""
