@@ -51,6 +51,15 @@ from cubicle.orchestrator.errors import ConfigError
 from cubicle.orchestrator.modelrun.budget import BudgetSpec, parse_context_budget
 from cubicle.orchestrator.modelrun.console import default_out, destroy_quietly, progress
 from cubicle.orchestrator.modelrun.responses_model import ResponsesModel
+from cubicle.orchestrator.modelrun.resumable import (
+    add_resume_arguments,
+    namespace_settings,
+    parse_window,
+    read_resume_file,
+    reattach,
+    turn_completed_hook,
+    write_resume_file,
+)
 from cubicle.orchestrator.modelrun.run import DEFAULT_MAX_STEPS, RunSpec, run
 from cubicle.orchestrator.modelrun.signals import cancel_on_signals
 from cubicle.orchestrator.modelrun.usage import usage_line
@@ -63,6 +72,7 @@ from cubicle.orchestrator.origin_answers import (
 )
 from cubicle.orchestrator.provider import parse_size
 from cubicle.orchestrator.providers import PROVIDERS
+from cubicle.orchestrator.resume_marks import read_mark
 from cubicle.orchestrator.sandbox import Sandbox, teardown_on_signals
 from cubicle.orchestrator.shape_options import (
     add_internal_networks_argument,
@@ -204,7 +214,34 @@ def register(sub: Any) -> None:
         "--out", type=Path, default=None, help="trajectory folder (default runs/run-<time>)"
     )
     p.add_argument("--keep", action="store_true", help="leave the sandbox running afterwards")
+    add_resume_arguments(p, command="run")
     p.set_defaults(func=cmd_run)
+
+
+RESUMED_SETTINGS = (
+    "task",
+    "task_file",
+    "model",
+    "max_steps",
+    "network",
+    "ask_timeout",
+    "allow_internal",
+    "backend",
+    "size",
+    "view",
+    "loop",
+    "context_budget",
+    "approvals",
+    "policy",
+    "verify_file",
+    "verify",
+    "stall",
+    "record",
+    "takeover_on_stall",
+    "settle",
+)
+"""The options a resumed run takes from the interrupted one (``resume.json``), not the command
+line: the same task, model, view and checks."""
 
 
 def parse_settle(text: str) -> SettleOption:
@@ -334,6 +371,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             "OPENAI_API_KEY is not set",
             hint="export OPENAI_API_KEY=...; for a keyless check run: cubicle drill",
         )
+    window = parse_window(args.resume_window)
+    if args.resume is not None:
+        saved = read_resume_file(args.resume, "run")["settings"]
+        for name in RESUMED_SETTINGS:
+            if name in saved:
+                setattr(args, name, saved[name])
+        args.policy = Path(args.policy) if args.policy is not None else None
     task_file, settings = effective_settings(args)
     for line in settings.lines():
         progress(line)
@@ -351,17 +395,29 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--max-steps must be at least 1, got {settings.max_steps}")
     record = parse_record(args.record) if args.record is not None else None
     budget = _context_budget(args)
-    out: Path = args.out or default_out("run")
+    out: Path = args.resume or args.out or default_out("run")
     model = ResponsesModel.from_environment(args.model)
-    with teardown_on_signals():
-        sandbox = Sandbox.create(
-            args.backend,
-            network=network,
-            screen=screen,
-            detached=args.keep,
-            progress=progress,
+    resumed = reattach(args.resume, "run", window) if args.resume is not None else None
+    if resumed is not None:
+        sandbox = resumed.sandbox
+        progress(
+            f"{sandbox.id}: resuming after {resumed.ledger.completed_turns} completed turns "
+            f"({resumed.ledger.remaining_steps} model requests left)"
         )
+    else:
+        with teardown_on_signals():
+            sandbox = Sandbox.create(
+                args.backend,
+                network=network,
+                screen=screen,
+                detached=args.keep,
+                progress=progress,
+            )
+    keep = args.keep
     try:
+        if resumed is None:
+            settings_saved = namespace_settings(args, RESUMED_SETTINGS)
+            write_resume_file(out, command="run", sandbox=sandbox, settings=settings_saved)
         spec = RunSpec(
             out=out,
             loop=args.loop,
@@ -378,13 +434,19 @@ def cmd_run(args: argparse.Namespace) -> int:
             on_stall="takeover" if args.takeover_on_stall else "stop",
             record=record,
             origin_answers=run_answers(sandbox, network, safety),
+            ledger=True,
+            resume=resumed.ledger if resumed is not None else None,
+            on_turn_completed=turn_completed_hook(sandbox, out, window),
         )
         with cancel_on_signals() as cancel:
             result = run(sandbox, spec, model, cancel_requested=cancel)
+        if args.keep_for_resume and result.cancelled and read_mark(sandbox.id) is not None:
+            keep = True
+            progress(f"{sandbox.id} kept for resume; continue with: cubicle run --resume {out}")
     finally:
         if args.keep:
             progress(f"{sandbox.id} kept; remove it with: cubicle down {sandbox.id}")
-        else:
+        elif not keep:
             destroy_quietly(sandbox)
     if result.final_message:
         print(result.final_message, flush=True)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from cubicle.orchestrator.drill.stale import StaleCheck
 from cubicle.orchestrator.modelrun import Desktop
 from cubicle.orchestrator.modelrun.errors import ExpectationFailed, RunError
 from cubicle.orchestrator.modelrun.functions import FunctionTool
+from cubicle.orchestrator.modelrun.ledger import SavedLedger
 from cubicle.orchestrator.modelrun.loop import LoopKind, LoopOutcome
 from cubicle.orchestrator.modelrun.run import (
     FAILURE_SCREEN,
@@ -52,6 +54,9 @@ from cubicle.orchestrator.modelrun.verify import Check
 from cubicle.orchestrator.provider import SandboxInfo
 from cubicle.orchestrator.tasks import DEFAULT_TASK, Task, fill, load_task
 from cubicle.orchestrator.trajectory.recorder import TrajectoryObserver
+from cubicle_guest.client import AgentClient
+from cubicle_guest.errors import CubicleError
+from cubicle_guest.input_log import DEFAULT_INPUT_LOG, INPUT_OPS
 from cubicle_guest.protocol import MAX_LAUNCH_CAP_MS, MAX_SETTLE_CAP_MS, SettleSpec
 
 __all__ = [
@@ -82,6 +87,8 @@ class DrillResult(RunResult):
     sandbox_s: float = 0.0
     """Seconds of the whole run including creating and removing its sandbox (0: not known)."""
     require_checks: bool = True
+    sandbox: str = ""
+    """The sandbox id it ran on (set by the CLI)."""
 
     def summary(self) -> str:
         """A short human summary: verdict, checks (expected vs got when failed), timings."""
@@ -180,6 +187,8 @@ def run_drill(
     record: tuple[float, int] | None = None,
     observers: Iterable[TrajectoryObserver] = (),
     functions: Sequence[FunctionTool] = (),
+    resume: SavedLedger | None = None,
+    on_turn_completed: Callable[[], None] | None = None,
 ) -> DrillResult:
     """Run ``task`` (default: the shipped ``desktop`` task) once with the ``loop`` flavour of
     the SDK and its scripted model: :func:`cubicle.orchestrator.modelrun.run.run` with a
@@ -200,6 +209,11 @@ def run_drill(
         (:class:`cubicle.orchestrator.trajectory.TrajectoryObserver`).
     :param functions: the function tools the script calls, with who answers them (the
         ``runner`` loop only; ``cubicle serve`` asks its client).
+    :param resume: continue the interrupted runner-loop drill whose ledger this is (in ``out``,
+        on the same desktop): no set-up again, the script from its next turn. The runner loop
+        always keeps its ledger in ``out``.
+    :param on_turn_completed: called after every completed turn (the CLI marks the sandbox
+        resumable there).
     """
     task = task or load_task(DEFAULT_TASK)
     if workdir is not None:
@@ -221,6 +235,9 @@ def run_drill(
         stop_launched_apps=not keep_apps,
         require_checks=True,
         functions=tuple(functions),
+        ledger=True,
+        resume=resume,
+        on_turn_completed=on_turn_completed,
     )
     result = run(desktop, spec, model, observers=observers, cancel_requested=cancel_requested)
     fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(RunResult)}
@@ -272,6 +289,9 @@ class DrillModel:
             what the turn expects to see?"""
             if index == 0 or session.last_model_shot is None:
                 return
+            if context.resume is not None and index == context.resume.completed_turns:
+                previous[0] = _image(session.last_model_shot)
+                return  # the resumed run's fresh observation: no action made it
             if not parsed.turns[index - 1].is_call:
                 return  # a function call's answer: the model received no new screenshot
             stale.check(session.last_model_shot, session.recorder.last_shot)
@@ -299,6 +319,8 @@ class DrillModel:
             parsed,
             on_turn=lambda index, turn, body: before_turn(index, turn),
             raise_on_exit=False,
+            start=context.resume.completed_turns if context.resume is not None else 0,
+            skip_actions=_performed_of_uncertain(context, parsed.turns),
         ) as model:
 
             def after_loop(outcome: LoopOutcome) -> None:
@@ -321,6 +343,66 @@ class DrillModel:
                 after_loop=after_loop,
                 checks=lambda: [stale_screenshots_check(stale)],
             )
+
+
+def input_log(client: AgentClient) -> list[dict[str, Any]]:
+    """The guest agent's input log (:mod:`cubicle_guest.input_log`): every input request it
+    injected, in order (a line cut short by a killed agent is left out)."""
+    try:
+        blob = client.read_file(DEFAULT_INPUT_LOG, timeout=30).blob
+    except CubicleError:
+        return []
+    entries = []
+    for line in blob.decode("utf-8", "replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            entries.append(entry)
+    return entries
+
+
+def _input_actions(actions: Sequence[dict[str, Any]]) -> int:
+    return sum(1 for action in actions if action.get("type") in INPUT_OPS)
+
+
+def _performed_of_uncertain(context: LoopContext, turns: Sequence[Turn]) -> int:
+    """How many actions of the turn a resumed run continues from were performed before the
+    interruption — what a model sees on the fresh screenshot, here read from the guest's input
+    log: its input requests beyond those of the completed turns. 0 when nothing was in flight.
+
+    :raises RunError: the log does not fit the script (more input than the turn holds).
+    """
+    resume = context.resume
+    if resume is None or not resume.uncertain:
+        return 0
+    start = resume.completed_turns
+    if start >= len(turns) or turns[start].actions is None:
+        return 0
+    done_before = sum(_input_actions(turn.actions or ()) for turn in turns[:start])
+    performed = len(input_log(context.agent)) - done_before
+    batch = turns[start].actions or ()
+    if not 0 <= performed <= _input_actions(batch):
+        raise RunError(
+            f"resume: the guest's input log holds {performed} input requests beyond the "
+            f"{done_before} of the {start} completed turns; turn {start} has only "
+            f"{_input_actions(batch)}"
+        )
+    skip, seen = 0, 0
+    for action in batch:
+        if seen == performed:
+            break
+        skip += 1
+        seen += action.get("type") in INPUT_OPS
+    context.session.recorder.event(
+        "settled",
+        turn=start,
+        performed_actions=skip,
+        of=len(batch),
+        by="the guest's input log",
+    )
+    return skip
 
 
 def _image(png: bytes) -> Image.Image:

@@ -22,15 +22,18 @@ connection, the model's client, the recording, the answerer).
 
 from __future__ import annotations
 
+import base64
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 from openai import OpenAI
+from openai.types.responses.response_create_params import ResponseCreateParamsNonStreaming
 
 from cubicle.drivers.approvals import ApprovalPolicy, ApproveAll
 from cubicle.drivers.computer import GuestDriver
@@ -42,6 +45,7 @@ from cubicle.orchestrator.modelrun.budget import BudgetSpec, describe_budget, re
 from cubicle.orchestrator.modelrun.errors import RunCancelled, RunStalled
 from cubicle.orchestrator.modelrun.functions import FunctionCalls, FunctionTool
 from cubicle.orchestrator.modelrun.guest_steps import GuestSteps, TaskGuest
+from cubicle.orchestrator.modelrun.ledger import RunLedger, SavedLedger
 from cubicle.orchestrator.modelrun.loop import (
     LoopKind,
     LoopOutcome,
@@ -142,6 +146,14 @@ class RunSpec:
     :param stop_launched_apps: stop the programs the set-up launched when the run ends.
     :param functions: function tools declared beside the computer tool
         (:mod:`cubicle.orchestrator.modelrun.functions`; the ``runner`` loop only).
+    :param ledger: keep the SDK's ledger in ``out`` (:mod:`cubicle.orchestrator.modelrun.ledger`;
+        the ``runner`` loop only, ignored for the toolset).
+    :param resume: continue the interrupted run whose ledger this is, on the same desktop and in
+        the same ``out`` (the trajectory goes on; no set-up runs again; the ledger's request
+        count and ``max_steps`` apply); the ``runner`` loop only.
+    :param on_turn_completed: called after every turn whose calls all returned (with a ledger):
+        the caller makes the sandbox resumable there.
+    :raises ValueError: ``resume`` with the toolset loop.
     """
 
     out: Path
@@ -163,6 +175,23 @@ class RunSpec:
     stop_launched_apps: bool = False
     require_checks: bool = False
     functions: tuple[FunctionTool, ...] = ()
+    ledger: bool = False
+    resume: SavedLedger | None = None
+    on_turn_completed: Callable[[], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.resume is not None and self.loop != "runner":
+            raise ValueError(
+                f"a {self.loop} loop run cannot be resumed: only the runner loop keeps a ledger"
+            )
+
+
+RESUME_NOTE = "settle: after resume"
+"""The ``note`` of the fresh screenshot a resumed run starts with."""
+RESUME_TEXT = (
+    "The run was interrupted and has been resumed on the same desktop. Actions of the last "
+    "turn may or may not have happened; this is the screen now."
+)
 
 
 @dataclass
@@ -177,6 +206,8 @@ class LoopContext:
     """The prepared task, when the run has one."""
     prompt: str
     cancel_requested: Callable[[], bool]
+    resume: SavedLedger | None = None
+    """The ledger a resumed run continues from (the scripted model starts at its turn)."""
 
 
 @dataclass
@@ -235,7 +266,7 @@ def run(
         task=spec.task.name if spec.task is not None else "",
         require_checks=spec.require_checks,
     )
-    with TrajectoryRecorder(spec.out, observers) as recorder:
+    with TrajectoryRecorder(spec.out, observers, append=spec.resume is not None) as recorder:
         try:
             agent = desktop.connect()
         except CubicleError as exc:
@@ -302,7 +333,7 @@ def _run_connected(
         )
         prompt = spec.prompt
         if spec.task is not None:
-            guest = steps.prepare(spec.task)
+            guest = steps.prepare(spec.task) if spec.resume is None else steps.reattach(spec.task)
             if session.functions is not None:  # the task's {TOOL_OUTPUT} checks read them
                 session.functions.outputs = guest.tool_outputs
             prompt = prompt or guest.prompt
@@ -320,20 +351,29 @@ def _run_connected(
         meta: dict[str, Any] = {}
         if guest is not None:
             meta = {"task": guest.task.name, "workdir": guest.workdir, "port": guest.task.port}
-        recorder.event(
-            "run",
-            task=prompt,
-            loop=spec.loop,
-            context_budget=describe_budget(resolve_budget(spec.loop, spec.context_budget)),
-            model=model.name,
-            screen=list(geometry.screen),
-            model_view=[geometry.width, geometry.height],
-            meta=meta,
+        sandbox = getattr(desktop, "id", None)
+        sandbox = sandbox if isinstance(sandbox, str) else None
+        loop_input: str | list[Any] = prompt
+        if spec.resume is None:
+            recorder.event(
+                "run",
+                task=prompt,
+                loop=spec.loop,
+                context_budget=describe_budget(resolve_budget(spec.loop, spec.context_budget)),
+                model=model.name,
+                screen=list(geometry.screen),
+                model_view=[geometry.width, geometry.height],
+                meta=meta,
+                sandbox=sandbox,
+            )
+        else:
+            loop_input = _settle_after_resume(spec.resume, driver, session, recorder, sandbox)
+        context = LoopContext(
+            agent, driver, session, steps, guest, prompt, cancel_requested, spec.resume
         )
-        context = LoopContext(agent, driver, session, steps, guest, prompt, cancel_requested)
         with model.serve(context) as endpoint:
             model_checks = endpoint.checks
-            outcome = _loop(spec, endpoint, context, stall_hit, recorder)
+            outcome = _loop(spec, endpoint, context, stall_hit, recorder, loop_input=loop_input)
             result.cancelled = cancel_requested()
             result.stalled = session.stalled if spec.on_stall == "stop" else None
             if result.stalled is not None:
@@ -387,18 +427,31 @@ def _loop(
     context: LoopContext,
     stall_hit: threading.Event,
     recorder: TrajectoryRecorder,
+    *,
+    loop_input: str | list[Any],
 ) -> LoopOutcome:
-    """The SDK's loop against ``endpoint`` until it ends, cancelling it when asked or stalled."""
+    """The SDK's loop against ``endpoint`` until it ends, cancelling it when asked or stalled;
+    with a ledger in ``spec.out`` (resuming from ``spec.resume``)."""
+    ledger = None
+    max_steps = spec.max_steps
+    if spec.loop == "runner" and (spec.ledger or spec.resume is not None):
+        resume = spec.resume
+        run_id = resume.run_id if resume is not None else uuid.uuid4().hex
+        keeper = RunLedger(spec.out, run_id, on_turn_completed=spec.on_turn_completed)
+        ledger = keeper.sdk_ledger(resume.checkpoint if resume is not None else None)
+        if resume is not None:
+            max_steps = resume.checkpoint["max_steps"]
     with _openai_client(endpoint, context.session) as client:
         thread = LoopThread(
             spec.loop,
             context.driver,
             client,
-            {"model": endpoint.model, "input": context.prompt},
+            cast(ResponseCreateParamsNonStreaming, {"model": endpoint.model, "input": loop_input}),
             context.session,
-            max_steps=spec.max_steps,
+            max_steps=max_steps,
             functions=context.session.functions.registered() if context.session.functions else (),
             context_budget=spec.context_budget,
+            ledger=ledger,
         )
         context.steps.cancelled = lambda: context.cancel_requested() or thread.cancelled()
         thread.start()
@@ -445,6 +498,42 @@ def _verify(
             got=check.got,
             detail=check.detail,
         )
+
+
+def _settle_after_resume(
+    resume: SavedLedger,
+    driver: GuestDriver,
+    session: RecordedSession,
+    recorder: TrajectoryRecorder,
+    sandbox: str | None,
+) -> list[Any]:
+    """Settle what was in flight when the run died: a fresh screenshot (recorded with
+    :data:`RESUME_NOTE`), never a call sent again; record ``resume``; return the loop's input
+    (the fresh observation the SDK appends to the saved history)."""
+    session.next_shot_note = RESUME_NOTE
+    shot = driver.screenshot()
+    url = str(shot.get("image_url") or "")
+    session.last_model_shot = base64.b64decode(url.partition(",")[2])  # what the model sees next
+    checkpoint = resume.checkpoint
+    recorder.event(
+        "resume",
+        sandbox=sandbox,
+        from_revision=checkpoint["revision"],
+        completed_turns=resume.completed_turns,
+        consumed_requests=checkpoint["consumed_requests"],
+        remaining_steps=resume.remaining_steps,
+        uncertain=resume.uncertain,
+        settle_shot=recorder.last_shot,
+    )
+    return [
+        {
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": RESUME_TEXT},
+                {"type": "input_image", "image_url": url, "detail": "original"},
+            ],
+        }
+    ]
 
 
 def _keep_failure_screen(agent: AgentClient, recorder: TrajectoryRecorder) -> None:
