@@ -53,7 +53,7 @@ from cubicle.orchestrator.modelrun.run import (
 from cubicle.orchestrator.modelrun.verify import Check
 from cubicle.orchestrator.provider import SandboxInfo
 from cubicle.orchestrator.tasks import DEFAULT_TASK, Task, fill, load_task
-from cubicle.orchestrator.trajectory.recorder import TrajectoryObserver
+from cubicle.orchestrator.trajectory.recorder import TrajectoryObserver, TrajectoryRecorder
 from cubicle_guest.client import AgentClient
 from cubicle_guest.errors import CubicleError
 from cubicle_guest.input_log import DEFAULT_INPUT_LOG, INPUT_OPS
@@ -283,6 +283,8 @@ class DrillModel:
         # what "changed" on the first screenshot compares with: the screen before the model
         # acts (taken now, not recorded: the model never receives it)
         previous = [_image(client.screenshot(**driver.screenshot_request, timeout=30).blob)]
+        skip = _performed_of_uncertain(context, parsed.turns)
+        before_interruption = _shot_before_resume(session.recorder) if skip else None
 
         def before_turn(index: int, turn: Turn) -> None:
             """Look only: was the screenshot the model just received stale, and does it show
@@ -290,8 +292,11 @@ class DrillModel:
             if index == 0 or session.last_model_shot is None:
                 return
             if context.resume is not None and index == context.resume.completed_turns:
-                previous[0] = _image(session.last_model_shot)
-                return  # the resumed run's fresh observation: no action made it
+                # the resumed run's fresh observation: no action made it. What the next turn's
+                # "changed" compares with: the screen before this turn's first action — when
+                # some of them happened before the interruption, the last shot before it
+                previous[0] = before_interruption or _image(session.last_model_shot)
+                return
             if not parsed.turns[index - 1].is_call:
                 return  # a function call's answer: the model received no new screenshot
             stale.check(session.last_model_shot, session.recorder.last_shot)
@@ -320,7 +325,7 @@ class DrillModel:
             on_turn=lambda index, turn, body: before_turn(index, turn),
             raise_on_exit=False,
             start=context.resume.completed_turns if context.resume is not None else 0,
-            skip_actions=_performed_of_uncertain(context, parsed.turns),
+            skip_actions=skip,
         ) as model:
 
             def after_loop(outcome: LoopOutcome) -> None:
@@ -403,6 +408,16 @@ def _performed_of_uncertain(context: LoopContext, turns: Sequence[Turn]) -> int:
         by="the guest's input log",
     )
     return skip
+
+
+def _shot_before_resume(recorder: TrajectoryRecorder) -> Image.Image | None:
+    """The last screenshot the model received before the run was interrupted (the one before
+    the resumed run's settle shot), or None."""
+    last = recorder.last_shot
+    if last is None or last < 1:
+        return None
+    path = recorder.folder / "shots" / f"{last - 1:04d}.png"
+    return _image(path.read_bytes()) if path.is_file() else None
 
 
 def _image(png: bytes) -> Image.Image:
