@@ -88,15 +88,17 @@ def _path(sandbox_id: str) -> Path:
     return resume_dir() / f"{sandbox_id}.json"
 
 
-def write_mark(sandbox_id: str, *, window_s: float, out: Path) -> ResumeMark:
-    """Mark ``sandbox_id`` resumable until ``window_s`` from now, held by this process
-    (atomically: a reader sees the old mark or the new one).
+def write_mark(
+    sandbox_id: str, *, window_s: float, out: Path, holder: L.Owner | None = None
+) -> ResumeMark:
+    """Mark ``sandbox_id`` resumable until ``window_s`` from now, held by ``holder`` (default:
+    this process), atomically: a reader sees the old mark or the new one.
 
     :raises ConfigError: ``window_s`` is not positive; the folder is not private.
     """
     if not window_s > 0:
         raise ConfigError(f"the resume window must be a positive number of seconds: {window_s!r}")
-    mark = ResumeMark(sandbox_id, time.time() + window_s, L.Owner.current(), str(out))
+    mark = ResumeMark(sandbox_id, time.time() + window_s, holder or L.Owner.current(), str(out))
     folder = host_folder(resume_dir())
     data = {
         "sandbox": mark.sandbox_id,
