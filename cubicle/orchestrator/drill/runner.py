@@ -65,7 +65,9 @@ __all__ = [
     "SLOW_GUEST_TIME_SCALE",
     "DrillModel",
     "DrillResult",
+    "actions_performed",
     "guest_time_scale",
+    "input_log",
     "run_drill",
 ]
 
@@ -372,21 +374,18 @@ def _input_actions(actions: Sequence[dict[str, Any]]) -> int:
     return sum(1 for action in actions if action.get("type") in INPUT_OPS)
 
 
-def _performed_of_uncertain(context: LoopContext, turns: Sequence[Turn]) -> int:
-    """How many actions of the turn a resumed run continues from were performed before the
-    interruption — what a model sees on the fresh screenshot, here read from the guest's input
-    log: its input requests beyond those of the completed turns. 0 when nothing was in flight.
+def actions_performed(turns: Sequence[Turn], start: int, logged: int) -> int:
+    """How many leading actions of script turn ``start`` (the turn a resumed run continues
+    from) were performed before the interruption, given ``logged`` input requests in the
+    guest's input log: those beyond the input actions of turns ``0..start-1``, with the
+    non-input actions before them.
 
     :raises RunError: the log does not fit the script (more input than the turn holds).
     """
-    resume = context.resume
-    if resume is None or not resume.uncertain:
-        return 0
-    start = resume.completed_turns
     if start >= len(turns) or turns[start].actions is None:
         return 0
     done_before = sum(_input_actions(turn.actions or ()) for turn in turns[:start])
-    performed = len(input_log(context.agent)) - done_before
+    performed = logged - done_before
     batch = turns[start].actions or ()
     if not 0 <= performed <= _input_actions(batch):
         raise RunError(
@@ -400,13 +399,26 @@ def _performed_of_uncertain(context: LoopContext, turns: Sequence[Turn]) -> int:
             break
         skip += 1
         seen += action.get("type") in INPUT_OPS
-    context.session.recorder.event(
-        "settled",
-        turn=start,
-        performed_actions=skip,
-        of=len(batch),
-        by="the guest's input log",
-    )
+    return skip
+
+
+def _performed_of_uncertain(context: LoopContext, turns: Sequence[Turn]) -> int:
+    """:func:`actions_performed` for a resumed run with a call in flight at its interruption
+    (what a model sees on the fresh screenshot, read here from the guest's input log), recorded
+    as ``settled``; 0 when nothing was in flight."""
+    resume = context.resume
+    if resume is None or not resume.uncertain:
+        return 0
+    start = resume.completed_turns
+    skip = actions_performed(turns, start, len(input_log(context.agent)))
+    if start < len(turns) and turns[start].actions is not None:
+        context.session.recorder.event(
+            "settled",
+            turn=start,
+            performed_actions=skip,
+            of=len(turns[start].actions or ()),
+            by="the guest's input log",
+        )
     return skip
 
 
