@@ -228,3 +228,39 @@ def test_after_its_window_gc_removes_a_resumable_sandbox_and_resume_says_what_is
     _, stderr = _finish(refused)
     assert refused.returncode != 0, stderr
     assert f"sandbox {sandbox_id} is gone" in stderr and "completed turns" in stderr
+
+
+def test_ctrl_c_with_keep_for_resume_keeps_the_sandbox_and_resume_finishes(
+    docker_image: str, tmp_path: Path, marks: dict[str, str]
+) -> None:
+    out = tmp_path / "drill"
+    process = _cubicle(
+        marks,
+        "drill",
+        "--task",
+        "desktop",
+        "--loop",
+        "runner",
+        "--keep-for-resume",
+        "--out",
+        str(out),
+    )
+    folder = out / "runner"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and process.poll() is None:
+        events = read_trajectory(folder) if (folder / "trajectory.jsonl").exists() else []
+        if _actions(events) >= 4:
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = _finish(process)
+    assert process.returncode == 130, f"{stdout}\n{stderr}"
+    assert f"continue with: cubicle drill --resume {out}" in stderr
+    sandbox_id = _sandbox_of(out)
+    assert get_provider("docker").describe(sandbox_id) is not None
+
+    resumed = _cubicle(marks, "drill", "--resume", str(out))
+    stdout, stderr = _finish(resumed)
+    assert resumed.returncode == 0, f"{stdout}\n{stderr}"
+    assert f"drill PASSED (resumed on {sandbox_id})" in stdout
+    assert get_provider("docker").describe(sandbox_id) is None, "removed once finished"

@@ -174,6 +174,7 @@ def _one_run(
             keep_apps=args.keep or args.keep_for_resume,
             time_scale=time_scale,
             record=record,
+            ledger=True,
             on_turn_completed=turn_completed_hook(sandbox, out, window)
             if loop == "runner"
             else None,
@@ -278,6 +279,7 @@ def _resume_one(
             cancel_requested=cancel,
             keep_apps=args.keep or args.keep_for_resume,
             time_scale=float(resumed.settings.get("time_scale") or 1.0),
+            ledger=True,
             resume=resumed.ledger,
             on_turn_completed=turn_completed_hook(sandbox, out, window),
         )

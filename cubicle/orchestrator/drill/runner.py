@@ -189,6 +189,7 @@ def run_drill(
     record: tuple[float, int] | None = None,
     observers: Iterable[TrajectoryObserver] = (),
     functions: Sequence[FunctionTool] = (),
+    ledger: bool = False,
     resume: SavedLedger | None = None,
     on_turn_completed: Callable[[], None] | None = None,
 ) -> DrillResult:
@@ -211,9 +212,10 @@ def run_drill(
         (:class:`cubicle.orchestrator.trajectory.TrajectoryObserver`).
     :param functions: the function tools the script calls, with who answers them (the
         ``runner`` loop only; ``cubicle serve`` asks its client).
+    :param ledger: keep the runner loop's ledger in ``out`` (``cubicle drill`` does; see
+        :mod:`cubicle.orchestrator.modelrun.ledger`).
     :param resume: continue the interrupted runner-loop drill whose ledger this is (in ``out``,
-        on the same desktop): no set-up again, the script from its next turn. The runner loop
-        always keeps its ledger in ``out``.
+        on the same desktop): no set-up again, the script from its next turn.
     :param on_turn_completed: called after every completed turn (the CLI marks the sandbox
         resumable there).
     """
@@ -237,7 +239,7 @@ def run_drill(
         stop_launched_apps=not keep_apps,
         require_checks=True,
         functions=tuple(functions),
-        ledger=True,
+        ledger=ledger,
         resume=resume,
         on_turn_completed=on_turn_completed,
     )
