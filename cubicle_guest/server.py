@@ -23,6 +23,7 @@ from cubicle_guest.changes import ChangeTracker, open_tracker
 from cubicle_guest.clipboard import Clipboard
 from cubicle_guest.errors import GuestError, ProtocolError
 from cubicle_guest.geometry import Rect
+from cubicle_guest.input_log import InputLog
 from cubicle_guest.keys import is_typing_key
 from cubicle_guest.launches import CpuWatch, pointer_programs, window_manager_pid
 from cubicle_guest.screen import Screen
@@ -63,6 +64,8 @@ class Agent:
 
     def __init__(self, display_name: str | None = None, *, force_poll: bool | None = None) -> None:
         self.started = time.monotonic()
+        self.input_log = InputLog()
+        """Every input request, logged before it is injected (:mod:`cubicle_guest.input_log`)."""
         self._display_name = display_name
         self._wm_pid: int | None = None
         self._idle_from: tuple[float, dict[int, int]] | None = None
@@ -193,6 +196,7 @@ class Agent:
                     f"unknown request field(s) {', '.join(extra)}; a request has id, op, args",
                 )
             args = protocol.validate_args(op, message.get("args", {}), frame.blob)
+            self.input_log.append(op_name, args)  # before the input: proof it happened once
             result, blob = self._handlers[op_name](args, frame.blob)
         except GuestError as exc:
             log.info(

@@ -32,6 +32,7 @@ LAYERS: Sequence[tuple[str, frozenset[str]]] = (
                 "hostdirs",
                 "hostprocs",
                 "labels",
+                "resume_marks",
                 "ownership",
                 "desktop",
                 "tasks",

@@ -38,6 +38,11 @@ conflicts for the second claimer; VM: ``claim.json`` hard-linked into the run fo
 fails for the second; :mod:`cubicle.orchestrator.pool`); **remote engines** already work:
 the stamp carries the owner's host, and pids are only judged on that host.
 
+A ready, owned sandbox whose owner is gone may be **resumable**
+(:mod:`cubicle.orchestrator.resume_marks`): a mark on this host, written after its run's first
+completed turn, keeps it while the mark's holder lives or until its deadline (``cubicle run
+--resume``).
+
 Objects whose stamp does not parse (:class:`MalformedStamp`) are skipped by ``gc`` and ``ls``
 with a warning naming them; the rest go on.
 """
@@ -53,6 +58,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from cubicle.orchestrator import labels as L
+from cubicle.orchestrator import resume_marks
 from cubicle.orchestrator.errors import OrchestratorError
 
 __all__ = [
@@ -182,6 +188,11 @@ def verdict(stamp: Stamp, is_ready: Callable[[], bool], now: float) -> str | Non
     if expired:
         return "expired"
     if stamp.lifetime == "owned":
+        mark = resume_marks.read_mark_quietly(stamp.sandbox_id)
+        if mark is not None and resume_marks.spares(mark, now) is not None:
+            return None  # resumable (issue 45): kept until its window passes
+        if mark is not None:
+            return f"its owner process {stamp.owner.pid} is gone and its resume window passed"
         return f"its owner process {stamp.owner.pid} is gone"
     return None
 

@@ -45,6 +45,7 @@ from cubicle.drivers.async_client import AsyncAgentClient
 from cubicle.orchestrator import labels as L
 from cubicle.orchestrator.errors import ConfigError, ProviderError
 from cubicle.orchestrator.network import NetworkPolicy
+from cubicle.orchestrator.resume_marks import clear_mark
 from cubicle.orchestrator.view_servers import stop_view_servers
 from cubicle_guest.client import AgentClient, StreamCodec
 
@@ -445,6 +446,7 @@ class Provider(abc.ABC):
         """
         stop_view_servers(sandbox_id)
         self.remove_objects(sandbox_id)
+        clear_mark(sandbox_id)  # a resumable sandbox's mark goes with it
 
     @abc.abstractmethod
     def remove_objects(self, sandbox_id: str) -> None:

@@ -69,6 +69,15 @@ from cubicle.orchestrator.modelrun.model_providers import (
     check_loop,
 )
 from cubicle.orchestrator.modelrun.provider_models import model_source
+from cubicle.orchestrator.modelrun.resumable import (
+    add_resume_arguments,
+    namespace_settings,
+    parse_window,
+    read_resume_file,
+    reattach,
+    turn_completed_hook,
+    write_resume_file,
+)
 from cubicle.orchestrator.modelrun.run import DEFAULT_MAX_STEPS, RunSpec, run
 from cubicle.orchestrator.modelrun.signals import cancel_on_signals
 from cubicle.orchestrator.modelrun.signin import terminal_callback
@@ -82,6 +91,7 @@ from cubicle.orchestrator.origin_answers import (
 )
 from cubicle.orchestrator.provider import parse_size
 from cubicle.orchestrator.providers import PROVIDERS
+from cubicle.orchestrator.resume_marks import read_mark
 from cubicle.orchestrator.sandbox import Sandbox, teardown_on_signals
 from cubicle.orchestrator.shape_options import (
     add_internal_networks_argument,
@@ -235,6 +245,7 @@ def register(sub: Any) -> None:
         "--out", type=Path, default=None, help="trajectory folder (default runs/run-<time>)"
     )
     p.add_argument("--keep", action="store_true", help="leave the sandbox running afterwards")
+    add_resume_arguments(p, command="run")
     p.set_defaults(func=cmd_run)
 
 
@@ -389,7 +400,41 @@ def effective_settings(args: argparse.Namespace) -> tuple[Task | None, RunSettin
     return task, RunSettings(values)
 
 
+RESUMED_SETTINGS = (
+    "task",
+    "task_file",
+    "provider",
+    "model",
+    "max_steps",
+    "network",
+    "ask_timeout",
+    "allow_internal",
+    "backend",
+    "size",
+    "view",
+    "loop",
+    "context_budget",
+    "approvals",
+    "policy",
+    "verify_file",
+    "verify",
+    "stall",
+    "record",
+    "takeover_on_stall",
+    "settle",
+)
+"""The options a resumed run takes from the interrupted one (``resume.json``), not the command
+line: the same task, model, view and checks."""
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    window = parse_window(args.resume_window)
+    if args.resume is not None:
+        saved = read_resume_file(args.resume, "run")["settings"]
+        for name in RESUMED_SETTINGS:
+            if name in saved:
+                setattr(args, name, saved[name])
+        args.policy = Path(args.policy) if args.policy is not None else None
     task_file, settings = effective_settings(args)
     provider, loop, model_name = _provider_loop_model(args, task_file)
     progress(f"effective provider: {provider} (loop {loop}, model {model_name})")
@@ -409,17 +454,29 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--max-steps must be at least 1, got {settings.max_steps}")
     record = parse_record(args.record) if args.record is not None else None
     budget = _context_budget(args, loop)
-    out: Path = args.out or default_out("run")
+    out: Path = args.resume or args.out or default_out("run")
     model = model_source(provider, model_name)
-    with teardown_on_signals():
-        sandbox = Sandbox.create(
-            args.backend,
-            network=network,
-            screen=screen,
-            detached=args.keep,
-            progress=progress,
+    resumed = reattach(args.resume, "run", window) if args.resume is not None else None
+    if resumed is not None:
+        sandbox = resumed.sandbox
+        progress(
+            f"{sandbox.id}: resuming after {resumed.ledger.completed_turns} completed turns "
+            f"({resumed.ledger.remaining_steps} model requests left)"
         )
+    else:
+        with teardown_on_signals():
+            sandbox = Sandbox.create(
+                args.backend,
+                network=network,
+                screen=screen,
+                detached=args.keep,
+                progress=progress,
+            )
+    keep = args.keep
     try:
+        if resumed is None:
+            settings_saved = namespace_settings(args, RESUMED_SETTINGS)
+            write_resume_file(out, command="run", sandbox=sandbox, settings=settings_saved)
         spec = RunSpec(
             out=out,
             loop=loop,
@@ -437,13 +494,19 @@ def cmd_run(args: argparse.Namespace) -> int:
             record=record,
             origin_answers=run_answers(sandbox, network, safety),
             signin=terminal_callback() if sys.stdin.isatty() else None,
+            ledger=True,
+            resume=resumed.ledger if resumed is not None else None,
+            on_turn_completed=turn_completed_hook(sandbox, out, window),
         )
         with cancel_on_signals() as cancel:
             result = run(sandbox, spec, model, cancel_requested=cancel)
+        if args.keep_for_resume and result.cancelled and read_mark(sandbox.id) is not None:
+            keep = True
+            progress(f"{sandbox.id} kept for resume; continue with: cubicle run --resume {out}")
     finally:
         if args.keep:
             progress(f"{sandbox.id} kept; remove it with: cubicle down {sandbox.id}")
-        else:
+        elif not keep:
             destroy_quietly(sandbox)
     if result.final_message:
         print(result.final_message, flush=True)

@@ -347,3 +347,53 @@ def test_a_function_call_turn_and_the_tool_output_in_later_turns(
         )
         assert third.output_text == "The user answered: Green"
     assert len(model.failures) == 1  # the request without the function's output
+
+
+RESUMED: dict[str, Any] = {
+    "name": "demo",
+    "model_view": {"width": 64, "height": 36},
+    "turns": [
+        {"computer_call": {"actions": [{"type": "screenshot"}]}},
+        {
+            "computer_call": {
+                "actions": [
+                    {"type": "click", "button": "left", "x": 1, "y": 2},
+                    {"type": "type", "text": "once"},
+                ]
+            }
+        },
+        {"message": "Done."},
+    ],
+}
+
+
+def _observation(image: bool) -> list[Any]:
+    content: list[dict[str, Any]] = [{"type": "input_text", "text": "resumed"}]
+    if image:
+        content.append({"type": "input_image", "image_url": png_url(64, 36), "detail": "original"})
+    return [{"role": "user", "content": "go"}, {"role": "user", "content": content}]
+
+
+def test_a_resumed_model_starts_at_its_turn_without_the_actions_already_performed(
+    client: Callable[[ScriptedModel], openai.OpenAI],
+) -> None:
+    with ScriptedModel(parse_script(RESUMED), start=1, skip_actions=1) as model:
+        answer = client(model).responses.create(
+            model="m", input=_observation(True), tools=[{"type": "computer"}]
+        )
+        assert model.turns_served == 2
+    call = answer.output[0]
+    assert call.type == "computer_call" and call.call_id == "call_demo_0002"
+    assert [a.type for a in call.actions or []] == ["type"], "the click happened before"
+
+
+def test_a_resumed_request_without_a_fresh_screenshot_is_refused(
+    client: Callable[[ScriptedModel], openai.OpenAI],
+) -> None:
+    model = ScriptedModel(parse_script(RESUMED), start=1, raise_on_exit=False)
+    with model, pytest.raises(openai.BadRequestError, match="carries no data:image/png"):
+        client(model).responses.create(
+            model="m", input=_observation(False), tools=[{"type": "computer"}]
+        )
+    with pytest.raises(ValueError, match="outside the script's 3 turns"):
+        ScriptedModel(parse_script(RESUMED), start=4)

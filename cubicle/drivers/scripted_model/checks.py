@@ -21,8 +21,14 @@ from cubicle.drivers.scripted_model.wire import call_id
 __all__ = ["check_request", "tool_output"]
 
 
-def check_request(script: Script, prefix: str, index: int, body: object) -> str | None:
-    """Return what is wrong with ``body`` as the request for turn ``index``, or ``None``."""
+def check_request(
+    script: Script, prefix: str, index: int, body: object, *, resumed: bool = False
+) -> str | None:
+    """Return what is wrong with ``body`` as the request for turn ``index``, or ``None``.
+
+    :param resumed: the first request of a resumed run: it must end with a user message
+        carrying a screenshot (the fresh observation), not the previous call's output.
+    """
     if not isinstance(body, dict):
         return f"the request body is a {type(body).__name__}, expected a JSON object"
     tools = body.get("tools")
@@ -45,12 +51,30 @@ def check_request(script: Script, prefix: str, index: int, body: object) -> str 
         items = [{"role": "user", "content": items}]
     if not isinstance(items, list) or not items:
         return "the request has no input items"
+    if resumed:
+        return _check_observation(items[-1])
     previous = script.turns[index - 1] if index > 0 else None
     if previous is not None and previous.is_function_call:
         return _check_function_output(prefix, previous, items[-1])
     if previous is None or not previous.is_call:
         return None
     return _check_output(script, prefix, previous, items[-1])
+
+
+def _check_observation(last: Any) -> str | None:
+    content = last.get("content") if isinstance(last, dict) else None
+    if not isinstance(last, dict) or last.get("role") != "user" or not isinstance(content, list):
+        return "a resumed run's first request must end with a user message (its observation)"
+    images = [
+        part
+        for part in content
+        if isinstance(part, dict)
+        and part.get("type") == "input_image"
+        and str(part.get("image_url", "")).startswith("data:image/png;base64,")
+    ]
+    if not images:
+        return "a resumed run's observation carries no data:image/png screenshot"
+    return None
 
 
 def _check_function_output(prefix: str, previous: Turn, last: Any) -> str | None:

@@ -52,6 +52,12 @@ class ScriptedModel:
     :param script: a :class:`Script` or a path to a script file.
     :param on_turn: hook run before each turn is answered (see :data:`OnTurn`).
     :param raise_on_exit: on a clean ``with`` exit, raise the first recorded failure.
+    :param start: the first turn served (a resumed run: the turns before it were answered by
+        an earlier server); its request must end with the resumed run's fresh observation
+        (a user message with a screenshot) instead of the previous call's output.
+    :param skip_actions: leave out the first this many actions of turn ``start`` (they were
+        performed before the run was interrupted: the model saw them done on the screen); a
+        batch left empty becomes one ``screenshot`` action.
     """
 
     def __init__(
@@ -60,6 +66,8 @@ class ScriptedModel:
         *,
         on_turn: OnTurn | None = None,
         raise_on_exit: bool = True,
+        start: int = 0,
+        skip_actions: int = 0,
     ) -> None:
         self.script = script if isinstance(script, Script) else load_script(script)
         self.on_turn = on_turn
@@ -69,7 +77,13 @@ class ScriptedModel:
         """Every request body received (also off-script ones), in order."""
         self.failures: list[DriverError] = []
         """Every violation and hook failure, in order."""
-        self._next = 0
+        if not 0 <= start <= len(self.script.turns):
+            raise ValueError(
+                f"start {start} is outside the script's {len(self.script.turns)} turns"
+            )
+        self.first_turn = start
+        self.skip_actions = skip_actions
+        self._next = start
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -175,11 +189,16 @@ class ScriptedModel:
                         "this request is past its end",
                     ),
                 )
-            problem = check_request(self.script, self.prefix, index, body)
+            problem = check_request(
+                self.script, self.prefix, index, body, resumed=index == self.first_turn > 0
+            )
             if problem is not None:
                 return self._fail(400, ScriptViolation(self.script.name, index, problem))
             assert isinstance(body, dict)
             turn = _with_output(self.script.turns[index], tool_output(body))
+            if index == self.first_turn and self.skip_actions and turn.actions is not None:
+                rest = turn.actions[self.skip_actions :] or ({"type": "screenshot"},)
+                turn = dataclasses.replace(turn, actions=rest)
             if self.on_turn is not None:
                 try:
                     self.on_turn(index, turn, body)

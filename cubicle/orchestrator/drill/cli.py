@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +32,19 @@ from cubicle.orchestrator.modelrun.model_providers import (
     loops_help,
     provider_of_loop,
 )
-from cubicle.orchestrator.modelrun.signals import cancel_on_signals
+from cubicle.orchestrator.modelrun.resumable import (
+    RESUME_FILE,
+    Resumed,
+    add_resume_arguments,
+    parse_window,
+    read_resume_file,
+    reattach,
+    turn_completed_hook,
+    write_resume_file,
+)
+from cubicle.orchestrator.modelrun.signals import CancelFlag, cancel_on_signals
 from cubicle.orchestrator.providers import PROVIDERS
+from cubicle.orchestrator.resume_marks import read_mark
 from cubicle.orchestrator.sandbox import Sandbox, teardown_on_signals
 from cubicle.orchestrator.tasks import DEFAULT_TASK, Task, load_task, shipped_tasks
 from cubicle.orchestrator.view.recording import add_record_argument, parse_record
@@ -90,6 +100,7 @@ def register(sub: Any) -> None:
         help="leave the sandbox (and the apps) running; remove it with cubicle down ID",
     )
     add_record_argument(p, where="each report")
+    add_resume_arguments(p, command="drill")
     p.set_defaults(func=cmd_drill)
 
 
@@ -149,6 +160,9 @@ def _runs(args: argparse.Namespace) -> list[tuple[Task, LoopKind]]:
 
 
 def cmd_drill(args: argparse.Namespace) -> int:
+    window = parse_window(args.resume_window)
+    if args.resume is not None:
+        return _resume(args, window)
     record = parse_record(args.record) if args.record is not None else None
     runs = _runs(args)
     tasks = list(dict.fromkeys(task.name for task, _loop in runs))
@@ -160,7 +174,7 @@ def cmd_drill(args: argparse.Namespace) -> int:
             if cancel():
                 break
             folder = out / task.name / loop if len(tasks) > 1 or args.all else out / loop
-            result = _one_run(args, task, loop, folder, cancel=cancel, record=record)
+            result = _one_run(args, task, loop, folder, cancel=cancel, record=record, window=window)
             results.append(result)
             print(result.summary(), flush=True)
     wall = time.monotonic() - started
@@ -185,10 +199,12 @@ def _one_run(
     loop: LoopKind,
     out: Path,
     *,
-    cancel: Callable[[], bool],
+    cancel: CancelFlag,
     record: tuple[float, int] | None,
+    window: float,
 ) -> DrillResult:
-    """One task with one loop in a sandbox of its own (apps the model opened stay open)."""
+    """One task with one loop in a sandbox of its own (apps the model opened stay open); a
+    runner-loop run becomes resumable after its first completed turn."""
     started = time.monotonic()
     with teardown_on_signals():
         sandbox = Sandbox.create(
@@ -198,24 +214,146 @@ def _one_run(
             detached=args.keep,
             progress=progress,
         )
+    time_scale = guest_time_scale(sandbox.info)
+    keep = args.keep
     try:
         progress(f"{sandbox.id}: task {task.name} with the {provider_of_loop(loop)} {loop} loop")
+        write_resume_file(
+            out,
+            command="drill",
+            sandbox=sandbox,
+            settings={
+                "task": str(task.source) if task.source is not None else task.name,
+                "loop": loop,
+                "time_scale": time_scale,
+            },
+        )
         result = run_drill(
             sandbox,
             task=task,
             loop=loop,
             out=out,
             cancel_requested=cancel,
-            keep_apps=args.keep,
-            time_scale=guest_time_scale(sandbox.info),
+            keep_apps=args.keep or args.keep_for_resume,
+            time_scale=time_scale,
             record=record,
+            ledger=True,
+            on_turn_completed=turn_completed_hook(sandbox, out, window)
+            if loop == "runner"
+            else None,
         )
+        keep = keep or _kept_for_resume(args, result, cancel, out)
     finally:
         if args.keep:
             progress(f"{sandbox.id} kept; remove it with: cubicle down {sandbox.id}")
-        else:
+        elif not keep:
             destroy_quietly(sandbox)
     result.sandbox_s = time.monotonic() - started
+    result.sandbox = sandbox.id
+    return result
+
+
+def _kept_for_resume(
+    args: argparse.Namespace, result: DrillResult, cancel: CancelFlag, out: Path
+) -> bool:
+    """Whether a cancelled run keeps its sandbox for ``--resume`` (``--keep-for-resume``, the
+    runner loop, a completed turn); says how to resume it."""
+    if not (args.keep_for_resume and cancel() and result.loop == "runner"):
+        return False
+    if read_mark(_sandbox_of(out)) is None:
+        return False  # no completed turn: nothing to resume
+    root = args.out or out
+    progress(f"kept for resume; continue with: cubicle drill --resume {root}")
+    return True
+
+
+def _sandbox_of(out: Path) -> str:
+    return str(read_resume_file(out, "drill")["sandbox"])
+
+
+def _resume(args: argparse.Namespace, window: float) -> int:
+    """``cubicle drill --resume DIR``: continue the interrupted runner-loop run under DIR."""
+    root: Path = args.resume
+    folders = [root] if (root / RESUME_FILE).exists() else []
+    folders = folders or sorted(
+        path.parent
+        for pattern in ("*/" + RESUME_FILE, "*/*/" + RESUME_FILE)
+        for path in root.glob(pattern)
+    )
+    if not folders:
+        raise ConfigError(
+            f"--resume {root}: no interrupted drill there (no {RESUME_FILE} in it or its loop "
+            "folders); give the folder that was the drill's --out"
+        )
+    runners = [
+        f for f in folders if read_resume_file(f, "drill")["settings"].get("loop") == "runner"
+    ]
+    if not runners:
+        reattach(folders[0], "drill", window)  # refuses the toolset loop by name
+    pending = runners
+    started = time.monotonic()
+    results: list[DrillResult] = []
+    errors: list[str] = []
+    with cancel_on_signals() as cancel:
+        for folder in pending:
+            try:
+                resumed = reattach(folder, "drill", window)
+            except ConfigError as exc:
+                if len(pending) == 1:
+                    raise
+                errors.append(str(exc))
+                continue
+            results.append(_resume_one(args, resumed, cancel, window))
+            print(results[-1].summary(), flush=True)
+    for error in errors:
+        progress(f"not resumed: {error}")
+    wall = time.monotonic() - started
+    print(results_table(results), flush=True)
+    passed = bool(results) and all(r.ok for r in results)
+    sandboxes = ", ".join(sorted({r.sandbox for r in results}))
+    print(
+        f"drill {'PASSED' if passed else 'FAILED'} (resumed on {sandboxes or 'no sandbox'}): "
+        f"{len(results)} runs in {wall:.1f} s; trajectories in {root}",
+        flush=True,
+    )
+    if cancel():
+        return cancel.exit_code
+    return 0 if passed else 1
+
+
+def _resume_one(
+    args: argparse.Namespace, resumed: Resumed, cancel: CancelFlag, window: float
+) -> DrillResult:
+    """Continue one interrupted run on its sandbox; tear it down after (unless kept)."""
+    sandbox, out = resumed.sandbox, resumed.out
+    task = load_task(str(resumed.settings["task"]))
+    progress(
+        f"{sandbox.id}: resuming task {task.name} after {resumed.ledger.completed_turns} "
+        f"completed turns ({resumed.ledger.remaining_steps} steps left)"
+    )
+    started = time.monotonic()
+    keep = args.keep
+    try:
+        result = run_drill(
+            sandbox,
+            task=task,
+            loop="runner",
+            out=out,
+            cancel_requested=cancel,
+            keep_apps=args.keep or args.keep_for_resume,
+            time_scale=float(resumed.settings.get("time_scale") or 1.0),
+            ledger=True,
+            resume=resumed.ledger,
+            on_turn_completed=turn_completed_hook(sandbox, out, window),
+        )
+        keep = keep or _kept_for_resume(args, result, cancel, out)
+    finally:
+        if args.keep:
+            progress(f"{sandbox.id} kept; remove it with: cubicle down {sandbox.id}")
+        elif not keep:
+            destroy_quietly(sandbox)
+    result.sandbox_s = time.monotonic() - started
+    result.sandbox = sandbox.id
     return result
 
 

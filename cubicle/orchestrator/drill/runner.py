@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from PIL import Image
 from cubicle.drivers.approvals import ApprovalPolicy, ApproveAll
 from cubicle.drivers.scripted_gemini import ScriptedGemini
 from cubicle.drivers.scripted_messages import ScriptedMessages
-from cubicle.drivers.scripted_model import ScriptedModel, parse_script
+from cubicle.drivers.scripted_model import ScriptedModel, Turn, parse_script
 from cubicle.drivers.scripted_model.expect import Expectation
 from cubicle.drivers.viewport import Viewport
 from cubicle.orchestrator.drill.provider_scripts import parse_provider_script
@@ -42,6 +43,7 @@ from cubicle.orchestrator.drill.stale import StaleCheck
 from cubicle.orchestrator.modelrun import Desktop
 from cubicle.orchestrator.modelrun.errors import ExpectationFailed, RunError
 from cubicle.orchestrator.modelrun.functions import FunctionTool
+from cubicle.orchestrator.modelrun.ledger import SavedLedger
 from cubicle.orchestrator.modelrun.loop import LoopKind, LoopOutcome
 from cubicle.orchestrator.modelrun.model_providers import provider_of_loop
 from cubicle.orchestrator.modelrun.run import (
@@ -62,7 +64,10 @@ from cubicle.orchestrator.tasks import (
     fill,
     load_task,
 )
-from cubicle.orchestrator.trajectory.recorder import TrajectoryObserver
+from cubicle.orchestrator.trajectory.recorder import TrajectoryObserver, TrajectoryRecorder
+from cubicle_guest.client import AgentClient
+from cubicle_guest.errors import CubicleError
+from cubicle_guest.input_log import DEFAULT_INPUT_LOG, INPUT_OPS
 from cubicle_guest.protocol import MAX_LAUNCH_CAP_MS, MAX_SETTLE_CAP_MS, SettleSpec
 
 __all__ = [
@@ -71,7 +76,9 @@ __all__ = [
     "SLOW_GUEST_TIME_SCALE",
     "DrillModel",
     "DrillResult",
+    "actions_performed",
     "guest_time_scale",
+    "input_log",
     "run_drill",
 ]
 
@@ -93,6 +100,8 @@ class DrillResult(RunResult):
     sandbox_s: float = 0.0
     """Seconds of the whole run including creating and removing its sandbox (0: not known)."""
     require_checks: bool = True
+    sandbox: str = ""
+    """The sandbox id it ran on (set by the CLI)."""
 
     def summary(self) -> str:
         """A short human summary: verdict, checks (expected vs got when failed), timings."""
@@ -192,6 +201,9 @@ def run_drill(
     observers: Iterable[TrajectoryObserver] = (),
     functions: Sequence[FunctionTool] = (),
     signin: SigninCallback | None = None,
+    ledger: bool = False,
+    resume: SavedLedger | None = None,
+    on_turn_completed: Callable[[], None] | None = None,
 ) -> DrillResult:
     """Run ``task`` (default: the shipped ``desktop`` task) once with the ``loop`` flavour of
     its provider's SDK (:data:`~cubicle.orchestrator.modelrun.model_providers.PROVIDER_LOOPS`)
@@ -215,6 +227,12 @@ def run_drill(
         ``runner`` loop only; ``cubicle serve`` asks its client).
     :param signin: who answers a sign-in form (``cubicle serve``: its client); default: the
         task's test credentials (``[signin]``), given as a person would.
+    :param ledger: keep the runner loop's ledger in ``out`` (``cubicle drill`` does; see
+        :mod:`cubicle.orchestrator.modelrun.ledger`).
+    :param resume: continue the interrupted runner-loop drill whose ledger this is (in ``out``,
+        on the same desktop): no set-up again, the script from its next turn.
+    :param on_turn_completed: called after every completed turn (the CLI marks the sandbox
+        resumable there).
     """
     task = task or load_task(DEFAULT_TASK)
     if workdir is not None:
@@ -240,6 +258,9 @@ def run_drill(
         signin=signin
         if signin is not None or task.signin is None
         else credentials_callback(**task.signin.model_dump()),
+        ledger=ledger,
+        resume=resume,
+        on_turn_completed=on_turn_completed,
     )
     result = run(desktop, spec, model, observers=observers, cancel_requested=cancel_requested)
     fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(RunResult)}
@@ -291,12 +312,16 @@ class DrillModel:
         else:
             provider_script = parse_provider_script(filled, f"{self.provider} script")
             turns = provider_script.turns
-        looker = self._looker(context, turns)
+        # a resumed run's actions that happened before its interruption (the openai runner's)
+        skip = _performed_of_uncertain(context, parsed.turns) if self.provider == "openai" else 0
+        looker = self._looker(context, turns, skip=skip)
         if self.provider == "openai":
             with ScriptedModel(
                 parsed,
                 on_turn=lambda index, turn, body: looker(index),
                 raise_on_exit=False,
+                start=context.resume.completed_turns if context.resume is not None else 0,
+                skip_actions=skip,
             ) as model:
                 yield ModelEndpoint(
                     base_url=model.base_url,
@@ -336,8 +361,11 @@ class DrillModel:
     def _checks(self) -> list[Check]:
         return [stale_screenshots_check(self.stale_check)] if self.stale_check else []
 
-    def _looker(self, context: LoopContext, turns: Sequence[_Looked]) -> Callable[[int], None]:
-        """What the drill does before answering turn ``index`` (module docstring)."""
+    def _looker(
+        self, context: LoopContext, turns: Sequence[_Looked], *, skip: int = 0
+    ) -> Callable[[int], None]:
+        """What the drill does before answering turn ``index`` (module docstring). ``skip``:
+        how many of a resumed turn's actions happened before the interruption."""
         client, driver, session = context.agent, context.driver, context.session
         stale = StaleCheck(
             client,
@@ -350,11 +378,18 @@ class DrillModel:
         # what "changed" on the first screenshot compares with: the screen before the model
         # acts (taken now, not recorded: the model never receives it)
         previous = [_image(client.screenshot(**driver.screenshot_request, timeout=30).blob)]
+        before_interruption = _shot_before_resume(session.recorder) if skip else None
 
         def before_turn(index: int) -> None:
             """Look only: was the screenshot the model just received stale, and does it show
             what the turn expects to see?"""
             if index == 0 or session.last_model_shot is None:
+                return
+            if context.resume is not None and index == context.resume.completed_turns:
+                # the resumed run's fresh observation: no action made it. What the next turn's
+                # "changed" compares with: the screen before this turn's first action — when
+                # some of them happened before the interruption, the last shot before it
+                previous[0] = before_interruption or _image(session.last_model_shot)
                 return
             if not turns[index - 1].is_call:
                 return  # a function call's answer: the model received no new screenshot
@@ -408,6 +443,86 @@ def _after_loop(
             finished()
 
     return after_loop
+
+
+def input_log(client: AgentClient) -> list[dict[str, Any]]:
+    """The guest agent's input log (:mod:`cubicle_guest.input_log`): every input request it
+    injected, in order (a line cut short by a killed agent is left out)."""
+    try:
+        blob = client.read_file(DEFAULT_INPUT_LOG, timeout=30).blob
+    except CubicleError:
+        return []
+    entries = []
+    for line in blob.decode("utf-8", "replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            entries.append(entry)
+    return entries
+
+
+def _input_actions(actions: Sequence[dict[str, Any]]) -> int:
+    return sum(1 for action in actions if action.get("type") in INPUT_OPS)
+
+
+def actions_performed(turns: Sequence[Turn], start: int, logged: int) -> int:
+    """How many leading actions of script turn ``start`` (the turn a resumed run continues
+    from) were performed before the interruption, given ``logged`` input requests in the
+    guest's input log: those beyond the input actions of turns ``0..start-1``, with the
+    non-input actions before them.
+
+    :raises RunError: the log does not fit the script (more input than the turn holds).
+    """
+    if start >= len(turns) or turns[start].actions is None:
+        return 0
+    done_before = sum(_input_actions(turn.actions or ()) for turn in turns[:start])
+    performed = logged - done_before
+    batch = turns[start].actions or ()
+    if not 0 <= performed <= _input_actions(batch):
+        raise RunError(
+            f"resume: the guest's input log holds {performed} input requests beyond the "
+            f"{done_before} of the {start} completed turns; turn {start} has only "
+            f"{_input_actions(batch)}"
+        )
+    skip, seen = 0, 0
+    for action in batch:
+        if seen == performed:
+            break
+        skip += 1
+        seen += action.get("type") in INPUT_OPS
+    return skip
+
+
+def _performed_of_uncertain(context: LoopContext, turns: Sequence[Turn]) -> int:
+    """:func:`actions_performed` for a resumed run with a call in flight at its interruption
+    (what a model sees on the fresh screenshot, read here from the guest's input log), recorded
+    as ``settled``; 0 when nothing was in flight."""
+    resume = context.resume
+    if resume is None or not resume.uncertain:
+        return 0
+    start = resume.completed_turns
+    skip = actions_performed(turns, start, len(input_log(context.agent)))
+    if start < len(turns) and turns[start].actions is not None:
+        context.session.recorder.event(
+            "settled",
+            turn=start,
+            performed_actions=skip,
+            of=len(turns[start].actions or ()),
+            by="the guest's input log",
+        )
+    return skip
+
+
+def _shot_before_resume(recorder: TrajectoryRecorder) -> Image.Image | None:
+    """The last screenshot the model received before the run was interrupted (the one before
+    the resumed run's settle shot), or None."""
+    last = recorder.last_shot
+    if last is None or last < 1:
+        return None
+    path = recorder.folder / "shots" / f"{last - 1:04d}.png"
+    return _image(path.read_bytes()) if path.is_file() else None
 
 
 def _image(png: bytes) -> Image.Image:

@@ -249,6 +249,11 @@ class GuestSteps:
             self.settle(quiet_ms=1000, timeout_ms=15_000, until_idle=True)
         return guest
 
+    def reattach(self, task: Task) -> TaskGuest:
+        """``task`` as an earlier, interrupted run prepared it in this guest (``--resume``): its
+        values and folders, no set-up step run again."""
+        return TaskGuest(task, task.placeholders(self.home), self.helpers)
+
     def wait_page(self, wm_class: str, url: str, timeout_ms: int) -> None:
         """Wait until the browser just started with ``url`` shows a loaded page (it titles the
         window; on a TCG VM "Untitled - Chromium" stays for seconds after the window is drawn).

@@ -45,7 +45,11 @@ import httpx2
 import openai
 from openai import ComputerToolset, OpenAI
 from openai.lib.computer import ComputerActionInput
-from openai.lib.responses_tool_runner import RegisteredFunction, ResponsesToolRunner
+from openai.lib.responses_tool_runner import (
+    RegisteredFunction,
+    ResponsesToolLedger,
+    ResponsesToolRunner,
+)
 from openai.lib.tool_diagnostics import ToolDiagnostic
 from openai.types.responses import Response, ResponseComputerToolCall
 from openai.types.responses.response_create_params import ResponseCreateParamsNonStreaming
@@ -462,7 +466,9 @@ class LoopThread:
         :data:`~cubicle.orchestrator.modelrun.budget.DEFAULT_BUDGET`, with cubicle's
         :class:`~cubicle.orchestrator.modelrun.budget.Compactor`); ``None``: the full history
         every request. The toolset takes only ``None`` (it replays the full history).
-    :raises ValueError: a budget for the toolset loop.
+    :param ledger: the runner's ledger (:mod:`cubicle.orchestrator.modelrun.ledger`), resuming
+        when it carries ``resume_from``; the toolset has none.
+    :raises ValueError: a budget or a ledger for the toolset loop.
     """
 
     def __init__(
@@ -476,9 +482,12 @@ class LoopThread:
         max_steps: int,
         functions: Sequence[RegisteredFunction] = (),
         context_budget: BudgetSpec | Literal["default"] | None = "default",
+        ledger: ResponsesToolLedger | None = None,
     ) -> None:
         if kind not in ("toolset", "runner"):
             raise ValueError(f"{kind!r} is not an openai loop (toolset, runner)")
+        if ledger is not None and kind != "runner":
+            raise ValueError("a ledger (resume points) needs the runner loop (ResponsesToolRunner)")
         if functions and kind != "runner":
             raise ValueError("function tools need the runner loop (ResponsesToolRunner)")
         context_budget = resolve_budget(kind, context_budget)
@@ -505,6 +514,7 @@ class LoopThread:
         self._params = params
         self._session = session
         self._max_steps = max_steps
+        self._ledger = ledger
         self._cancel = threading.Event()
         self.outcome = LoopOutcome()
         self._thread = threading.Thread(target=self._main, name=f"cubicle-{kind}-loop", daemon=True)
@@ -530,6 +540,7 @@ class LoopThread:
                     cancelled=self.cancelled,
                     on_diagnostic=session.on_diagnostic,
                     context_budget=self.budget_params,
+                    ledger=self._ledger,
                 )
             else:
                 self.outcome.response = self.toolset.run(

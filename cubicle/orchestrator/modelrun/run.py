@@ -27,15 +27,19 @@ connection, the model's client, the recording, the answerer).
 
 from __future__ import annotations
 
+import base64
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 from openai import OpenAI
+from openai.lib.responses_tool_runner import ResponsesToolLedger
+from openai.types.responses.response_create_params import ResponseCreateParamsNonStreaming
 
 from cubicle.drivers.approvals import ApprovalPolicy, ApproveAll
 from cubicle.drivers.computer import GuestDriver
@@ -49,6 +53,7 @@ from cubicle.orchestrator.modelrun.errors import RunCancelled, RunError, RunStal
 from cubicle.orchestrator.modelrun.functions import FunctionCalls, FunctionTool
 from cubicle.orchestrator.modelrun.gemini_loop import GeminiLoop
 from cubicle.orchestrator.modelrun.guest_steps import GuestSteps, TaskGuest
+from cubicle.orchestrator.modelrun.ledger import RunLedger, SavedLedger
 from cubicle.orchestrator.modelrun.loop import (
     LoopKind,
     LoopOutcome,
@@ -159,6 +164,14 @@ class RunSpec:
         (:mod:`cubicle.orchestrator.modelrun.functions`; the ``runner`` loop only).
     :param signin: who answers a sign-in form in the browser (the person, never a policy;
         :mod:`cubicle.orchestrator.modelrun.signin`); None: every sign-in is cancelled.
+    :param ledger: keep the SDK's ledger in ``out`` (:mod:`cubicle.orchestrator.modelrun.ledger`;
+        the ``runner`` loop only, ignored for the toolset).
+    :param resume: continue the interrupted run whose ledger this is, on the same desktop and in
+        the same ``out`` (the trajectory goes on; no set-up runs again; the ledger's request
+        count and ``max_steps`` apply); the ``runner`` loop only.
+    :param on_turn_completed: called after every turn whose calls all returned (with a ledger):
+        the caller makes the sandbox resumable there.
+    :raises ValueError: ``resume`` with the toolset loop.
     """
 
     out: Path
@@ -181,6 +194,23 @@ class RunSpec:
     require_checks: bool = False
     functions: tuple[FunctionTool, ...] = ()
     signin: SigninCallback | None = None
+    ledger: bool = False
+    resume: SavedLedger | None = None
+    on_turn_completed: Callable[[], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.resume is not None and self.loop != "runner":
+            raise ValueError(
+                f"a {self.loop} loop run cannot be resumed: only the runner loop keeps a ledger"
+            )
+
+
+RESUME_NOTE = "settle: after resume"
+"""The ``note`` of the fresh screenshot a resumed run starts with."""
+RESUME_TEXT = (
+    "The run was interrupted and has been resumed on the same desktop. Actions of the last "
+    "turn may or may not have happened; this is the screen now."
+)
 
 
 @dataclass
@@ -195,6 +225,8 @@ class LoopContext:
     """The prepared task, when the run has one."""
     prompt: str
     cancel_requested: Callable[[], bool]
+    resume: SavedLedger | None = None
+    """The ledger a resumed run continues from (the scripted model starts at its turn)."""
 
 
 @dataclass
@@ -258,7 +290,7 @@ def run(
         task=spec.task.name if spec.task is not None else "",
         require_checks=spec.require_checks,
     )
-    with TrajectoryRecorder(spec.out, observers) as recorder:
+    with TrajectoryRecorder(spec.out, observers, append=spec.resume is not None) as recorder:
         try:
             agent = desktop.connect()
         except CubicleError as exc:
@@ -326,7 +358,7 @@ def _run_connected(
         )
         prompt = spec.prompt
         if spec.task is not None:
-            guest = steps.prepare(spec.task)
+            guest = steps.prepare(spec.task) if spec.resume is None else steps.reattach(spec.task)
             if session.functions is not None:  # the task's {TOOL_OUTPUT} checks read them
                 session.functions.outputs = guest.tool_outputs
             prompt = prompt or guest.prompt
@@ -344,21 +376,30 @@ def _run_connected(
         meta: dict[str, Any] = {}
         if guest is not None:
             meta = {"task": guest.task.name, "workdir": guest.workdir, "port": guest.task.port}
-        recorder.event(
-            "run",
-            task=prompt,
-            loop=spec.loop,
-            provider=result.provider,
-            context_budget=describe_budget(resolve_budget(spec.loop, spec.context_budget)),
-            model=model.name,
-            screen=list(geometry.screen),
-            model_view=[geometry.width, geometry.height],
-            meta=meta,
+        sandbox = getattr(desktop, "id", None)
+        sandbox = sandbox if isinstance(sandbox, str) else None
+        loop_input: str | list[Any] = prompt
+        if spec.resume is None:
+            recorder.event(
+                "run",
+                task=prompt,
+                loop=spec.loop,
+                provider=result.provider,
+                context_budget=describe_budget(resolve_budget(spec.loop, spec.context_budget)),
+                model=model.name,
+                screen=list(geometry.screen),
+                model_view=[geometry.width, geometry.height],
+                meta=meta,
+                sandbox=sandbox,
+            )
+        else:
+            loop_input = _settle_after_resume(spec.resume, driver, session, recorder, sandbox)
+        context = LoopContext(
+            agent, driver, session, steps, guest, prompt, cancel_requested, spec.resume
         )
-        context = LoopContext(agent, driver, session, steps, guest, prompt, cancel_requested)
         with model.serve(context) as endpoint:
             model_checks = endpoint.checks
-            outcome = _loop(spec, endpoint, context, stall_hit, recorder)
+            outcome = _loop(spec, endpoint, context, stall_hit, recorder, loop_input=loop_input)
             result.cancelled = cancel_requested()
             result.stalled = session.stalled if spec.on_stall == "stop" else None
             if result.stalled is not None:
@@ -421,10 +462,15 @@ class LoopHandle(Protocol):
 
 @contextmanager
 def start_loop(
-    spec: RunSpec, endpoint: ModelEndpoint, context: LoopContext
+    spec: RunSpec,
+    endpoint: ModelEndpoint,
+    context: LoopContext,
+    *,
+    loop_input: str | list[Any] | None = None,
 ) -> Iterator[LoopHandle]:
     """Start ``endpoint.provider``'s loop (``spec.loop`` must be one of its loops) in a worker
-    thread; leaving the block closes what the loop's client holds.
+    thread; leaving the block closes what the loop's client holds. ``loop_input``: the openai
+    loop's first input (default: the prompt; a resumed run's fresh observation).
 
     :raises RunError: ``spec.loop`` is not a loop of the endpoint's provider.
     """
@@ -461,16 +507,19 @@ def start_loop(
             trust_env=endpoint.trust_env,
         )
     else:
+        ledger, max_steps = _ledger(spec)
+        first = context.prompt if loop_input is None else loop_input
         with _openai_client(endpoint, session) as client:
             thread = LoopThread(
                 spec.loop,
                 driver,
                 client,
-                {"model": endpoint.model, "input": context.prompt},
+                cast(ResponseCreateParamsNonStreaming, {"model": endpoint.model, "input": first}),
                 session,
-                max_steps=spec.max_steps,
+                max_steps=max_steps,
                 functions=session.functions.registered() if session.functions else (),
                 context_budget=spec.context_budget,
+                ledger=ledger,
             )
             context.steps.cancelled = lambda: context.cancel_requested() or thread.cancelled()
             yield thread.start()
@@ -479,16 +528,32 @@ def start_loop(
     yield thread.start()
 
 
+def _ledger(spec: RunSpec) -> tuple[ResponsesToolLedger | None, int]:
+    """The SDK's ledger of a runner-loop run that keeps one (in ``spec.out``; resuming from
+    ``spec.resume``) and the step budget left: ``(None, spec.max_steps)`` otherwise."""
+    if spec.loop != "runner" or not (spec.ledger or spec.resume is not None):
+        return None, spec.max_steps
+    resume = spec.resume
+    run_id = resume.run_id if resume is not None else uuid.uuid4().hex
+    keeper = RunLedger(spec.out, run_id, on_turn_completed=spec.on_turn_completed)
+    ledger = keeper.sdk_ledger(resume.checkpoint if resume is not None else None)
+    max_steps = int(resume.checkpoint["max_steps"]) if resume is not None else spec.max_steps
+    return ledger, max_steps
+
+
 def _loop(
     spec: RunSpec,
     endpoint: ModelEndpoint,
     context: LoopContext,
     stall_hit: threading.Event,
     recorder: TrajectoryRecorder,
+    *,
+    loop_input: str | list[Any],
 ) -> LoopOutcome:
     """The provider's loop against ``endpoint`` until it ends, cancelling it when asked or
-    stalled."""
-    with start_loop(spec, endpoint, context) as thread:
+    stalled; the openai runner loop with a ledger in ``spec.out`` (resuming from
+    ``spec.resume``) when asked."""
+    with start_loop(spec, endpoint, context, loop_input=loop_input) as thread:
         while not thread.wait(POLL_S):
             if (context.cancel_requested() or stall_hit.is_set()) and not thread.cancelled():
                 recorder.event("cancel", toolset_status=thread.cancel())
@@ -532,6 +597,42 @@ def _verify(
             got=check.got,
             detail=check.detail,
         )
+
+
+def _settle_after_resume(
+    resume: SavedLedger,
+    driver: GuestDriver,
+    session: RecordedSession,
+    recorder: TrajectoryRecorder,
+    sandbox: str | None,
+) -> list[Any]:
+    """Settle what was in flight when the run died: a fresh screenshot (recorded with
+    :data:`RESUME_NOTE`), never a call sent again; record ``resume``; return the loop's input
+    (the fresh observation the SDK appends to the saved history)."""
+    session.next_shot_note = RESUME_NOTE
+    shot = driver.screenshot()
+    url = str(shot.get("image_url") or "")
+    session.last_model_shot = base64.b64decode(url.partition(",")[2])  # what the model sees next
+    checkpoint = resume.checkpoint
+    recorder.event(
+        "resume",
+        sandbox=sandbox,
+        from_revision=checkpoint["revision"],
+        completed_turns=resume.completed_turns,
+        consumed_requests=checkpoint["consumed_requests"],
+        remaining_steps=resume.remaining_steps,
+        uncertain=resume.uncertain,
+        settle_shot=recorder.last_shot,
+    )
+    return [
+        {
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": RESUME_TEXT},
+                {"type": "input_image", "image_url": url, "detail": "original"},
+            ],
+        }
+    ]
 
 
 def _keep_failure_screen(agent: AgentClient, recorder: TrajectoryRecorder) -> None:

@@ -11,7 +11,13 @@ Every line has ``kind`` and ``t`` (seconds since the recorder was created, monot
 Kinds and their fields:
 
 - ``run``: ``task``, ``loop``, ``context_budget`` (``images=N,bytes=M`` or ``off``), ``model``,
-  ``screen`` [w, h] (native px), ``model_view`` [w, h], ``meta``
+  ``screen`` [w, h] (native px), ``model_view`` [w, h], ``meta``, ``sandbox`` (its id, or null
+  for a desktop that is no sandbox)
+- ``resume``: a resumed run continues the trajectory here (after the interrupted run's last
+  record): ``sandbox`` (the same id), ``from_revision`` (the ledger's boundary),
+  ``completed_turns``, ``consumed_requests``, ``remaining_steps``, ``uncertain`` (calls in flight
+  when the run died, with their actions: never sent again), ``settle_shot`` (the fresh
+  screenshot that settled them and is the model's next observation)
 - ``model_turn``: ``index``, ``response_id``, ``status``, ``calls`` (``call_id``, ``actions`` in
   model-view px, ``pending_safety_checks``), ``message`` (final text or null), ``usage``,
   ``duration_ms`` (the HTTP request)
@@ -99,21 +105,51 @@ class TrajectoryRecorder:
 
     :param folder: where to write; created if missing. Existing trajectory files are replaced.
     :param observers: told of every record after it is written (:class:`TrajectoryObserver`).
+    :param append: continue the trajectory already in ``folder`` (a resumed run): its records
+        and screenshots stay, indexes and ``t`` go on from its last ones, a last line cut short
+        by a killed writer is dropped.
     """
 
-    def __init__(self, folder: Path, observers: Iterable[TrajectoryObserver] = ()) -> None:
+    def __init__(
+        self, folder: Path, observers: Iterable[TrajectoryObserver] = (), *, append: bool = False
+    ) -> None:
         self.folder = folder
         self._observers = tuple(observers)
         (folder / SHOTS_DIR).mkdir(parents=True, exist_ok=True)
-        for old in (folder / SHOTS_DIR).glob("*.png"):
-            old.unlink()
-        self._file = (folder / TRAJECTORY_FILE).open("w", encoding="utf-8")
-        self._lock = threading.Lock()
-        self._start = time.monotonic()
         self._shots = 0
         self._actions = 0
         self._turns = 0
+        offset = 0.0
+        if append:
+            offset = self._continue()
+        else:
+            for old in (folder / SHOTS_DIR).glob("*.png"):
+                old.unlink()
+        self._file = (folder / TRAJECTORY_FILE).open("a" if append else "w", encoding="utf-8")
+        self._lock = threading.Lock()
+        self._start = time.monotonic() - offset
         self._closed = False
+
+    def _continue(self) -> float:
+        """Read the existing trajectory for :param:`append`: counts and the last ``t``."""
+        path = self.folder / TRAJECTORY_FILE
+        if not path.exists():
+            return 0.0
+        data = path.read_bytes()
+        complete = data[: data.rfind(b"\n") + 1]
+        if len(complete) != len(data):
+            path.write_bytes(complete)
+        last_t = 0.0
+        for record in read_trajectory(self.folder):
+            last_t = max(last_t, float(record.get("t") or 0.0))
+            kind = record.get("kind")
+            if kind == "screenshot":
+                self._shots = max(self._shots, int(record["index"]) + 1)
+            elif kind == "action":
+                self._actions = max(self._actions, int(record["index"]) + 1)
+            elif kind == "model_turn":
+                self._turns = max(self._turns, int(record["index"]) + 1)
+        return last_t
 
     # -- generic -----------------------------------------------------------------------------
 
