@@ -700,7 +700,7 @@ class VmProvider(Provider):
 
     def _stop_proxy(self, sandbox_id: str) -> None:
         if (run := self._networked_run(sandbox_id)) is not None:
-            vm_network.stop_proxy(sandbox_id, run)
+            vm_network.stop_proxy(sandbox_id, run, home=self.home)
 
     def _remove_rules(self, sandbox_id: str) -> None:
         if self._networked_run(sandbox_id) is not None:
@@ -807,7 +807,7 @@ class VmProvider(Provider):
         run_root = self.home / "run"
         if run_root.is_dir():
             ids.update(run.name for run in run_root.iterdir())
-        ids.update(set().union(*vm_network.leftovers(self.conn).values()))
+        ids.update(set().union(*vm_network.leftovers(self.conn, self.home).values()))
         return {i for i in ids if ownership.is_sandbox_id(i, ID_PREFIX)}
 
     def _stamp(self, sandbox_id: str, now: float) -> ownership.Stamp | str | None:
