@@ -146,8 +146,14 @@ def test_the_vm_egress_proxy_of_a_sandbox_is_found_by_its_label_and_only_it_ende
     start: Starter,
 ) -> None:
     ours, theirs = f"vm-{secrets.token_hex(5)}", f"vm-{secrets.token_hex(5)}"
-    proxy = start.script(BUNDLE_NAME, "--label", ours)
-    neighbour = start.script(BUNDLE_NAME, "--label", theirs)
-    stop_proxy(ours, None)  # no record in a run folder: found by its command line alone
+    (start.folder / "home" / "proxy" / "0123").mkdir(parents=True)
+    (start.folder / "elsewhere").mkdir()
+    script = f"home/proxy/0123/{BUNDLE_NAME}"  # as vm_network.proxy_script lays it out
+    proxy = start.script(script, "--label", ours)
+    neighbour = start.script(script, "--label", theirs)
+    # the same label under another backend directory (another user's session, another home)
+    elsewhere = start.script(f"elsewhere/{BUNDLE_NAME}", "--label", ours)
+    # no record in a run folder: found by its command line alone, among home's proxies only
+    stop_proxy(ours, None, home=start.folder / "home")
     assert proxy.wait(5) == -signal.SIGTERM
-    assert neighbour.poll() is None
+    assert neighbour.poll() is None and elsewhere.poll() is None

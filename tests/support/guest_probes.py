@@ -6,7 +6,7 @@ shell text.
 
 from __future__ import annotations
 
-__all__ = ["DIRECT_PROBE", "PROXY_PROBE"]
+__all__ = ["DIRECT_PROBE", "PROXY_PROBE", "UDP_PROBE"]
 
 DIRECT_PROBE = """
 import json, socket, struct, sys
@@ -68,3 +68,21 @@ print(json.dumps(results))
 """
 """GET each URL of argv through the guest's proxy: ``{url: [status, body or error]}``, plus the
 proxy settings seen (``env``) and the NO_PROXY values removed (``no_proxy``)."""
+
+
+UDP_PROBE = """
+import json, socket, sys
+results = {}
+for target in sys.argv[1:]:
+    host, port = target.rsplit(":", 1)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as sock:
+            sock.sendto(b"cubicle-udp-probe", (host, int(port)))
+        results[target] = "sent"
+    except OSError as exc:
+        results[target] = type(exc).__name__ + ": " + str(exc)
+print(json.dumps(results))
+"""
+"""``python3 -c UDP_PROBE HOST:PORT ...``: send one datagram to each target; prints ``{target:
+"sent" | "<error>"}`` (a datagram "sent" may still go nowhere: the test checks what arrived)."""

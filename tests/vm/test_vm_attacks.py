@@ -4,9 +4,7 @@ sandbox's disk, files or saved states."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import secrets
 import shutil
 import socket
@@ -24,6 +22,7 @@ from cubicle.orchestrator.providers.vm import network as vm_network
 from cubicle.orchestrator.sandbox import wait_ready
 from tests.support.guest_probes import DIRECT_PROBE, PROXY_PROBE
 from tests.support.listener import Listener, host_addresses
+from tests.support.sockets import NOBODY_CONNECT, as_nobody, inet_socket_inodes, socket_inodes
 
 pytestmark = [pytest.mark.attack, pytest.mark.vm, pytest.mark.slow]
 
@@ -88,7 +87,9 @@ def test_row5_open_without_bridges_is_the_proxy_and_reaches_no_host_service(
         leak_check.append(info.id)
         try:
             pieces = sorted(
-                kind for kind, ids in vm_network.leftovers(portable.conn).items() if info.id in ids
+                kind
+                for kind, ids in vm_network.leftovers(portable.conn, portable.home).items()
+                if info.id in ids
             )
             wait_ready(portable, info.id, timeout=240)
             direct = guest_run(
@@ -125,16 +126,6 @@ def _others_may(path: Path) -> int:
     return stat.S_IMODE(path.lstat().st_mode) & 0o007
 
 
-def _as_nobody(*argv: str) -> subprocess.CompletedProcess[bytes]:
-    """Run ``argv`` as the unprivileged user ``nobody`` (no groups)."""
-    return subprocess.run(
-        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *argv],
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
-
-
 def test_row6_other_users_cannot_read_a_running_sandbox(
     vm_provider: VmProvider, leak_check: list[str]
 ) -> None:
@@ -154,11 +145,11 @@ def test_row6_other_users_cannot_read_a_running_sandbox(
         # control: the secret is on the host, in the sandbox's overlay (root can read it)
         assert secret.encode() in overlay.read_bytes()
         nobody = {
-            "read the overlay": _as_nobody("cat", str(overlay)),
-            "list the run folder": _as_nobody("ls", str(run)),
-            "read the console log": _as_nobody("cat", str(run / "console.log")),
-            "list the run folders": _as_nobody("ls", str(vm_provider.home / "run")),
-            "list the warm states": _as_nobody("ls", str(vm_provider.home / "warm")),
+            "read the overlay": as_nobody("cat", str(overlay)),
+            "list the run folder": as_nobody("ls", str(run)),
+            "read the console log": as_nobody("cat", str(run / "console.log")),
+            "list the run folders": as_nobody("ls", str(vm_provider.home / "run")),
+            "list the warm states": as_nobody("ls", str(vm_provider.home / "warm")),
         }
         slot = None
         if info.detail["start"].startswith("warm:"):
@@ -213,38 +204,6 @@ def _slot_directory(provider: VmProvider, sandbox_id: str) -> Path:
     return Path(json.loads(done.stdout)["backing-filename"]).parent
 
 
-def _inet_socket_inodes() -> set[str]:
-    """The inodes of every TCP/UDP socket of the host's network namespace (IPv4 and IPv6)."""
-    inodes = set()
-    for table in ("tcp", "tcp6", "udp", "udp6"):
-        with open(f"/proc/net/{table}") as listing:
-            for line in listing.read().splitlines()[1:]:
-                inodes.add(line.split()[9])
-    return inodes
-
-
-def _socket_inodes(pid: int) -> set[str]:
-    """The inodes of the sockets process ``pid`` holds."""
-    found = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        with contextlib.suppress(OSError):
-            target = os.readlink(fd)
-            if target.startswith("socket:["):
-                found.add(target[len("socket:[") : -1])
-    return found
-
-
-NOBODY_CONNECT = """
-import socket, sys
-sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-try:
-    sock.connect(sys.argv[1])
-    print("connected")
-except OSError as exc:
-    print(type(exc).__name__)
-"""
-
-
 def test_px3_no_other_sandbox_reaches_a_vm_sandboxs_proxy(
     vm_provider: VmProvider, leak_check: list[str]
 ) -> None:
@@ -267,15 +226,19 @@ def test_px3_no_other_sandbox_reaches_a_vm_sandboxs_proxy(
             proxy_home=vm_provider.home,
             files=vm_provider.files,
         )
-        [pid] = [pid for pid, label in vm_network._proxy_processes() if label == sandbox_id]
-        proxy_inet = _socket_inodes(pid) & _inet_socket_inodes()
+        [pid] = [
+            pid
+            for pid, label in vm_network._proxy_processes(vm_provider.home)
+            if label == sandbox_id
+        ]
+        proxy_inet = socket_inodes(pid) & inet_socket_inodes()
         channel = (run / vm_network.CHANNEL_SOCKET).lstat()
         tried = {
-            name: _as_nobody("/usr/bin/python3", "-I", "-c", NOBODY_CONNECT, str(run / name))
+            name: as_nobody("/usr/bin/python3", "-I", "-c", NOBODY_CONNECT, str(run / name))
             for name in (vm_network.CHANNEL_SOCKET, vm_network.CONTROL_SOCKET)
         }
     finally:
-        vm_network.teardown(vm_provider.conn, sandbox_id, run)
+        vm_network.teardown(vm_provider.conn, sandbox_id, run, home=vm_provider.home)
         shutil.rmtree(run)
     assert proxy_inet == set(), "the proxy holds a TCP/UDP socket: something could reach it"
     assert channel.st_mode & 0o007 == 0

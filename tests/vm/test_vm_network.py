@@ -38,7 +38,11 @@ def _run(provider: VmProvider, sandbox_id: str, code: str, *args: str) -> dict[s
 
 
 def _network_leftovers(provider: VmProvider, sandbox_id: str) -> list[str]:
-    return [kind for kind, ids in vm_network.leftovers(provider.conn).items() if sandbox_id in ids]
+    return [
+        kind
+        for kind, ids in vm_network.leftovers(provider.conn, provider.home).items()
+        if sandbox_id in ids
+    ]
 
 
 INTERFACES_PROBE = """

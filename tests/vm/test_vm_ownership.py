@@ -56,7 +56,11 @@ def _gc() -> subprocess.CompletedProcess[str]:
 
 def _pieces(provider: VmProvider, sandbox_id: str) -> list[str]:
     """Every kind of object of ``sandbox_id`` that exists: domain, network, rule, proxy, run."""
-    found = [kind for kind, ids in vm_network.leftovers(provider.conn).items() if sandbox_id in ids]
+    found = [
+        kind
+        for kind, ids in vm_network.leftovers(provider.conn, provider.home).items()
+        if sandbox_id in ids
+    ]
     if provider.describe(sandbox_id) is not None:
         found.append("domain")
     if (provider.home / "run" / sandbox_id).exists():

@@ -225,6 +225,13 @@ def test_not_ready_in_time_through_sandbox_removes_everything(
         Sandbox.create("vm", ready_timeout_s=1.0)
     leak_check.append(caught.value.sandbox_id)
     assert_gone(vm_provider, caught.value.sandbox_id)
+    # 1 s into a cold boot the guest has printed nothing: the error says so and what the host
+    # knows instead (the domain's state, the vCPU time it got, QEMU's own log), not an empty tail
+    tail = caught.value.log_tail
+    assert f"the console of {caught.value.sandbox_id} is empty" in tail, tail
+    assert "s of vCPU time" in tail and "state 1, reason" in tail, tail  # 1: running
+    assert f"QEMU's log /var/log/libvirt/qemu/cubicle-{caught.value.sandbox_id}.log:" in tail
+    assert "-sandbox on" in tail, tail  # the end of the command line libvirt logged
 
 
 CREATOR = """

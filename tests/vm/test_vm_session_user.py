@@ -25,6 +25,7 @@ import pwd
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -37,9 +38,12 @@ import pytest
 
 from cubicle.orchestrator.providers.vm import VmProvider
 from cubicle.orchestrator.providers.vm import image as vm_image
+from cubicle.orchestrator.providers.vm import network as vm_network
 from cubicle_guest.waiting import Deadline, poll
 from tests.orchestrator.support import http_server
+from tests.support.guest_probes import DIRECT_PROBE, UDP_PROBE
 from tests.support.listener import host_addresses
+from tests.support.sockets import NOBODY_CONNECT, as_nobody, inet_socket_inodes, socket_inodes
 from tests.test_import_cycles import REPO
 
 pytestmark = [pytest.mark.vm, pytest.mark.slow]
@@ -279,32 +283,97 @@ def _proxy_lines(logs: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in proxy.splitlines() if line.startswith("{")]
 
 
+@contextlib.contextmanager
+def _udp_listener() -> Iterator[socket.socket]:
+    """A UDP socket on every IPv4 address of the host (an ephemeral port), non-blocking: what
+    arrived is read after the guest's probe."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("0.0.0.0", 0))  # every address: the guest must find none that reaches it
+        sock.setblocking(False)
+        yield sock
+
+
+def _received(sock: socket.socket) -> list[bytes]:
+    got = []
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            got.append(sock.recv(2048))
+    return got
+
+
+def _attacks(user: User, sandbox_id: str, ports: list[int], udp_port: int) -> None:
+    """The network attacks of the root tests, from the user's guest: direct TCP to the host's
+    addresses, QEMU user networking's host, the metadata address, the guest's gateway (it has
+    none), IPv6 loopback and link-local, on every port of ``ports``; DNS; UDP to the host. None
+    connects, nothing resolves, no datagram arrives (a host socket on ``udp_port`` listens)."""
+    hosts = [*host_addresses(), QEMU_SLIRP_HOST, "169.254.169.254", "GATEWAY"]
+    targets = [f"{host}:{port}" for host in hosts for port in ports]
+    targets += [f"fe80::1:{ports[0]}", "169.254.169.254:80"]
+    direct = user.cubicle("exec", sandbox_id, "--", "python3", "-c", DIRECT_PROBE, *targets)
+    assert direct.returncode == 0, direct.stderr
+    seen = json.loads(direct.stdout)
+    assert [t for t in targets if seen[t] == "connected"] == [], seen
+    assert seen["dns"] != "resolved" and seen["gateway"] is None, seen
+    udp = [f"{host}:{udp_port}" for host in [*host_addresses(), QEMU_SLIRP_HOST]]
+    sent = user.cubicle("exec", sandbox_id, "--", "python3", "-c", UDP_PROBE, *udp)
+    assert sent.returncode == 0, sent.stderr
+    assert [t for t, result in json.loads(sent.stdout).items() if result == "sent"] == [], sent
+
+
+def _proxy_reachable_by(sandbox_id: str, run: Path) -> dict[str, str]:
+    """Who could reach the sandbox's egress proxy besides its guest: the TCP/UDP sockets it holds
+    (another sandbox, anything on the network) and whether ``nobody`` (another user) connects to
+    its channel socket. ``run``: the user's run folders (``<their VM home>/run``)."""
+    pids = [pid for pid, label in vm_network._proxy_processes(run.parent) if label == sandbox_id]
+    if len(pids) != 1:  # say what the run folder recorded of its proxy, and what runs as it
+        record = json.loads((run / sandbox_id / "egress.json").read_text())
+        status = Path(f"/proc/{record['pid']}/status").read_text().splitlines()
+        state = [line for line in status if line.startswith(("State", "PPid"))]
+        ppid = int(state[-1].split()[-1])
+        parent = Path(f"/proc/{ppid}/cmdline").read_bytes().split(b"\0")[:4]
+        log = (run / sandbox_id / "egress.log").read_text()[-1500:]
+        raise AssertionError(f"no proxy of {sandbox_id}: {pids}; {state}; {parent}; {log}")
+    inet = socket_inodes(pids[0]) & inet_socket_inodes()
+    channel = run / sandbox_id / vm_network.CHANNEL_SOCKET
+    nobody = as_nobody("/usr/bin/python3", "-I", "-c", NOBODY_CONNECT, str(channel))
+    return {"inet sockets": ",".join(sorted(inet)), "nobody": nobody.stdout.decode().strip()}
+
+
 def _probe(
-    user: User, network: list[str], direct: int, urls: list[str]
+    user: User, network: list[str], direct: int, urls: list[str], root: VmProvider
 ) -> tuple[dict[str, Any], set[str], list[dict[str, Any]]]:
-    """Up a sandbox with ``--network NETWORK...`` as ``user``, run :data:`PROBE` in it (direct
-    connections to port ``direct``), down it; what the probe saw (no NIC, nothing connected
-    directly: checked here), the host's network lines while it ran and the proxy's log lines."""
+    """Up a sandbox with ``--network NETWORK...`` as ``user``, let ``root``'s gc run (it must
+    leave the user's sandbox and its proxy alone), run :data:`PROBE` in it (direct connections
+    to port ``direct``) and :func:`_attacks`, down it; what the probe saw (no NIC, nothing
+    connected directly, the proxy reachable by nothing else: checked here), the host's network
+    lines while it ran and the proxy's log lines."""
     up = user.cubicle("up", "--backend", "vm", "--network", *network)
     assert up.returncode == 0, up.stderr
     sandbox_id = up.stdout.strip()
     try:
+        assert sandbox_id not in root.gc()  # another user's gc (root's) is not theirs
         argv = ["python3", "-c", PROBE, str(direct), *urls]
         probe = user.cubicle("exec", sandbox_id, "--", *argv)
-        during = _host_network_lines()
         logs = user.cubicle("logs", sandbox_id)  # console and proxy log, for failures
+        assert probe.returncode == 0, (probe.stderr, logs.stdout[-6000:])
+        reachable = _proxy_reachable_by(sandbox_id, user.home / ".cache/cubicle/vm/run")
+        with _udp_listener() as udp:
+            _attacks(user, sandbox_id, [direct], udp.getsockname()[1])
+            datagrams = _received(udp)
+        during = _host_network_lines()
     finally:
         down = user.cubicle("down", sandbox_id)
     assert down.returncode == 0, down.stderr
-    assert probe.returncode == 0, (probe.stderr, logs.stdout[-6000:])
     seen: dict[str, Any] = json.loads(probe.stdout)
     assert seen["interfaces"] == ["lo"], seen  # no network card: the proxy is the only way out
     assert "connected" not in (seen[QEMU_SLIRP_HOST], seen["127.0.0.1"]), seen
+    assert datagrams == []
+    assert reachable == {"inet sockets": "", "nobody": "PermissionError"}, reachable
     return seen, during, _proxy_lines(logs.stdout)
 
 
 def test_a_normal_user_runs_none_allow_open_and_ask_sandboxes_over_their_session(
-    session_user: User,
+    session_user: User, vm_provider: VmProvider
 ) -> None:
     before = _host_network_lines()
     doctor = session_user.cubicle("doctor", "--backend", "vm")
@@ -323,6 +392,9 @@ def test_a_normal_user_runs_none_allow_open_and_ask_sandboxes_over_their_session
         assert (whoami.returncode, whoami.stdout.strip()) == (0, "cubicle"), whoami.stderr
         listed = session_user.cubicle("ls", "--json")  # this user's sandboxes, in their session
         assert plain in listed.stdout, listed.stderr
+        with _udp_listener() as udp, http_server("none", "127.0.0.1") as service:
+            _attacks(session_user, plain, [service.port], udp.getsockname()[1])
+            assert _received(udp) == [] and service.paths == []
         inputs = _click_and_type(session_user, plain)
     finally:
         down = session_user.cubicle("down", plain)
@@ -337,7 +409,7 @@ def test_a_normal_user_runs_none_allow_open_and_ask_sandboxes_over_their_session
     ):
         loopback = [f"http://127.0.0.1:{allowed.port}/ok", f"http://127.0.0.1:{other.port}/no"]
         allow, during, _ = _probe(
-            session_user, [f"allow:127.0.0.1:{allowed.port}"], other.port, loopback
+            session_user, [f"allow:127.0.0.1:{allowed.port}"], other.port, loopback, vm_provider
         )
         assert allow[loopback[0]][:2] == [200, "allowed"], allow
         assert allow[loopback[1]][0] == 403, allow
@@ -346,7 +418,7 @@ def test_a_normal_user_runs_none_allow_open_and_ask_sandboxes_over_their_session
         # host's loopback out, however it is named (QEMU's user network would show it at 10.0.2.2)
         names = ["127.0.0.1", "localhost", QEMU_SLIRP_HOST]
         named = [f"http://{name}:{other.port}/open" for name in names]
-        opened, _, opened_log = _probe(session_user, ["open"], other.port, named)
+        opened, _, opened_log = _probe(session_user, ["open"], other.port, named, vm_provider)
         for url in named:
             assert opened[url][0] in (403, 502), (url, opened)
         assert other.paths == [] and allowed.paths == ["/ok"]
@@ -357,7 +429,7 @@ def test_a_normal_user_runs_none_allow_open_and_ask_sandboxes_over_their_session
         # it; the host's address is private, so the user names it internal (else none is asked)
         asked = f"http://{host}:{held.port}/held"
         ask = ["ask:", "--ask-timeout", str(ASK_TIMEOUT_S), "--allow-internal", f"{host}/32"]
-        waited, _, asked_log = _probe(session_user, ask, other.port, [asked])
+        waited, _, asked_log = _probe(session_user, ask, other.port, [asked], vm_provider)
         assert waited[asked][0] == 403, waited
         assert waited[asked][2] >= ASK_TIMEOUT_S, waited  # held, not refused at once
         assert held.paths == []

@@ -29,10 +29,12 @@ rules tagged with the comment ``cubicle-vm-XXXXXXXXXX``:
   - the host's address on the bridge answers only the sandbox's own bridge and the host itself
     (``INPUT -d 10.231.N.1 ! -i cbvm-… -j REJECT``): no other sandbox reaches its DNS forwarder.
 
-Who cleans up: :func:`teardown` (called by ``VmProvider.destroy``) and :func:`collect` (called by
-``VmProvider.gc`` with the ids still in use) find every piece by the sandbox id alone — the
+Who cleans up: :func:`teardown` (called by ``VmProvider.destroy`` and, for the ids
+:func:`leftovers` names, by ``VmProvider.gc``) finds every piece by the sandbox id alone — the
 network by name, the rules by comment, the proxy by the ``--label`` on its command line — so a
-creator killed half-way leaves nothing that gc cannot find.
+creator killed half-way leaves nothing that gc cannot find. Proxies are searched only among the
+backend directory's own (their script lies in ``<home>/proxy``): root's gc never ends the proxy of
+another user's sandbox on their ``qemu:///session``, nor another backend directory's.
 """
 
 from __future__ import annotations
@@ -72,7 +74,6 @@ __all__ = [
     "EgressChannel",
     "VmNetwork",
     "bridge_name",
-    "collect",
     "leftovers",
     "network_name",
     "remove_network",
@@ -416,11 +417,17 @@ def _start_time(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
-def _proxy_processes() -> Iterator[tuple[int, str]]:
-    """(pid, sandbox id) of every running cubicle VM egress proxy (found by its command line)."""
+def _proxy_processes(home: Path) -> Iterator[tuple[int, str]]:
+    """(pid, sandbox id) of every running egress proxy of the VM backend whose directory is
+    ``home`` (found by its command line: its script is ``<home>/proxy/<hash>/egress.pyz``,
+    :func:`proxy_script`). Another home's proxies — another user's sandboxes on their
+    ``qemu:///session``, another provider's — are never this home's to find or end."""
+    scripts = f"{os.path.abspath(home / 'proxy')}/"
     for process in processes():
         argv = [arg.decode("utf-8", "replace") for arg in process.argv]
-        if len(argv) < 3 or not any(a.endswith(f"/{BUNDLE_NAME}") for a in argv[:3]):
+        if len(argv) < 3 or not any(
+            a.endswith(f"/{BUNDLE_NAME}") and a.startswith(scripts) for a in argv[:3]
+        ):
             continue
         if "--label" in argv[:-1]:
             label = argv[argv.index("--label") + 1]
@@ -454,7 +461,7 @@ def _is_zombie(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] == "Z"
 
 
-def _stop_proxy(sandbox_id: str, run: Path | None) -> None:
+def _stop_proxy(sandbox_id: str, run: Path | None, home: Path) -> None:
     record = run / "egress.json" if run is not None else None
     if record is not None and record.exists():
         with contextlib.suppress(OSError, ValueError, KeyError):
@@ -462,7 +469,7 @@ def _stop_proxy(sandbox_id: str, run: Path | None) -> None:
             pid = int(saved["pid"])
             if saved.get("start_time") and _start_time(pid) == saved["start_time"]:
                 _stop(pid)
-    for pid, label in _proxy_processes():
+    for pid, label in _proxy_processes(home):
         if label == sandbox_id:
             _stop(pid)
 
@@ -519,9 +526,10 @@ def _destroy_network(conn: Any, name: str) -> None:
             raise ProviderError(f"libvirt could not remove network {name}: {exc}") from exc
 
 
-def stop_proxy(sandbox_id: str, run: Path | None) -> None:
-    """End the egress proxy of ``sandbox_id`` (by its record in ``run``, and by its label)."""
-    _stop_proxy(sandbox_id, run)
+def stop_proxy(sandbox_id: str, run: Path | None, *, home: Path) -> None:
+    """End the egress proxy of ``sandbox_id`` (by its record in ``run``, and by its label among
+    the proxies of the backend directory ``home``)."""
+    _stop_proxy(sandbox_id, run, home)
 
 
 def remove_rules(sandbox_id: str) -> None:
@@ -535,17 +543,18 @@ def remove_network(conn: Any, sandbox_id: str) -> None:
     _destroy_network(conn, network_name(sandbox_id))
 
 
-def teardown(conn: Any, sandbox_id: str, run: Path | None) -> None:
+def teardown(conn: Any, sandbox_id: str, run: Path | None, *, home: Path) -> None:
     """Stop the proxy, remove the rules and the network of ``sandbox_id``, one after the other
     (idempotent; a sandbox without a bridge network costs a network lookup, an iptables
-    listing and a /proc scan)."""
-    stop_proxy(sandbox_id, run)
+    listing and a /proc scan). ``home``: the backend directory whose proxies are searched."""
+    stop_proxy(sandbox_id, run, home=home)
     remove_rules(sandbox_id)
     remove_network(conn, sandbox_id)
 
 
-def leftovers(conn: Any) -> dict[str, set[str]]:
-    """Sandbox ids that still have a network, firewall rules or a proxy process, by kind."""
+def leftovers(conn: Any, home: Path) -> dict[str, set[str]]:
+    """Sandbox ids that still have a network, firewall rules or a proxy process (of the backend
+    directory ``home``), by kind."""
     with map_libvirt_errors("list networks"):
         names = [net.name() for net in conn.listAllNetworks(0)]
     return {
@@ -555,13 +564,5 @@ def leftovers(conn: Any) -> dict[str, set[str]]:
             if n.startswith(NAME_PREFIX) and _ID.fullmatch(n.removeprefix(NAME_PREFIX))
         },
         "rule": {sandbox_id for _tool, sandbox_id, _table, _rule in _tagged_rules()},
-        "proxy": {sandbox_id for _pid, sandbox_id in _proxy_processes()},
+        "proxy": {sandbox_id for _pid, sandbox_id in _proxy_processes(home)},
     }
-
-
-def collect(conn: Any, keep: set[str]) -> set[str]:
-    """Tear down the network pieces of every sandbox id not in ``keep``; return those ids."""
-    found = set().union(*leftovers(conn).values()) - keep
-    for sandbox_id in sorted(found):
-        teardown(conn, sandbox_id, None)
-    return found

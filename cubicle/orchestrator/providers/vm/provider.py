@@ -143,13 +143,15 @@ hypervisor of this machine's architecture, and the firewall tools of ``open``'s 
 
 
 CONSOLE_TAIL_BYTES: Final = 1 << 20
+"""How much of the end of a console log ``logs`` reads, in bytes."""
+QEMU_LOG_LINES: Final = 8
+"""How many of QEMU's own log lines ``logs`` adds when the guest's console is still empty."""
 OPEN_WITHOUT_BRIDGES: Final = NetworkPolicy.parse("block:invalid")
 """``open`` where there are no bridges (macOS, ``qemu:///session``): the egress proxy with nothing
 blocked (``.invalid`` never resolves, RFC 2606), so HTTP and ``CONNECT`` tunnels to any port of any
 public address — and, by the proxy's address guard, never the host's loopback, a private or
 link-local address (another sandbox, the host's services): QEMU user networking, the only NIC
 there, would show the host's loopback at ``10.0.2.2``."""
-"""How much of the end of a console log ``logs`` reads, in bytes."""
 
 
 class VmProvider(Provider):
@@ -562,7 +564,48 @@ class VmProvider(Provider):
         except OSError as exc:
             return f"(no console log for {sandbox_id}: {exc.strerror})"
         lines = data.decode("utf-8", "replace").splitlines()
-        return "\n".join(lines[-tail:])
+        if any(line.strip() for line in lines):
+            return "\n".join(lines[-tail:])
+        return self._silent_guest(sandbox_id)
+
+    def _silent_guest(self, sandbox_id: str) -> str:
+        """What the host knows of a guest that has printed nothing on its console yet (a boot
+        that has not reached its init): the domain's state and reason, the vCPU time it got,
+        and the end of QEMU's own log — so a start-up error about it says where it stopped."""
+        facts = [f"(the console of {sandbox_id} is empty: the guest printed nothing yet)"]
+        try:
+            dom = self._domain(sandbox_id)
+        except CubicleError as exc:
+            return "\n".join([*facts, f"(libvirt: {exc})"])
+        if dom is None:
+            return "\n".join([*facts, "(libvirt has no domain for it)"])
+        state = unless_gone(dom.state)
+        info = unless_gone(dom.info)
+        if state is not None and info is not None:
+            facts.append(
+                f"domain {dom.name()}: state {state[0]}, reason {state[1]} (libvirt's "
+                f"virDomainState numbers), {info[3]} vCPUs, {info[4] / 1e9:.1f} s of vCPU time"
+            )
+        facts.extend(self._qemu_log_tail(dom.name()))
+        return "\n".join(facts)
+
+    def _qemu_log_tail(self, domain_name: str) -> list[str]:
+        """The last :data:`QEMU_LOG_LINES` of libvirt's log of QEMU for a domain (the system
+        daemon's under /var/log/libvirt/qemu, the session daemon's under the user's cache)."""
+        if self.uri.startswith("qemu:///system"):
+            folder = Path("/var/log/libvirt/qemu")
+        else:
+            cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+            folder = Path(cache) / "libvirt" / "qemu" / "log"
+        path = folder / f"{domain_name}.log"
+        try:
+            with open(path, "rb") as source:
+                size = source.seek(0, os.SEEK_END)
+                source.seek(max(0, size - 8192))
+                lines = source.read().decode("utf-8", "replace").splitlines()
+        except OSError as exc:
+            return [f"(QEMU's log {path}: {exc.strerror})"]
+        return [f"QEMU's log {path}:", *lines[-QEMU_LOG_LINES:]]
 
     def open_egress_control(self, sandbox_id: str, *, timeout: float) -> AgentStream:
         """The ``ask:`` proxy's control socket: a root-only unix socket in the run folder."""
@@ -657,7 +700,7 @@ class VmProvider(Provider):
 
     def _stop_proxy(self, sandbox_id: str) -> None:
         if (run := self._networked_run(sandbox_id)) is not None:
-            vm_network.stop_proxy(sandbox_id, run)
+            vm_network.stop_proxy(sandbox_id, run, home=self.home)
 
     def _remove_rules(self, sandbox_id: str) -> None:
         if self._networked_run(sandbox_id) is not None:
@@ -764,7 +807,7 @@ class VmProvider(Provider):
         run_root = self.home / "run"
         if run_root.is_dir():
             ids.update(run.name for run in run_root.iterdir())
-        ids.update(set().union(*vm_network.leftovers(self.conn).values()))
+        ids.update(set().union(*vm_network.leftovers(self.conn, self.home).values()))
         return {i for i in ids if ownership.is_sandbox_id(i, ID_PREFIX)}
 
     def _stamp(self, sandbox_id: str, now: float) -> ownership.Stamp | str | None:
