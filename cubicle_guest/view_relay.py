@@ -33,7 +33,7 @@ from typing import Final
 from cubicle_guest.egress_mux import Mux, MuxError
 from cubicle_guest.vnc import x11vnc_argv
 
-__all__ = ["CONTROL", "VIEW_ONLY", "VIEW_PORT_NAME", "main", "relay"]
+__all__ = ["CONTROL", "VIEW_ONLY", "VIEW_PORT_NAME", "main", "relay", "session"]
 
 VIEW_PORT_NAME: Final = "org.cubicle.view"
 """The virtio-serial port of the live view (the domain's view channel)."""
@@ -48,7 +48,7 @@ def _say(message: str) -> None:
     print(f"cubicle view relay: {message}", file=sys.stderr, flush=True)
 
 
-async def _session(hello: bytes, display: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def session(hello: bytes, display: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """Start one x11vnc for a stream with ``hello``; return the relay's end of its connection."""
     if hello not in (VIEW_ONLY, CONTROL):
         raise ValueError(f"unknown view mode {hello[:32]!r}")
@@ -140,7 +140,7 @@ class _Port:
         writer = asyncio.StreamWriter(transport, protocol, None, loop)
         loop.add_reader(self.fd, readable)
         try:
-            await Mux(reader, writer, lambda hello: _session(hello, display)).run()
+            await Mux(reader, writer, lambda hello: session(hello, display)).run()
         except MuxError as exc:
             _say(f"the host sent garbage ({exc}); waiting for the next host")
         finally:
