@@ -133,6 +133,8 @@ class _Hubs:
     def _let_go(self, path: str, hub: _Hub) -> None:
         """End an idle hub's connection (its sessions' guest ends had time to close)."""
         if hub.sessions == 0 and hub.runner is not None:
+            if self._hubs.get(path) is hub:
+                del self._hubs[path]  # a session opened from now on makes a new connection
             hub.runner.cancel()
 
 
