@@ -15,8 +15,10 @@ x11vnc sees its connection close and exits (it is killed if it has not within
 ``images/vm/cubicle-init`` starts it as the desktop user, with the port's device node (no udev:
 it finds the port named :data:`VIEW_PORT_NAME` in sysfs). It imports only the standard library,
 the mux and :mod:`cubicle_guest.vnc`: it starts during the boot. The port stays open for good: while
-no host is connected its reads return 0 (the relay then ends every stream and looks again every
-:data:`HOST_ABSENT_S`); closing it would drop what a host that just connected already sent.
+no host is connected its reads return 0 (the relay then ends every stream and waits for the
+port's SIGIO, which the guest kernel sends when a host connects — ``O_ASYNC``, as the agent's
+transport does — or at most :data:`HOST_ABSENT_S`); closing it would drop what a host that just
+connected already sent. Idle, it wakes only every :data:`HOST_ABSENT_S`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import fcntl
 import os
+import signal
 import socket
 import sys
 from collections.abc import Sequence
@@ -39,7 +43,8 @@ VIEW_PORT_NAME: Final = "org.cubicle.view"
 """The virtio-serial port of the live view (the domain's view channel)."""
 VIEW_ONLY: Final = b"view-only"
 CONTROL: Final = b"control"
-HOST_ABSENT_S: Final = 0.25
+HOST_ABSENT_S: Final = 5.0
+"""The longest wait for a host without a SIGIO (a fallback: the signal ends the wait)."""
 STOP_TIMEOUT_S: Final = 2.0
 READ_CHUNK: Final = 65536
 
@@ -94,8 +99,17 @@ async def _reap(process: asyncio.subprocess.Process, writer: asyncio.StreamWrite
 class _Port:
     """The port's descriptor (non-blocking, open for good) and one host connection at a time."""
 
-    def __init__(self, device: str) -> None:
+    def __init__(self, device: str, woke: asyncio.Event) -> None:
+        """Open ``device``; its SIGIO (a host connected, data arrived) sets ``woke`` (the
+        handler is installed before the port may send one: SIGIO's default ends a process)."""
+        self.woke = woke
+        asyncio.get_running_loop().add_signal_handler(signal.SIGIO, woke.set)
         self.fd = os.open(device, os.O_RDWR | os.O_NONBLOCK | os.O_NOCTTY)
+        try:
+            fcntl.fcntl(self.fd, fcntl.F_SETOWN, os.getpid())
+            fcntl.fcntl(self.fd, fcntl.F_SETFL, fcntl.fcntl(self.fd, fcntl.F_GETFL) | os.O_ASYNC)
+        except OSError as exc:  # no async notification: hosts are seen every HOST_ABSENT_S
+            _say(f"no SIGIO from {device} ({exc}): looking for a host every {HOST_ABSENT_S} s")
 
     def read(self) -> bytes | None:
         """What the port has: bytes, ``b""`` (no host connected), or None (a host, no data)."""
@@ -107,12 +121,14 @@ class _Port:
     async def host(self) -> bytes:
         """Wait until a host is connected; return what it already sent (maybe nothing)."""
         while True:
+            self.woke.clear()  # before the read: a SIGIO after it is not lost
             data = self.read()
             if data is None:
                 return b""
             if data:
                 return data
-            await asyncio.sleep(HOST_ABSENT_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.woke.wait(), HOST_ABSENT_S)
 
     async def serve(self, first: bytes, display: str) -> None:
         """Serve one host connection (its frames from ``first`` on) until it ends."""
@@ -150,7 +166,7 @@ class _Port:
 
 async def relay(device: str, display: str) -> None:
     """Serve the port's hosts one after the other, for ever."""
-    port = _Port(device)
+    port = _Port(device, asyncio.Event())
     _say(f"serving {device} (display {display})")
     while True:
         first = await port.host()
