@@ -1,15 +1,21 @@
-"""Many TCP connections over one byte stream: how a VM guest with no network card reaches the
-host's egress proxy through a virtio-serial port (standard library only; the host's proxy
-bundle, :mod:`cubicle.egress.bundle`, ships this module too).
+"""Many connections over one byte stream: how a VM guest with no network card reaches the
+host's egress proxy through a virtio-serial port, and how the host reaches the guest's VNC
+sessions through another (standard library only; the host's proxy bundle,
+:mod:`cubicle.egress.bundle`, ships this module too).
 
-The guest side (:mod:`cubicle_guest.egress_relay`) accepts connections on ``127.0.0.1:PORT``
-and opens a *stream* for each; the host side (the egress proxy's ``--channel-fd``) serves each
-stream as one client connection of the proxy. The wire is a sequence of frames::
+Egress: the guest side (:mod:`cubicle_guest.egress_relay`) accepts connections on
+``127.0.0.1:PORT`` and opens a *stream* for each; the host side (the egress proxy's
+``--channel-fd``) serves each stream as one client connection of the proxy. Live view: the host
+(:mod:`cubicle.orchestrator.view.vm_channel`) opens a stream per viewer, the guest
+(:mod:`cubicle_guest.view_relay`) serves each with its own x11vnc. The wire is a sequence of
+frames::
 
     stream id (4 bytes, big-endian) | kind (1 byte) | payload length (4 bytes) | payload
 
-Kinds: ``OPEN`` (the opener's side made stream *id*; ids are only ever opened by the guest; an
-``OPEN`` of an id the accepting side still holds ends that old stream first),
+Kinds: ``OPEN`` (the opener's side made stream *id*; on one carrier only one side opens; the
+payload is the opener's *hello*, handed to the accepting side's opener: empty for egress, the
+session's mode for the view; an ``OPEN`` of an id the accepting side still holds ends that old
+stream first),
 ``DATA`` (payload, at most :data:`MAX_PAYLOAD` bytes), ``EOF`` (the sender will send no more
 data on this stream: a half-close, which HTTP tunnels need), ``CLOSE`` (the stream is gone:
 reset, or both directions ended). A frame for an unknown stream is ignored (it raced a
@@ -37,8 +43,10 @@ CLOSE: Final = 3
 HEADER: Final = struct.Struct(">IBI")
 MAX_PAYLOAD: Final = 65536
 
-Opener = Callable[[], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
-"""The accepting side's way to make the local end of a stream the other side opened."""
+Opener = Callable[[bytes], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
+"""The accepting side's way to make the local end of a stream the other side opened, given the
+``OPEN`` frame's hello. Raising :class:`OSError` or :class:`ValueError` refuses the stream
+(answered with ``CLOSE``)."""
 
 
 class MuxError(Exception):
@@ -78,13 +86,23 @@ class Mux:
         if not self._writer.is_closing():
             self._writer.write(HEADER.pack(stream_id, kind, len(payload)) + payload)
 
-    async def open(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Carry the local connection ``reader``/``writer`` as a new stream until it ends (the
-        guest side: one call per accepted connection)."""
+    @property
+    def stream_count(self) -> int:
+        """How many streams are open (not yet ``CLOSE``d) on this end."""
+        return len(self._streams)
+
+    async def open(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hello: bytes = b""
+    ) -> None:
+        """Carry the local connection ``reader``/``writer`` as a new stream until it ends (one
+        call per connection of the opening side); ``hello`` (at most :data:`MAX_PAYLOAD` bytes)
+        goes to the accepting side's opener."""
+        if len(hello) > MAX_PAYLOAD:
+            raise ValueError(f"a hello of {len(hello)} bytes is over {MAX_PAYLOAD}")
         stream_id = self.next_id
         self.next_id = self.next_id % 0xFFFFFFFF + 1
         self._streams[stream_id] = _Stream(writer)
-        self._send(stream_id, OPEN)
+        self._send(stream_id, OPEN, hello)
         await self._pump(stream_id, reader)
 
     async def _pump(self, stream_id: int, reader: asyncio.StreamReader) -> None:
@@ -140,7 +158,7 @@ class Mux:
 
     async def _frame(self, stream_id: int, kind: int, payload: bytes) -> None:
         if kind == OPEN:
-            await self._accepted(stream_id)
+            await self._accepted(stream_id, payload)
             return
         stream = self._streams.get(stream_id)
         if stream is None:
@@ -160,15 +178,15 @@ class Mux:
         except OSError:
             self._close(stream_id, tell=True)
 
-    async def _accepted(self, stream_id: int) -> None:
+    async def _accepted(self, stream_id: int, hello: bytes) -> None:
         if self._accept is None:
             self._send(stream_id, CLOSE)
             return
         # an id still open here: the opener forgot that stream (its end restarted); it is dead
         self._close(stream_id, tell=False)
         try:
-            reader, writer = await self._accept()
-        except OSError:
+            reader, writer = await self._accept(hello)
+        except (OSError, ValueError):
             self._send(stream_id, CLOSE)
             return
         self._streams[stream_id] = _Stream(writer)

@@ -519,7 +519,7 @@ def _channel_handler(
     """Serve one channel connection: each stream the guest opens becomes a client connection of
     ``proxy`` (one end of a socket pair; the other end is the stream's)."""
 
-    async def accept() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def accept(_hello: bytes) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         ours, theirs = socket.socketpair()
         reader, writer = await asyncio.open_connection(sock=ours, limit=MAX_HEAD_BYTES)
         client_reader, client_writer = await asyncio.open_connection(sock=theirs)

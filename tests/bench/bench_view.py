@@ -1,27 +1,32 @@
-"""Live view: `cubicle view` → first frame, and agent click → changed canvas pixel (chromium).
+"""Live view: `cubicle view` → first frame, and agent click → changed canvas pixel (chromium),
+on a Docker sandbox and on a VM sandbox in the same run (each skipped, saying why, when its
+backend is unavailable).
 
-Same run, side by side: the time from an agent click to the changed pixel showing in the view
-page's canvas (x11vnc over the exec stream, websocket, noVNC), against the model's own path —
-the same click, then a screenshot through the agent until it shows the change. Also: a first
-link (server start, page, first frame) and a reused server (new page, first frame).
+Side by side: the time from an agent click to the changed pixel showing in the view page's
+canvas (x11vnc over the exec stream, or over the VM's view channel; websocket, noVNC), against
+the model's own path — the same click, then a screenshot through the agent until it shows the
+change. Also: a first link (server start, page, first frame) and a reused server (new page,
+first frame). VMs run fewer rounds (``CUBICLE_BENCH_VM_REPEAT``, default 3; 10 clicks).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import threading
 import time
 from collections.abc import Iterator
 
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Browser, Page, sync_playwright
 
-from cubicle.orchestrator.providers.docker.exec import open_exec_socket
-from cubicle.orchestrator.providers.docker.provider import GUEST_PYTHON, GUEST_UID, DockerProvider
+from cubicle.orchestrator.providers.vm import VmProvider
 from cubicle.orchestrator.sandbox import Sandbox
 from cubicle.orchestrator.view.control import open_view
 from cubicle.orchestrator.view_servers import stop_view_servers
 from cubicle_guest.client import AgentClient
+from cubicle_guest.errors import CubicleError, GuestError
+from cubicle_guest.waiting import Deadline, poll
 from tests.bench.bench_docker import docker_or_skip
 from tests.bench.report import Report, Sample
 from tests.support.agent import pixel_at
@@ -39,7 +44,7 @@ s = d.screen()
 w = s.root.create_window(0, 0, 400, 400, 0, s.root_depth, X.InputOutput, X.CopyFromParent,
                          background_pixel=s.white_pixel, event_mask=X.ButtonPressMask,
                          override_redirect=True)
-w.map(); d.sync(); print("ready", flush=True)
+w.map(); d.sync(); open("/tmp/toggler.ready", "w").close()
 white = True
 while True:
     if d.next_event().type == X.ButtonPress:
@@ -66,22 +71,20 @@ or differs from it (not ``same``); rejects after 10 s."""
 
 
 @contextlib.contextmanager
-def _toggler(provider: DockerProvider, sandbox: Sandbox) -> Iterator[None]:
-    info = provider.describe(sandbox.id)
-    assert info is not None
-    sock = open_exec_socket(
-        provider.client.api,
-        info.detail["container"],
-        [GUEST_PYTHON, "-I", "-c", TOGGLER],
-        user=f"{GUEST_UID}:{GUEST_UID}",
-        name=sandbox.id,
-    )
-    sock.setblocking(True)
+def _toggler(agent: AgentClient) -> Iterator[None]:
+    """:data:`TOGGLER` running detached in the guest (started and ended through ``agent``)."""
+    start = 'rm -f /tmp/toggler.ready; setsid -f python -c "$1" >/tmp/toggler.log 2>&1'
+    agent.exec(["sh", "-c", start, "sh", TOGGLER], timeout=60)
     try:
-        assert b"ready" in sock.recv(4096)
+        for _ in poll(Deadline(60), 0.1):
+            with contextlib.suppress(GuestError):
+                agent.read_file("/tmp/toggler.ready", timeout=30)
+                break
+        else:
+            raise AssertionError("the toggler window did not come up")
         yield
     finally:
-        sock.close()
+        agent.exec(["pkill", "-f", "toggler.ready"], timeout=60)
 
 
 def _first_frame(page: Page, url: str) -> None:
@@ -132,49 +135,89 @@ def _line(report: Report, sample: Sample) -> None:
 
 
 def run(report: Report) -> None:
-    provider = docker_or_skip()
     if not shutil.which(CHROMIUM.rsplit("/", 1)[1]):
         raise Report.Skip(f"{CHROMIUM} is not installed")
-    sandbox = Sandbox.create("docker")
-    try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(
-                executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
-            )
-            # as a person's browser opens the view: its CSP enforced, violations kept
-            context = new_context(browser, viewport={"width": 1280, "height": 900})
-            cold, warm = (
-                Sample("cubicle view -> first frame (server start)", []),
-                Sample("cubicle view -> first frame (server reused)", []),
-            )
-            for _ in range(FIRST_FRAMES):
-                stop_view_servers(sandbox.id)
-                page = context.new_page()
-                start = time.perf_counter()
-                _first_frame(page, open_view(sandbox.id).url)
-                cold.seconds.append(time.perf_counter() - start)
-                page.close()
-                page = context.new_page()
-                start = time.perf_counter()
-                _first_frame(page, open_view(sandbox.id).url)
-                warm.seconds.append(time.perf_counter() - start)
-                page.close()
-            _line(report, cold)
-            _line(report, warm)
-
-            page = context.new_page()
-            _first_frame(page, open_view(sandbox.id).url)
-            view = Sample("agent click -> changed pixel in the view's canvas", [])
-            model = Sample("agent click -> changed pixel in an agent screenshot", [])
-            with _toggler(provider, sandbox), sandbox.connect() as agent:
-                for _ in range(CLICKS):
-                    view.seconds.append(_click_to_canvas(page, agent))
-                    model.seconds.append(_click_to_screenshot(agent))
-            _line(report, view)
-            _line(report, model)
-            report.line(f"ratio view / screenshot: {view.p50 / model.p50:.2f}x (p50)")
-            assert_no_csp_violations(page)
-            report.line("the view's Content-Security-Policy was enforced: no violation")
+    vm_rounds = int(os.environ.get("CUBICLE_BENCH_VM_REPEAT", "3"))
+    measured = 0
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            for backend, first_frames, clicks in (
+                ("docker", FIRST_FRAMES, CLICKS),
+                ("vm", vm_rounds, 10),
+            ):
+                try:
+                    sandbox = _sandbox(backend)
+                except Report.Skip as skip:
+                    report.line(f"{backend}: skipped ({skip})")
+                    continue
+                try:
+                    _bench(report, browser, sandbox, first_frames=first_frames, clicks=clicks)
+                    measured += 1
+                finally:
+                    sandbox.destroy()
+        finally:
             browser.close()
+    if not measured:
+        raise Report.Skip("neither Docker nor the VM backend is available")
+
+
+def _sandbox(backend: str) -> Sandbox:
+    """A fresh sandbox of ``backend``; :class:`Report.Skip` when that backend cannot run here."""
+    if backend == "docker":
+        docker_or_skip()
+        return Sandbox.create("docker")
+    if os.geteuid() != 0:
+        raise Report.Skip("the VM bench needs root (qemu:///system, the shared VM image)")
+    try:
+        provider = VmProvider()
+        provider.conn.getLibVersion()
+        os.environ["CUBICLE_VM_IMAGE"] = provider.build_image(progress=lambda _line: None)
+        return Sandbox.create("vm", screen=(1280, 800), ready_timeout_s=180)
+    except CubicleError as exc:
+        raise Report.Skip(f"libvirt/VM image unavailable: {exc}") from None
+
+
+def _bench(
+    report: Report, browser: Browser, sandbox: Sandbox, *, first_frames: int, clicks: int
+) -> None:
+    backend = sandbox.provider.name
+    # as a person's browser opens the view: its CSP enforced, violations kept
+    context = new_context(browser, viewport={"width": 1280, "height": 900})
+    try:
+        cold, warm = (
+            Sample(f"{backend}: cubicle view -> first frame (server start)", []),
+            Sample(f"{backend}: cubicle view -> first frame (server reused)", []),
+        )
+        for _ in range(first_frames):
+            stop_view_servers(sandbox.id)
+            page = context.new_page()
+            start = time.perf_counter()
+            _first_frame(page, open_view(sandbox.id).url)
+            cold.seconds.append(time.perf_counter() - start)
+            page.close()
+            page = context.new_page()
+            start = time.perf_counter()
+            _first_frame(page, open_view(sandbox.id).url)
+            warm.seconds.append(time.perf_counter() - start)
+            page.close()
+        _line(report, cold)
+        _line(report, warm)
+
+        page = context.new_page()
+        _first_frame(page, open_view(sandbox.id).url)
+        view = Sample(f"{backend}: agent click -> changed pixel in the view's canvas", [])
+        model = Sample(f"{backend}: agent click -> changed pixel in an agent screenshot", [])
+        with sandbox.connect(timeout=60) as agent, _toggler(agent):
+            for _ in range(clicks):
+                view.seconds.append(_click_to_canvas(page, agent))
+                model.seconds.append(_click_to_screenshot(agent))
+        _line(report, view)
+        _line(report, model)
+        report.line(f"{backend}: ratio view / screenshot: {view.p50 / model.p50:.2f}x (p50)")
+        assert_no_csp_violations(page)
+        report.line(f"{backend}: the view's Content-Security-Policy was enforced: no violation")
     finally:
-        sandbox.destroy()
+        context.close()

@@ -23,7 +23,7 @@ from cubicle.orchestrator.trajectory import read_trajectory
 from cubicle.orchestrator.view.control import open_view, set_mode
 from tests.support.runs import scripted_run
 from tests.view.guest_recorder import GuestRecorder
-from tests.view.test_view_docker import (
+from tests.view.viewpage import (
     MAX_MAD,
     click_canvas,
     mad,

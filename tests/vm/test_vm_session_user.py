@@ -5,11 +5,13 @@ image root built (found in the shared folder, or pinned by path).
 
 As that user, one test: ``doctor``; a ``none`` sandbox (screenshot, exec, ls, and through the
 public API from the user's own Python an XTEST click that lands at the exact pixel of a real X
-window in the guest and Unicode typing that arrives byte-exact); ``allow:127.0.0.1:PORT`` (the
-host service on PORT through the proxy, another port refused); ``open`` (the proxy decides every
-request and keeps the host's loopback out, however named); ``ask:`` with nobody answering (the
-request is held for the ask timeout, then refused). Every network mode has no network card and
-no direct connection to the host's loopback (nor QEMU user networking's 10.0.2.2).
+window in the guest and Unicode typing that arrives byte-exact; ``cubicle view``: an RFB session
+through the user's own view server and their VM's view channel, which ``down`` ends);
+``allow:127.0.0.1:PORT`` (the host service on PORT through the proxy, another port refused);
+``open`` (the proxy decides every request and keeps the host's loopback out, however named);
+``ask:`` with nobody answering (the request is held for the ask timeout, then refused). Every
+network mode has no network card and no direct connection to the host's loopback (nor QEMU user
+networking's 10.0.2.2).
 
 The test makes the user, their venv and runtime folder, and removes the user, their files and
 every process of theirs (the session libvirtd and virtlogd) afterwards, by pid. No firewall rule
@@ -39,12 +41,14 @@ import pytest
 from cubicle.orchestrator.providers.vm import VmProvider
 from cubicle.orchestrator.providers.vm import image as vm_image
 from cubicle.orchestrator.providers.vm import network as vm_network
+from cubicle.orchestrator.view_servers import SERVER_MODULE
 from cubicle_guest.waiting import Deadline, poll
 from tests.orchestrator.support import http_server
 from tests.support.guest_probes import DIRECT_PROBE, UDP_PROBE
 from tests.support.listener import host_addresses
 from tests.support.sockets import NOBODY_CONNECT, as_nobody, inet_socket_inodes, socket_inodes
 from tests.test_import_cycles import REPO
+from tests.view.rfb import rfb_session, session_cookie_for
 
 pytestmark = [pytest.mark.vm, pytest.mark.slow]
 
@@ -277,6 +281,30 @@ def _click_and_type(user: User, sandbox_id: str) -> dict[str, object]:
     return seen
 
 
+def _view_servers_of(uid: int) -> list[int]:
+    """Pids of ``uid``'s live-view servers (any sandbox)."""
+    found = []
+    for pid in _pids_of(uid):
+        with contextlib.suppress(OSError):
+            if SERVER_MODULE.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+    return found
+
+
+def _view_size(user: User, sandbox_id: str) -> tuple[int, int]:
+    """The desktop size an RFB session through the user's own view server reports (``cubicle
+    view`` as ``user``: their server, their VM's view socket)."""
+    started = time.monotonic()
+    view = user.cubicle("view", sandbox_id, "--json")
+    assert view.returncode == 0, view.stderr
+    url = json.loads(view.stdout)["url"]
+    port = int(url.split(":")[2].split("/")[0])
+    with rfb_session(port, session_cookie_for(url)) as session:
+        size = session.size
+    print(f"[session user] view: {time.monotonic() - started:.1f} s", flush=True)
+    return size
+
+
 def _proxy_lines(logs: str) -> list[dict[str, Any]]:
     """The egress proxy's JSON lines of ``cubicle logs`` (after its ``--- egress proxy ---``)."""
     _, _, proxy = logs.partition("--- egress proxy ---")
@@ -396,9 +424,12 @@ def test_a_normal_user_runs_none_allow_open_and_ask_sandboxes_over_their_session
             _attacks(session_user, plain, [service.port], udp.getsockname()[1])
             assert _received(udp) == [] and service.paths == []
         inputs = _click_and_type(session_user, plain)
+        viewed = _view_size(session_user, plain)
     finally:
         down = session_user.cubicle("down", plain)
     assert down.returncode == 0, down.stderr
+    assert viewed == (1280, 800)  # the live view, over the view channel of the user's own VM
+    assert _view_servers_of(session_user.uid) == [], "down left the user's view server running"
     host = host_addresses()[0]  # a private address of the host (ask: needs one not loopback)
     # XTEST: the click lands at the exact pixel of a real window, the text arrives byte-exact
     assert inputs == {"press": [1, 237, 171, 337, 251], "text": TYPED}, inputs

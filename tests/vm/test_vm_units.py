@@ -26,6 +26,8 @@ from cubicle.orchestrator.providers.vm import VmProvider
 from cubicle.orchestrator.providers.vm.domain import (
     AGENT_PORT,
     EGRESS_CHANNEL,
+    VIEW_CHANNEL,
+    VIEW_SOCKET,
     Accelerator,
     DomainPlan,
     domain_xml,
@@ -142,6 +144,11 @@ def test_retarget_changes_only_host_paths_and_labels(tmp_path: Path) -> None:
     assert root.findtext("name") == "cubicle-vm-0123456789"
     assert root.find("devices/disk/source").get("file") == str(new / "o.qcow2")  # type: ignore[union-attr]
     assert root.find("devices/channel/source").get("path") == str(new / "a.sock")  # type: ignore[union-attr]
+    sockets = {
+        element.find("target").get("name"): element.find("source").get("path")  # type: ignore[union-attr]
+        for element in root.findall("devices/channel")
+    }
+    assert sockets == {AGENT_PORT: str(new / "a.sock"), VIEW_CHANNEL: str(new / VIEW_SOCKET)}
     assert labels_from_xml(xml) == {SANDBOX: "vm-abcdefabcd"}
 
 
@@ -212,6 +219,7 @@ def test_proxied_networks_give_the_domain_no_nic_but_a_channel_to_the_proxy(
     ]
     assert channels == [
         (AGENT_PORT, "bind", str(tmp_path / "agent.sock")),
+        (VIEW_CHANNEL, "bind", str(tmp_path / VIEW_SOCKET)),
         (EGRESS_CHANNEL, "connect", str(tmp_path / "egress-channel.sock")),
     ]
     words = (root.findtext("os/cmdline") or "").split()

@@ -2,7 +2,8 @@
 
 One :class:`DomainPlan` describes a sandbox domain: a transient domain that direct-boots the
 image's PVH ``vmlinux`` + tiny initramfs from a per-sandbox qcow2 overlay, with a virtio-serial
-unix channel to the agent, the serial console in a file, no NIC unless the network policy is
+unix channel to the agent and one to the live view (:data:`VIEW_CHANNEL`, a socket beside the
+agent's), the serial console in a file, no NIC unless the network policy is
 ``open`` on a host with bridges (a NIC on the sandbox's own libvirt network,
 :mod:`cubicle.orchestrator.providers.vm.network`), for ``allow:``/``block:``/``ask:`` (and ``open``
 without bridges) a second virtio-serial channel whose host side is the egress proxy's socket
@@ -33,6 +34,8 @@ __all__ = [
     "AGENT_PORT",
     "EGRESS_CHANNEL",
     "METADATA_NS",
+    "VIEW_CHANNEL",
+    "VIEW_SOCKET",
     "Accelerator",
     "DomainPlan",
     "domain_xml",
@@ -45,6 +48,11 @@ AGENT_PORT = "org.cubicle.agent"
 """Name of the virtio-serial port the guest agent listens on (images/vm/cubicle-init)."""
 EGRESS_CHANNEL = "org.cubicle.egress"
 """Name of the virtio-serial port to the egress proxy (``cubicle_guest.egress_relay``)."""
+VIEW_CHANNEL = "org.cubicle.view"
+"""Name of the virtio-serial port of the live view (``cubicle_guest.view_relay``): every domain
+has it; its host side is a unix socket QEMU binds beside the agent's, :data:`VIEW_SOCKET`."""
+VIEW_SOCKET = "view.sock"
+"""File name of the view channel's host socket, in the agent socket's folder."""
 METADATA_NS = "https://cubicle.invalid/xmlns/libvirt/1"
 METADATA_PREFIX = "cubicle"
 
@@ -230,6 +238,9 @@ def domain_xml(plan: DomainPlan) -> str:
     channel = _sub(devices, "channel", type="unix")
     _sub(channel, "source", mode="bind", path=str(plan.agent_socket))
     _sub(channel, "target", type="virtio", name=AGENT_PORT)
+    view = _sub(devices, "channel", type="unix")
+    _sub(view, "source", mode="bind", path=str(plan.agent_socket.with_name(VIEW_SOCKET)))
+    _sub(view, "target", type="virtio", name=VIEW_CHANNEL)
     if plan.egress_channel is not None:
         egress = _sub(devices, "channel", type="unix")
         _sub(egress, "source", mode="connect", path=str(plan.egress_channel))
@@ -268,7 +279,8 @@ def retarget_saved_xml(
     """Rewrite a saved state's domain XML for a new sandbox restored from it.
 
     Keeps name and UUID (libvirt refuses others on restore) and the guest ABI; changes only the
-    host-side paths (overlay disk, agent socket, console file) and the labels. (libvirt itself
+    host-side paths (overlay disk, agent socket and the view socket beside it, console file) and
+    the labels. (libvirt itself
     gives the restored domain a new VM generation ID, which must not be set here.)
     """
     ET.register_namespace(METADATA_PREFIX, METADATA_NS)
@@ -283,6 +295,13 @@ def retarget_saved_xml(
         for child in list(element):  # drop stale <seclabel> etc. of the golden domain
             element.remove(child)
     channel.set("path", str(agent_socket))
+    for view in root.findall("devices/channel"):
+        target, view_source = view.find("target"), view.find("source")
+        if target is None or view_source is None or target.get("name") != VIEW_CHANNEL:
+            continue
+        for child in list(view_source):
+            view_source.remove(child)
+        view_source.set("path", str(agent_socket.with_name(VIEW_SOCKET)))
     serial.set("path", str(console_log))
     for log in root.findall("devices/serial/log") + root.findall("devices/console/source"):
         if log.get("file"):

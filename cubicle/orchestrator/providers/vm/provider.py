@@ -83,6 +83,7 @@ from cubicle.orchestrator.providers.vm import image as vm_image
 from cubicle.orchestrator.providers.vm import network as vm_network
 from cubicle.orchestrator.providers.vm.domain import (
     AARCH64_MACHINES,
+    VIEW_SOCKET,
     DomainPlan,
     domain_xml,
     labels_from_xml,
@@ -441,9 +442,11 @@ class VmProvider(Provider):
         return run
 
     def seal_socket(self, run: Path) -> None:
-        """Make the agent socket QEMU created (mode per its umask) its owner's and group's only."""
-        with contextlib.suppress(FileNotFoundError):
-            self.files.restrict(run / "agent.sock", 0o660)
+        """Make the agent and view sockets QEMU created (mode per its umask) their owner's and
+        group's only."""
+        for name in ("agent.sock", VIEW_SOCKET):
+            with contextlib.suppress(FileNotFoundError):
+                self.files.restrict(run / name, 0o660)
 
     def write_labels(self, run: Path, labels: dict[str, str]) -> None:
         """``labels.json`` of a run directory (read by gc when no domain exists)."""

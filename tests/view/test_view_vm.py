@@ -1,0 +1,182 @@
+"""The live view of a VM sandbox in a real headless browser (Debian's chromium), page CSP enforced.
+
+One VM for the module (a warm restore; the tests run in order, the last one downs it). The VNC
+sessions travel over the domain's view channel (a virtio-serial port; no network card, no port
+the guest could reach): the canvas shows what a fresh agent screenshot shows; view-only
+delivers no input, neither through the page nor from a forged VNC client; a takeover click lands
+on the exact guest pixel while the agent's hand-over gate waits; no x11vnc outlives its
+session; two sessions share the channel; ``down`` removes the view server, its files and the
+view socket with the VM.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from playwright.sync_api import Page
+
+from cubicle.orchestrator.providers import get_provider
+from cubicle.orchestrator.providers.vm import VmProvider
+from cubicle.orchestrator.providers.vm.domain import VIEW_SOCKET
+from cubicle.orchestrator.sandbox import Sandbox
+from cubicle.orchestrator.view.control import open_view
+from cubicle.orchestrator.view.handover import HandoverGate
+from cubicle.orchestrator.view.stream import open_vnc_stream
+from cubicle.orchestrator.view_servers import read_state, stop_view_servers, view_server_pids
+from cubicle_guest.waiting import Deadline, poll
+from tests.support.cli import run_cli
+from tests.support.pages import assert_no_csp_violations
+from tests.view.conftest import LEFT_HALF, SCREEN
+from tests.view.viewpage import (
+    MAX_MAD,
+    agent_click,
+    click_canvas,
+    forged_pointer_click,
+    open_page,
+    presses,
+    session_cookie,
+    wait_canvas_matches,
+)
+from tests.view.vm_recorder import VmGuestRecorder
+from tests.vm.conftest import assert_gone, vm_provider
+
+__all__ = ["vm_provider"]
+
+pytestmark = [pytest.mark.vm, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def vm_sandbox(vm_provider: VmProvider) -> Iterator[Sandbox]:
+    """The module's VM (``down`` by the last test; destroyed here whatever happened)."""
+    sandbox = Sandbox.create("vm", screen=SCREEN, ready_timeout_s=180)
+    try:
+        yield sandbox
+    finally:
+        sandbox.destroy()  # (idempotent; the last test downs it through the command line)
+        assert_gone(vm_provider, sandbox.id)
+        assert view_server_pids(sandbox.id) == []
+
+
+@pytest.fixture(autouse=True)
+def one_test_one_view_server(vm_sandbox: Sandbox) -> Iterator[None]:
+    """Each test's view server (its state lives in the test's own folder) ends with the test."""
+    yield
+    stop_view_servers(vm_sandbox.id)
+
+
+@pytest.fixture
+def vm_recorder(vm_sandbox: Sandbox) -> Iterator[VmGuestRecorder]:
+    with VmGuestRecorder(vm_sandbox, geometry=LEFT_HALF) as rec:
+        yield rec
+
+
+def x11vnc_count(sandbox: Sandbox) -> int:
+    done = sandbox.exec(["sh", "-c", "pgrep -c -x x11vnc || true"], timeout=60)
+    return int(done.stdout.strip() or 0)
+
+
+def wait_no_x11vnc(sandbox: Sandbox) -> None:
+    for _ in poll(Deadline(30), 0.5):
+        if x11vnc_count(sandbox) == 0:
+            return
+    raise AssertionError("an x11vnc outlived its session in the guest")
+
+
+def test_vm_page_shows_the_desktop_and_view_only_delivers_no_input(
+    page: Page, vm_sandbox: Sandbox, vm_recorder: VmGuestRecorder
+) -> None:
+    link = open_view(vm_sandbox.id)
+    assert link.mode == "view"
+    open_page(page, link)
+    score = wait_canvas_matches(page, vm_sandbox, timeout_s=60)
+    assert score < MAX_MAD, f"canvas differs from the screenshot by {score:.1%}"
+    policy = requests.get(link.url.split("#")[0], timeout=10).headers["content-security-policy"]
+    assert "default-src 'none'" in policy and "unsafe" not in policy, policy
+    assert_no_csp_violations(page)
+
+    click_canvas(page, 100, 100)  # noVNC in view-only mode
+    forged_pointer_click(link, session_cookie(page), 200, 200)  # a client ignoring view-only
+    agent_click(vm_sandbox, 300, 300)  # the barrier: the agent's click arrives
+    vm_recorder.wait_for(lambda e: e["kind"] == "ButtonPress")
+    assert presses(vm_recorder) == [(300, 300)]
+    page.goto("about:blank")  # the page leaves: its session and its x11vnc end
+    wait_no_x11vnc(vm_sandbox)
+
+
+def test_vm_takeover_click_lands_on_the_pixel_and_pauses_the_agent(
+    page: Page, vm_sandbox: Sandbox, vm_recorder: VmGuestRecorder
+) -> None:
+    events: list[tuple[str, dict[str, Any]]] = []
+    taken = threading.Event()
+
+    def on_event(what: str, detail: dict[str, Any]) -> None:
+        events.append((what, detail))
+        if what == "taken":
+            taken.set()
+
+    link = open_view(vm_sandbox.id, mode="takeover")
+    gate = HandoverGate(vm_sandbox.id, on_event=on_event)
+    outcome: list[bool] = []
+    agent = threading.Thread(target=lambda: outcome.append(gate.wait()))
+    agent.start()
+    assert taken.wait(10), "the gate did not see the person in control"
+
+    open_page(page, link, mode="takeover")
+    wait_canvas_matches(page, vm_sandbox, timeout_s=60)
+    click_canvas(page, 123, 456)
+    press = vm_recorder.wait_for(lambda e: e["kind"] == "ButtonPress")
+    assert (press["root_x"], press["root_y"], press["button"]) == (123, 456, 1)
+    assert agent.is_alive() and outcome == [], "the agent acted while a person had control"
+
+    page.click("#toggle")  # "Give control back"
+    agent.join(10)
+    assert outcome == [True]
+    assert [what for what, _ in events] == ["taken", "released"]
+    page.wait_for_function(
+        "() => window.cubicleView.connected && window.cubicleView.mode === 'view'",
+        timeout=60_000,
+    )
+    state = read_state(vm_sandbox.id)
+    assert state is not None and state.mode == "view"
+    click_canvas(page, 50, 60)  # view-only again
+    agent_click(vm_sandbox, 70, 80)
+    vm_recorder.wait_for(lambda e: e["kind"] == "ButtonPress" and e["root_x"] == 70)
+    assert presses(vm_recorder) == [(123, 456), (70, 80)]
+
+
+def test_vm_sessions_share_the_channel_and_end_in_the_guest(vm_sandbox: Sandbox) -> None:
+    provider = get_provider("vm")
+    first = open_vnc_stream(provider, vm_sandbox.id, view_only=True)
+    second = open_vnc_stream(provider, vm_sandbox.id, view_only=False)
+    try:
+        for stream in (first, second):
+            assert stream.sock.recv(12) == b"RFB 003.008\n"
+        assert x11vnc_count(vm_sandbox) == 2
+    finally:
+        first.sock.close()
+        second.sock.close()
+    wait_no_x11vnc(vm_sandbox)
+
+
+@pytest.mark.attack
+def test_vm_down_removes_everything_of_the_view(
+    vm_sandbox: Sandbox, vm_provider: VmProvider, view_dir: Path
+) -> None:
+    link = open_view(vm_sandbox.id)
+    assert view_server_pids(vm_sandbox.id) == [link.pid]
+    view_socket = vm_provider.run_dir(vm_sandbox.id) / VIEW_SOCKET
+    assert view_socket.is_socket()
+    assert oct(view_socket.stat().st_mode & 0o777) == oct(0o660)
+
+    done = run_cli("down", vm_sandbox.id, timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert view_server_pids(vm_sandbox.id) == []
+    assert read_state(vm_sandbox.id) is None
+    assert sorted(p.name for p in view_dir.iterdir() if vm_sandbox.id in p.name) == []
+    assert not view_socket.exists()
+    assert_gone(vm_provider, vm_sandbox.id)
