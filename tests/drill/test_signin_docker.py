@@ -2,7 +2,7 @@
 credentials, as the drill gives them) answers the password page and then the one-time-code page,
 the model sees only the signed-in page, and no submitted value — nor its base64 or JSON-escaped
 form — is anywhere in the trajectory folder (trajectory, report.html, screenshots), the guest's
-log or the guest's app log."""
+log, the guest's app log or the requests sent to the model."""
 
 from __future__ import annotations
 
@@ -65,6 +65,9 @@ def test_sign_in_is_answered_by_the_person_and_no_value_is_kept(
     places = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     places[Path("guest log")] = fresh_sandbox.logs(5000).encode()
     places[Path("guest apps.log")] = apps_log
+    # every request the run sent to the model (the scripted model's received bodies)
+    assert len(result.model_requests) >= 2
+    places[Path("model requests")] = json.dumps(result.model_requests, ensure_ascii=False).encode()
     assert b"POST /signin" in apps_log and b"POST /code" in apps_log  # the site was reached
     assert any(p.name == "report.html" for p in places)
     for value in (task.signin.email, task.signin.password, task.signin.code):

@@ -26,7 +26,7 @@ import io
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -102,6 +102,8 @@ class DrillResult(RunResult):
     require_checks: bool = True
     sandbox: str = ""
     """The sandbox id it ran on (set by the CLI)."""
+    model_requests: list[dict[str, Any]] = field(default_factory=list)
+    """Every request body the scripted model received: what the run sent to the model."""
 
     def summary(self) -> str:
         """A short human summary: verdict, checks (expected vs got when failed), timings."""
@@ -264,7 +266,11 @@ def run_drill(
     )
     result = run(desktop, spec, model, observers=observers, cancel_requested=cancel_requested)
     fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(RunResult)}
-    return DrillResult(**{**fields, "task": task.name}, stale_check=model.stale_check)
+    return DrillResult(
+        **{**fields, "task": task.name},
+        stale_check=model.stale_check,
+        model_requests=model.requests,
+    )
 
 
 class DrillModel:
@@ -295,6 +301,8 @@ class DrillModel:
         self.model_view = model_view
         self.provider = provider
         self.stale_check: StaleCheck | None = None
+        self.requests: list[dict[str, Any]] = []
+        """Every request body the stand-in received, in order (what was sent to the model)."""
 
     @contextmanager
     def serve(self, context: LoopContext) -> Iterator[ModelEndpoint]:
@@ -323,6 +331,7 @@ class DrillModel:
                 start=context.resume.completed_turns if context.resume is not None else 0,
                 skip_actions=skip,
             ) as model:
+                self.requests = model.requests
                 yield ModelEndpoint(
                     base_url=model.base_url,
                     api_key="drill",
@@ -347,6 +356,7 @@ class DrillModel:
                 )
 
         with stand_in:
+            self.requests = stand_in.requests
             yield ModelEndpoint(
                 base_url=stand_in.base_url,
                 api_key="drill",
