@@ -475,7 +475,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     keep = args.keep
     try:
         if resumed is None:
-            settings_saved = namespace_settings(args, RESUMED_SETTINGS)
+            # the effective provider, loop and model (a task file's or a default, not only flags)
+            settings_saved = namespace_settings(args, RESUMED_SETTINGS) | {
+                "provider": provider,
+                "loop": loop,
+                "model": model_name,
+            }
             write_resume_file(out, command="run", sandbox=sandbox, settings=settings_saved)
         spec = RunSpec(
             out=out,

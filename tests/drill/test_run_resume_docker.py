@@ -133,7 +133,7 @@ def test_kill_9_of_cubicle_run_then_resume_finishes_on_the_same_sandbox(
     with ScriptedModel(script, raise_on_exit=False, start=start, skip_actions=skip) as second:
         resumed = _cubicle_run(second, tmp_path, "--resume", str(out), "--keep")
         stdout, stderr = _finish(resumed)
-        assert second.finished and not second.failures, second.failures
+        assert second.finished and not second.failures, (second.failures, stderr[-4000:])
     assert resumed.returncode == 0, f"{stdout}\n{stderr}"
     assert f"{sandbox_id}: resuming after {start} completed turns" in stderr
     assert "ok      note saved through the editor" in stdout

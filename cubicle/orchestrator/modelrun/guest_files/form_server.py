@@ -7,7 +7,9 @@ what the page posts:
 - a sign-in site when ``FOLDER/signin.json`` exists (SHA-256 hex digests of the task's test
   credentials ``email``, ``password``, ``code``; the values themselves are never in the guest):
   ``GET /signin`` (email and password), ``POST /signin`` → ``/code`` (a one-time code),
-  ``POST /code`` → ``/done`` ("signed in") and ``{"signed_in": "yes"}`` → ``FOLDER/form-data.json``.
+  ``POST /code`` → ``/done`` ("signed in") and ``{"signed_in": "yes"}`` → ``FOLDER/form-data.json``;
+  ``/done`` has a focused note field whose ``POST /note`` (signed in only) adds ``note`` there —
+  what the model does once the person signed it in (the task's check needs both).
   A wrong value shows the page again with "Wrong"; the code page without the password is refused.
   Forms post ``application/x-www-form-urlencoded``; no value is logged.
 
@@ -53,9 +55,12 @@ input{font:18px sans-serif;width:200px;padding:6px}button{font:18px sans-serif;p
  required></label><button type="submit">Verify</button></form></body></html>"""
 DONE_PAGE = """<!doctype html><html><head><meta charset="utf-8">
 <title>Cubicle sign-in: signed in</title></head><body style="font:18px sans-serif;margin:60px">
-<h1>Signed in</h1><p>Welcome to the tracker.</p></body></html>"""
+<h1>Signed in</h1><p>Welcome to the tracker.</p>%s
+<form method="post" action="/note"><label>Note for the team
+<input name="note" autocomplete="off" autofocus></label></form></body></html>"""
+SAVED = "<p>Note saved.</p>"
 WRONG = '<p style="color:#b00020">Wrong, try again.</p>'
-_state = {"password_ok": False}
+_state = {"password_ok": False, "signed_in": False}
 
 
 def _digests() -> dict[str, str] | None:
@@ -73,7 +78,7 @@ def _matches(digests: dict[str, str], name: str, given: str) -> bool:
 
 class Handler(BaseHTTPRequestHandler):
     def _signin_get(self) -> bool:
-        pages = {"/signin": SIGNIN_PAGE % "", "/code": CODE_PAGE % "", "/done": DONE_PAGE}
+        pages = {"/signin": SIGNIN_PAGE % "", "/code": CODE_PAGE % "", "/done": DONE_PAGE % ""}
         if _digests() is None or self.path not in pages:
             return False
         if self.path == "/code" and not _state["password_ok"]:
@@ -84,9 +89,16 @@ class Handler(BaseHTTPRequestHandler):
 
     def _signin_post(self, body: bytes) -> bool:
         digests = _digests()
-        if digests is None or self.path not in ("/signin", "/code"):
+        if digests is None or self.path not in ("/signin", "/code", "/note"):
             return False
         form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
+        if self.path == "/note":
+            if not _state["signed_in"]:
+                self._redirect("/signin")
+                return True
+            _store("form-data.json", {"signed_in": "yes", "note": form.get("note", "")})
+            self._reply(200, (DONE_PAGE % SAVED).encode(), "text/html; charset=utf-8")
+            return True
         if self.path == "/signin":
             if _matches(digests, "email", form.get("email", "")) and _matches(
                 digests, "password", form.get("password", "")
@@ -97,6 +109,7 @@ class Handler(BaseHTTPRequestHandler):
                 self._reply(200, (SIGNIN_PAGE % WRONG).encode(), "text/html; charset=utf-8")
             return True
         if _state["password_ok"] and _matches(digests, "code", form.get("code", "")):
+            _state["signed_in"] = True
             _store("form-data.json", {"signed_in": "yes"})
             self._redirect("/done")
         else:
