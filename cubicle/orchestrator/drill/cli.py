@@ -182,12 +182,18 @@ def cmd_drill(args: argparse.Namespace) -> int:
     if args.provider == "all":
         print(provider_table(results), flush=True)
     passed = len(results) == len(runs) and all(r.ok for r in results)
-    print(
-        f"drill {'PASSED' if passed else 'FAILED'} on {args.backend} ({args.provider}): "
-        f"{len(results)} of "
+    return _verdict(
+        passed,
+        f"on {args.backend} ({args.provider}): {len(results)} of "
         f"{len(runs)} runs in {wall:.1f} s including the sandboxes; trajectories in {out}",
-        flush=True,
+        cancel,
     )
+
+
+def _verdict(passed: bool, line: str, cancel: CancelFlag) -> int:
+    """Print ``drill PASSED|FAILED <line>``; the exit code: the cancel's when cancelled, else 0
+    when ``passed``, 1 when not."""
+    print(f"drill {'PASSED' if passed else 'FAILED'} {line}", flush=True)
     if cancel():
         return cancel.exit_code
     return 0 if passed else 1
@@ -311,14 +317,12 @@ def _resume(args: argparse.Namespace, window: float) -> int:
     print(results_table(results), flush=True)
     passed = bool(results) and all(r.ok for r in results)
     sandboxes = ", ".join(sorted({r.sandbox for r in results}))
-    print(
-        f"drill {'PASSED' if passed else 'FAILED'} (resumed on {sandboxes or 'no sandbox'}): "
+    return _verdict(
+        passed,
+        f"(resumed on {sandboxes or 'no sandbox'}): "
         f"{len(results)} runs in {wall:.1f} s; trajectories in {root}",
-        flush=True,
+        cancel,
     )
-    if cancel():
-        return cancel.exit_code
-    return 0 if passed else 1
 
 
 def _resume_one(
