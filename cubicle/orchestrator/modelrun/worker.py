@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx2
 
-from cubicle.orchestrator.modelrun.loop import LoopOutcome, RecordedSession
+from cubicle.orchestrator.modelrun.loop import LoopOutcome, RecordedSession, join_polling
 
 __all__ = ["LoopBody", "TurnFacts", "TurnHooks", "WorkerLoop"]
 
@@ -70,12 +70,7 @@ class WorkerLoop:
 
     def wait(self, timeout: float | None = None, *, poll_s: float = 0.2) -> bool:
         """Join the worker (polling, so signal handlers run); True when it has finished."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self._thread.is_alive():
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
-            self._thread.join(poll_s)
-        return True
+        return join_polling(self._thread, timeout, poll_s)
 
 
 @dataclass
