@@ -250,13 +250,8 @@ def _one_run(
         )
         keep = keep or _kept_for_resume(args, result, cancel, out)
     finally:
-        if args.keep:
-            progress(f"{sandbox.id} kept; remove it with: cubicle down {sandbox.id}")
-        elif not keep:
-            destroy_quietly(sandbox)
-    result.sandbox_s = time.monotonic() - started
-    result.sandbox = sandbox.id
-    return result
+        _release(args, sandbox, keep)
+    return _stamped(result, sandbox, started)
 
 
 def _kept_for_resume(
@@ -352,10 +347,21 @@ def _resume_one(
         )
         keep = keep or _kept_for_resume(args, result, cancel, out)
     finally:
-        if args.keep:
-            progress(f"{sandbox.id} kept; remove it with: cubicle down {sandbox.id}")
-        elif not keep:
-            destroy_quietly(sandbox)
+        _release(args, sandbox, keep)
+    return _stamped(result, sandbox, started)
+
+
+def _release(args: argparse.Namespace, sandbox: Sandbox, keep: bool) -> None:
+    """After a run, passed, failed or broken: a ``--keep`` sandbox stays (how to remove it is
+    printed); another is destroyed unless ``keep`` (kept for a resume)."""
+    if args.keep:
+        progress(f"{sandbox.id} kept; remove it with: cubicle down {sandbox.id}")
+    elif not keep:
+        destroy_quietly(sandbox)
+
+
+def _stamped(result: DrillResult, sandbox: Sandbox, started: float) -> DrillResult:
+    """``result`` with its sandbox's id and the seconds since ``started`` (monotonic)."""
     result.sandbox_s = time.monotonic() - started
     result.sandbox = sandbox.id
     return result
