@@ -25,3 +25,19 @@ def run_cli(
         env={**os.environ, **(env or {})},
         check=False,
     )
+
+
+def start_cli(
+    *args: str, env: Mapping[str, str] | None = None, stdin: int | None = None
+) -> subprocess.Popen[str]:
+    """``cubicle ARGS`` started (text stdout and stderr piped; ``stdin``: inherited unless given),
+    with ``env`` added to this process's environment. The caller ends it."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "cubicle.orchestrator.cli", *args],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        stdin=stdin,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
