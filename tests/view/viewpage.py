@@ -104,7 +104,8 @@ def assert_view_only_delivers_no_input(
     forged_pointer_click(link, session_cookie(page), 200, 200)  # a client ignoring view-only
     agent_click(sandbox, 300, 300)  # the barrier: the agent's click arrives
     recorder.wait_for(lambda e: e["kind"] == "ButtonPress")
-    assert presses(recorder) == [(300, 300)]
+    got = presses(recorder)
+    assert got == [(300, 300)], f"presses in the guest: {got}"
 
 
 class WaitingAgent:
@@ -129,8 +130,9 @@ class WaitingAgent:
         """Give control back on the page: the gate answers True after ``taken``, ``released``."""
         page.click("#toggle")  # "Give control back"
         self.thread.join(10)
-        assert self.outcome == [True]
-        assert [what for what, _ in self.events] == ["taken", "released"]
+        assert self.outcome == [True], f"the gate answered {self.outcome}"
+        seen = [what for what, _ in self.events]
+        assert seen == ["taken", "released"], f"the gate's events: {seen}"
 
 
 def assert_view_only_again(
@@ -149,11 +151,12 @@ def assert_view_only_again(
         timeout=timeout_ms,
     )
     state = read_state(sandbox.id)
-    assert state is not None and state.mode == "view"
+    assert state is not None and state.mode == "view", f"the view server's state: {state}"
     click_canvas(page, 50, 60)  # view-only again
     agent_click(sandbox, 70, 80)
     recorder.wait_for(lambda e: e["kind"] == "ButtonPress" and e["root_x"] == 70)
-    assert presses(recorder) == [*before, (70, 80)]
+    got = presses(recorder)
+    assert got == [*before, (70, 80)], f"presses in the guest: {got}"
 
 
 def _deadline(seconds: float) -> float:
