@@ -75,6 +75,16 @@ def _safe_name(name: str, where: str) -> list[str]:
 # --------------------------------------------------------------------------- upload
 
 
+def _links_or_special(refused: list[str]) -> str:
+    """``N symbolic link(s) or special file(s)``: how many of a tree's entries are refused."""
+    return f"{len(refused)} symbolic link(s) or special file(s)"
+
+
+def _first_names(refused: list[str]) -> str:
+    """The first five of ``refused``, comma-separated, with `` ...`` when there are more."""
+    return ", ".join(refused[:5]) + (" ..." if len(refused) > 5 else "")
+
+
 def _local_tree(root: Path) -> tuple[_Entry, list[_Entry]]:
     """The local file or folder ``root`` (a link at the root is followed) and, for a folder,
     its entries, parents first.
@@ -117,9 +127,8 @@ def _local_tree(root: Path) -> tuple[_Entry, list[_Entry]]:
             )
     if refused:
         raise TransferError(
-            f"local folder {str(root)!r} holds {len(refused)} symbolic link(s) or special "
-            f"file(s), which are not copied: {', '.join(refused[:5])}"
-            + (" ..." if len(refused) > 5 else ""),
+            f"local folder {str(root)!r} holds {_links_or_special(refused)}, which are not "
+            f"copied: {_first_names(refused)}",
             hint="copy the files they point to instead",
         )
     return top, entries
@@ -251,9 +260,8 @@ def _guest_tree(listing: dict[str, Any]) -> tuple[_Entry, list[_Entry]]:
         entries.append(entry)
     if refused:
         raise TransferError(
-            f"refused: guest folder {where!r} holds {len(refused)} symbolic link(s) or special "
-            f"file(s), which a download never writes or follows: {', '.join(refused[:5])}"
-            + (" ..." if len(refused) > 5 else ""),
+            f"refused: guest folder {where!r} holds {_links_or_special(refused)}, which a "
+            f"download never writes or follows: {_first_names(refused)}",
             hint="download the files they point to instead, or remove the links first",
         )
     return top, entries

@@ -4,8 +4,6 @@ provider's key variable named when unset), the provider scripts' validation."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,7 @@ from cubicle.orchestrator.modelrun.loop import LoopKind
 from cubicle.orchestrator.modelrun.model_providers import PROVIDER_LOOPS
 from cubicle.orchestrator.modelrun.verify import Check
 from cubicle.orchestrator.tasks import TaskFileError, fill, load_task, parse_task
-from tests.drill.conftest import PYTHON, REPO
+from tests.support.cli import run_cli
 
 
 def test_the_desktop_task_has_a_script_for_every_provider_typing_what_its_checks_expect() -> None:
@@ -99,16 +97,7 @@ def test_a_loop_the_provider_lacks_is_refused_naming_its_loops(
 )
 def test_run_without_the_providers_key_names_its_variable(provider: str, variables: str) -> None:
     unset = {"ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY"}
-    env = {k: v for k, v in os.environ.items() if k not in unset}
-    result = subprocess.run(
-        [PYTHON, "-m", "cubicle.orchestrator.cli", "run", "x", "--provider", provider],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_cli("run", "x", "--provider", provider, timeout=60, unset=unset)
     assert result.returncode == 1
     assert f"{variables} is not set" in result.stderr
     assert f"cubicle drill --provider {provider}" in result.stderr

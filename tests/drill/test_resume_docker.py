@@ -25,7 +25,8 @@ from cubicle.orchestrator.sandbox import Sandbox
 from cubicle.orchestrator.tasks import load_task
 from cubicle.orchestrator.trajectory import read_trajectory
 from cubicle_guest.input_log import INPUT_OPS
-from tests.drill.conftest import PYTHON, REPO
+from tests.support.cli import run_cli, start_cli
+from tests.support.processes import communicate_or_kill
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -42,23 +43,13 @@ def marks(tmp_path: Path) -> Iterator[dict[str, str]]:
 
 
 def _cubicle(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [PYTHON, "-m", "cubicle.orchestrator.cli", *args],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return start_cli(*args, env=env)
 
 
-def _finish(process: subprocess.Popen[str], timeout: float = 600) -> tuple[str, str]:
-    try:
-        return process.communicate(timeout=timeout)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            process.communicate(timeout=60)
+def _drill(env: dict[str, str], out: Path, *options: str) -> subprocess.Popen[str]:
+    """``cubicle drill --task desktop --loop runner OPTIONS --out OUT`` started."""
+    drill = ("drill", "--task", "desktop", "--loop", "runner")
+    return _cubicle(env, *drill, *options, "--out", str(out))
 
 
 def _drill_until(
@@ -67,7 +58,7 @@ def _drill_until(
     """Start ``cubicle drill --loop runner --out OUT``; return once its trajectory (or its
     resume file, when there is no trajectory yet) satisfies ``reached``, the process still
     running."""
-    process = _cubicle(env, "drill", "--task", "desktop", "--loop", "runner", "--out", str(out))
+    process = _drill(env, out)
     folder = out / "runner"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and process.poll() is None:
@@ -75,13 +66,13 @@ def _drill_until(
         if (folder / "resume.json").exists() and reached(events):
             return process
         time.sleep(0.05)
-    stdout, stderr = _finish(process, 60)
+    stdout, stderr = communicate_or_kill(process, 60)
     raise AssertionError(f"the drill ended before the kill point:\n{stdout}\n{stderr}")
 
 
 def _kill(process: subprocess.Popen[str]) -> None:
     process.send_signal(signal.SIGKILL)
-    _finish(process, 60)
+    communicate_or_kill(process, 60)
     assert process.returncode == -signal.SIGKILL
 
 
@@ -90,15 +81,7 @@ def _sandbox_of(out: Path) -> str:
 
 
 def _gc(env: dict[str, str]) -> list[str]:
-    done = subprocess.run(
-        [PYTHON, "-m", "cubicle.orchestrator.cli", "gc"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = run_cli("gc", timeout=300, env=env)
     assert done.returncode == 0, done.stderr
     return done.stdout.split()
 
@@ -135,7 +118,7 @@ def test_kill_9_then_resume_finishes_on_the_same_sandbox_with_no_action_twice(
     assert os.stat(out / "runner" / "ledger.json").st_mode & 0o777 == 0o600
 
     resumed = _cubicle(marks, "drill", "--resume", str(out), "--keep")
-    stdout, stderr = _finish(resumed)
+    stdout, stderr = communicate_or_kill(resumed)
     assert resumed.returncode == 0, f"{stdout}\n{stderr}"
     assert "drill PASSED" in stdout and f"resumed on {sandbox_id}" in stdout
 
@@ -175,12 +158,12 @@ def test_ctrl_c_after_a_completed_turn_still_leaves_no_sandbox(
     process = _drill_until(marks, out, lambda events: _actions(events) >= 1)
     sandbox_id = _sandbox_of(out)
     process.send_signal(signal.SIGINT)
-    stdout, stderr = _finish(process)
+    stdout, stderr = communicate_or_kill(process)
     assert process.returncode == 130, f"{stdout}\n{stderr}"
     assert get_provider("docker").describe(sandbox_id) is None
     assert not (tmp_path / "marks" / f"{sandbox_id}.json").exists()
     refused = _cubicle(marks, "drill", "--resume", str(out))
-    _, stderr = _finish(refused)
+    _, stderr = communicate_or_kill(refused)
     assert refused.returncode != 0 and sandbox_id in stderr and "gone" in stderr
 
 
@@ -200,18 +183,7 @@ def test_after_its_window_gc_removes_a_resumable_sandbox_and_resume_says_what_is
 ) -> None:
     out = tmp_path / "drill"
     window = 15.0
-    process = _cubicle(
-        marks,
-        "drill",
-        "--task",
-        "desktop",
-        "--loop",
-        "runner",
-        "--resume-window",
-        f"{window:.0f}s",
-        "--out",
-        str(out),
-    )
+    process = _drill(marks, out, "--resume-window", f"{window:.0f}s")
     mark = tmp_path / "marks"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and process.poll() is None and not any(mark.glob("*.json")):
@@ -225,7 +197,7 @@ def test_after_its_window_gc_removes_a_resumable_sandbox_and_resume_says_what_is
     assert sandbox_id in _gc(marks)
     assert get_provider("docker").describe(sandbox_id) is None
     refused = _cubicle(marks, "drill", "--resume", str(out))
-    _, stderr = _finish(refused)
+    _, stderr = communicate_or_kill(refused)
     assert refused.returncode != 0, stderr
     assert f"sandbox {sandbox_id} is gone" in stderr and "completed turns" in stderr
 
@@ -234,17 +206,7 @@ def test_ctrl_c_with_keep_for_resume_keeps_the_sandbox_and_resume_finishes(
     docker_image: str, tmp_path: Path, marks: dict[str, str]
 ) -> None:
     out = tmp_path / "drill"
-    process = _cubicle(
-        marks,
-        "drill",
-        "--task",
-        "desktop",
-        "--loop",
-        "runner",
-        "--keep-for-resume",
-        "--out",
-        str(out),
-    )
+    process = _drill(marks, out, "--keep-for-resume")
     folder = out / "runner"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and process.poll() is None:
@@ -253,14 +215,14 @@ def test_ctrl_c_with_keep_for_resume_keeps_the_sandbox_and_resume_finishes(
             break
         time.sleep(0.05)
     process.send_signal(signal.SIGINT)
-    stdout, stderr = _finish(process)
+    stdout, stderr = communicate_or_kill(process)
     assert process.returncode == 130, f"{stdout}\n{stderr}"
     assert f"continue with: cubicle drill --resume {out}" in stderr
     sandbox_id = _sandbox_of(out)
     assert get_provider("docker").describe(sandbox_id) is not None
 
     resumed = _cubicle(marks, "drill", "--resume", str(out))
-    stdout, stderr = _finish(resumed)
+    stdout, stderr = communicate_or_kill(resumed)
     assert resumed.returncode == 0, f"{stdout}\n{stderr}"
     assert f"drill PASSED (resumed on {sandbox_id})" in stdout
     assert get_provider("docker").describe(sandbox_id) is None, "removed once finished"

@@ -14,6 +14,7 @@ from cubicle.drivers.scripted_model import ScriptedModel, parse_script
 from cubicle.orchestrator.tasks import fill, load_task
 from cubicle.orchestrator.trajectory import read_trajectory
 from tests.drill.conftest import PYTHON, REPO
+from tests.support.cli import run_cli
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -175,15 +176,6 @@ def test_run_with_a_task_file_sets_up_prints_effective_settings_and_runs_its_che
 
 
 def test_run_without_a_key_says_how_to_fix_it(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    result = subprocess.run(
-        [PYTHON, "-m", "cubicle.orchestrator.cli", "run", "x"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_cli("run", "x", timeout=60, unset={"OPENAI_API_KEY"})
     assert result.returncode == 1
     assert "OPENAI_API_KEY is not set" in result.stderr and "cubicle drill" in result.stderr

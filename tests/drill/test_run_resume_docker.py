@@ -26,7 +26,8 @@ from cubicle.orchestrator.sandbox import Sandbox
 from cubicle.orchestrator.tasks import fill, load_task
 from cubicle.orchestrator.trajectory import read_trajectory
 from cubicle_guest.input_log import INPUT_OPS
-from tests.drill.conftest import PYTHON, REPO
+from tests.support.cli import run_cli, start_cli
+from tests.support.processes import communicate_or_kill
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -57,24 +58,7 @@ def _cubicle_run(model: ScriptedModel, tmp_path: Path, *args: str) -> subprocess
         "OPENAI_API_KEY": "offline-test",
         DIR_ENV: str(tmp_path / "marks"),
     }
-    return subprocess.Popen(
-        [PYTHON, "-m", "cubicle.orchestrator.cli", "run", *args],
-        cwd=REPO,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _finish(process: subprocess.Popen[str], timeout: float = 600) -> tuple[str, str]:
-    try:
-        return process.communicate(timeout=timeout)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            process.communicate(timeout=60)
+    return start_cli("run", *args, env=env, stdin=subprocess.DEVNULL)
 
 
 def test_kill_9_of_cubicle_run_then_resume_finishes_on_the_same_sandbox(
@@ -107,18 +91,9 @@ def test_kill_9_of_cubicle_run_then_resume_finishes_on_the_same_sandbox(
             time.sleep(0.05)
         assert process.poll() is None, "cubicle run ended before the kill"
         process.send_signal(signal.SIGKILL)
-        _finish(process, 60)
+        communicate_or_kill(process, 60)
     sandbox_id = str(json.loads((out / "resume.json").read_text())["sandbox"])
-    env = {**os.environ, DIR_ENV: str(tmp_path / "marks")}
-    gc = subprocess.run(
-        [PYTHON, "-m", "cubicle.orchestrator.cli", "gc"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    gc = run_cli("gc", timeout=300, env={DIR_ENV: str(tmp_path / "marks")})
     assert gc.returncode == 0 and sandbox_id not in gc.stdout.split(), gc.stderr
 
     saved = load_ledger(out)
@@ -132,7 +107,7 @@ def test_kill_9_of_cubicle_run_then_resume_finishes_on_the_same_sandbox(
     skip = actions_performed(script.turns, start, logged) if saved.uncertain else 0
     with ScriptedModel(script, raise_on_exit=False, start=start, skip_actions=skip) as second:
         resumed = _cubicle_run(second, tmp_path, "--resume", str(out), "--keep")
-        stdout, stderr = _finish(resumed)
+        stdout, stderr = communicate_or_kill(resumed)
         assert second.finished and not second.failures, (second.failures, stderr[-4000:])
     assert resumed.returncode == 0, f"{stdout}\n{stderr}"
     assert f"{sandbox_id}: resuming after {start} completed turns" in stderr

@@ -6,7 +6,6 @@ log, the guest's app log or the requests sent to the model."""
 
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 
@@ -16,18 +15,9 @@ from cubicle.orchestrator.drill.runner import run_drill
 from cubicle.orchestrator.sandbox import Sandbox
 from cubicle.orchestrator.tasks import load_task
 from cubicle.orchestrator.trajectory import read_trajectory
+from tests.support.signin_site import secret_forms
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
-
-
-def leaked_forms(value: str) -> list[bytes]:
-    """A value as it could leak: plain, base64, JSON-escaped (ASCII and UTF-8)."""
-    return [
-        value.encode(),
-        base64.b64encode(value.encode()),
-        json.dumps(value)[1:-1].encode(),
-        json.dumps(value, ensure_ascii=False)[1:-1].encode(),
-    ]
 
 
 def test_sign_in_is_answered_by_the_person_and_no_value_is_kept(
@@ -71,6 +61,6 @@ def test_sign_in_is_answered_by_the_person_and_no_value_is_kept(
     assert b"POST /signin" in apps_log and b"POST /code" in apps_log  # the site was reached
     assert any(p.name == "report.html" for p in places)
     for value in (task.signin.email, task.signin.password, task.signin.code):
-        for form in leaked_forms(value):
+        for form in (f.encode() for f in secret_forms(value)):
             leaks = [str(p) for p, data in places.items() if form in data]
             assert leaks == [], f"a submitted value ({form[:3]!r}…) is in {leaks}"

@@ -18,8 +18,7 @@ import pytest
 from cubicle.drivers.scripted_model import ScriptedModel, parse_script
 from cubicle.orchestrator.eval.oracle import PERSON_ANSWER
 from cubicle.orchestrator.tasks import shipped_tasks
-from tests.drill.conftest import PYTHON, REPO
-from tests.support.cli import run_cli
+from tests.support.cli import run_cli, start_cli
 from tests.support.processes import stop_process
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -28,13 +27,7 @@ STALE = "stale model-visible screenshots"  # the scripted players' own check, no
 
 
 def _eval(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [PYTHON, "-m", "cubicle.orchestrator.cli", "eval", *args],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return start_cli("eval", *args)
 
 
 def _finish(process: subprocess.Popen[str], timeout: float = 900) -> tuple[str, str]:

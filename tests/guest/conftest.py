@@ -11,6 +11,7 @@ import pytest
 from cubicle_guest.client import AgentClient
 from tests.support.agent import RunningAgent, start_agent
 from tests.support.recorder import Recorder
+from tests.support.signin_site import Site
 from tests.support.xvfb import Xvfb
 
 WIDTH, HEIGHT = 1280, 800
@@ -41,3 +42,14 @@ def recorder(xserver: Xvfb, client: AgentClient) -> Iterator[Recorder]:
     with Recorder(xserver.display) as rec:
         yield rec
     client.release_all()
+
+
+@pytest.fixture
+def site() -> Iterator[Site]:
+    """A local sign-in site (:class:`tests.support.signin_site.Site`) with no pages yet, closed
+    after the test."""
+    served = Site()
+    try:
+        yield served
+    finally:
+        served.close()

@@ -35,15 +35,6 @@ CODE_PAGE = """<!doctype html><title>Check</title><form method=post action=/rece
 <button>Verify</button></form>"""
 
 
-@pytest.fixture
-def site() -> Iterator[Site]:
-    served = Site()
-    try:
-        yield served
-    finally:
-        served.close()
-
-
 @pytest.fixture(scope="module")
 def browser() -> Iterator[CdpBrowser]:
     """One browser for the module (each test navigates its one tab and finds with a new driver)."""

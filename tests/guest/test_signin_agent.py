@@ -22,15 +22,6 @@ EMAIL, PASSWORD = "grace@example.test", 'pa55-\u00e9-"quoted"'
 
 
 @pytest.fixture
-def site() -> Iterator[Site]:
-    served = Site()
-    try:
-        yield served
-    finally:
-        served.close()
-
-
-@pytest.fixture
 def profile() -> Iterator[str]:
     if shutil.which("chromium") is None:
         pytest.skip("chromium is not installed")

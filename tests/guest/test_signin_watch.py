@@ -9,7 +9,6 @@ the product hold, each error naming its rule and no value.
 
 from __future__ import annotations
 
-import base64
 import json
 import shutil
 import tempfile
@@ -32,7 +31,7 @@ from cubicle.orchestrator.modelrun.signin import (
 from cubicle.orchestrator.trajectory.recorder import TrajectoryRecorder
 from cubicle_guest.client import AgentClient
 from tests.support.agent import RunningAgent, start_agent
-from tests.support.signin_site import Site, browser_argv, until
+from tests.support.signin_site import Site, browser_argv, secret_forms, until
 from tests.support.xvfb import Xvfb
 
 pytestmark = pytest.mark.x11
@@ -46,16 +45,6 @@ CODE_PAGE = """<!doctype html><title>Verify</title><form method=post action=/cod
 <label>Code sent to {email}<input name=otp autocomplete=one-time-code></label>
 <button>Verify</button></form>"""
 INBOX = "<!doctype html><title>Inbox</title>signed in"
-
-
-def secret_forms(value: str) -> list[str]:
-    """A value as it could leak: plain, base64, JSON-escaped (ASCII and not)."""
-    return [
-        value,
-        base64.b64encode(value.encode()).decode(),
-        json.dumps(value)[1:-1],
-        json.dumps(value, ensure_ascii=False)[1:-1],
-    ]
 
 
 @pytest.fixture

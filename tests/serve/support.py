@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import base64
 import io
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, cast
 
 import docker
@@ -132,3 +135,34 @@ def assert_deleted(
     assert not (server.data_dir / "sandboxes" / sandbox_id).exists()
     with pytest.raises(openai.NotFoundError):
         client.beta.agents.sessions.retrieve(session_id)
+
+
+@contextmanager
+def turn_in_thread(
+    client: openai.OpenAI,
+    session_id: str,
+    text: str,
+    *,
+    streaming: threading.Event | None = None,
+) -> Iterator[tuple[list[AgentSessionEvent], threading.Thread]]:
+    """A turn of ``session_id`` with the input ``text``, streamed in a thread (set ``streaming``
+    once its stream is open) into the list yielded with the thread. Leaving the block while the
+    turn still runs cancels it and waits up to 60 s for the thread."""
+    outcome: list[AgentSessionEvent] = []
+
+    def run_turn() -> None:
+        with client.beta.agents.sessions.stream(session_id, input=text) as stream:
+            if streaming is not None:
+                streaming.set()
+            outcome.extend(stream)
+
+    worker = threading.Thread(target=run_turn)
+    worker.start()
+    try:
+        yield outcome, worker
+    finally:
+        if worker.is_alive():
+            client.beta.agents.sessions.events.create(
+                session_id, events=[{"type": "agent.session.input.cancel"}]
+            )
+            worker.join(60)

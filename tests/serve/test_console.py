@@ -11,7 +11,6 @@ from pathlib import Path
 
 import docker
 import pytest
-from openai.types.beta.agent_session_event import AgentSessionEvent
 from playwright.sync_api import Browser, sync_playwright
 
 from cubicle.drivers.scripted_model import ScriptedModel, parse_script
@@ -19,7 +18,7 @@ from cubicle.orchestrator import labels as L
 from cubicle.orchestrator.tasks import load_task
 from tests.orchestrator.support import leftovers
 from tests.serve.conftest import TOKEN, Server, engine, server, start_server
-from tests.serve.support import ASK_TOOL, DRILL_ENV, assert_turn_went_through
+from tests.serve.support import ASK_TOOL, DRILL_ENV, assert_turn_went_through, turn_in_thread
 from tests.support.pages import CHROMIUM, assert_no_csp_violations, new_context
 
 __all__ = ["engine", "server"]
@@ -56,16 +55,10 @@ def test_console_lists_streams_shows_screenshot_and_approves(
     page.locator(".event").first.wait_for(timeout=10_000)  # the kept events
 
     submitted = threading.Event()
-    outcome: list[AgentSessionEvent] = []
-
-    def run_turn() -> None:
-        with client.beta.agents.sessions.stream(session.id, input="Run the drill.") as stream:
-            submitted.set()
-            outcome.extend(stream)
-
-    worker = threading.Thread(target=run_turn)
-    worker.start()
-    try:
+    with turn_in_thread(client, session.id, "Run the drill.", streaming=submitted) as (
+        outcome,
+        worker,
+    ):
         assert submitted.wait(60)
         page.locator(".event", has_text="agent.session.turn.created").wait_for(timeout=2_000)
         approve = page.locator('.action button[data-decision="approve"]')
@@ -92,12 +85,6 @@ def test_console_lists_streams_shows_screenshot_and_approves(
         view.close()
         approve.click()
         worker.join(180)
-    finally:
-        if worker.is_alive():
-            client.beta.agents.sessions.events.create(
-                session.id, events=[{"type": "agent.session.input.cancel"}]
-            )
-            worker.join(60)
     assert_turn_went_through(outcome)  # the approval from the page let the loop go on
     page.locator(
         ".event", has_text=re.compile(r"agent\.session\.turn\.(completed|failed)")
@@ -138,25 +125,11 @@ def test_console_answers_a_function_call(
             page = context.new_page()
             page.goto(f"{server.origin}/console#token={TOKEN}")
             page.locator(f'.session[data-id="{session.id}"]').click(timeout=10_000)
-            outcome: list[AgentSessionEvent] = []
-
-            def run_turn() -> None:
-                with client.beta.agents.sessions.stream(session.id, input="Ask.") as stream:
-                    outcome.extend(stream)
-
-            worker = threading.Thread(target=run_turn)
-            worker.start()
-            try:
+            with turn_in_thread(client, session.id, "Ask.") as (outcome, worker):
                 action = page.locator(".action", has_text="Function call request_user_response")
                 action.locator("input").fill("teal", timeout=120_000)
                 action.locator("button", has_text="answer").click()
                 worker.join(120)
-            finally:
-                if worker.is_alive():
-                    client.beta.agents.sessions.events.create(
-                        session.id, events=[{"type": "agent.session.input.cancel"}]
-                    )
-                    worker.join(60)
             texts = [e.text for e in outcome if e.type == "agent.session.turn.output_text.done"]
             assert texts == ["The user answered: teal"]
             assert_no_csp_violations(page)
@@ -187,15 +160,7 @@ def test_console_signs_in_with_masked_fields_and_keeps_no_value(
     page = context.new_page()
     page.goto(f"{server.origin}/console#token={TOKEN}")
     page.locator(f'.session[data-id="{session.id}"]').click(timeout=10_000)
-    outcome: list[AgentSessionEvent] = []
-
-    def run_turn() -> None:
-        with client.beta.agents.sessions.stream(session.id, input="Sign in.") as stream:
-            outcome.extend(stream)
-
-    worker = threading.Thread(target=run_turn)
-    worker.start()
-    try:
+    with turn_in_thread(client, session.id, "Sign in.") as (outcome, worker):
         for fields in (("email", "password"), ("code",)):
             form = page.locator(".signin", has=page.locator(f'input[data-field="{fields[0]}"]'))
             form.wait_for(timeout=120_000)
@@ -207,12 +172,6 @@ def test_console_signs_in_with_masked_fields_and_keeps_no_value(
             form.locator("button", has_text="sign in").click()
             form.wait_for(state="detached", timeout=30_000)
         worker.join(120)
-    finally:
-        if worker.is_alive():
-            client.beta.agents.sessions.events.create(
-                session.id, events=[{"type": "agent.session.input.cancel"}]
-            )
-            worker.join(60)
     assert_turn_went_through(outcome)  # the site reached its signed-in page
     typed = "() => [...document.querySelectorAll('input')].map(i => i.value).join(' ')"
     shown = page.content() + str(page.evaluate(typed))

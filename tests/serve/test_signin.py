@@ -8,7 +8,6 @@ withdraws an unanswered request: answering it then is a 409."""
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +33,7 @@ from tests.orchestrator.conftest import engine
 from tests.orchestrator.support import leftovers
 from tests.serve.conftest import Server, start_server
 from tests.serve.support import DRILL_ENV, assert_turn_went_through
+from tests.support.signin_site import secret_forms
 
 __all__ = ["engine"]
 
@@ -70,15 +70,6 @@ def pending_signin(client: openai.OpenAI, session_id: str) -> ApprovalAction:
     assert len(actions) == 1 and isinstance(actions[0], ApprovalAction), actions
     assert isinstance(actions[0].request, BrowserAuthentication), actions[0].request
     return actions[0]
-
-
-def leaked_forms(value: str) -> list[str]:
-    return [
-        value,
-        base64.b64encode(value.encode()).decode(),
-        json.dumps(value)[1:-1],
-        json.dumps(value, ensure_ascii=False)[1:-1],
-    ]
 
 
 @pytest.fixture
@@ -181,7 +172,7 @@ def test_the_sign_in_task_is_answered_by_the_client_and_keeps_no_value(
     )
     seen += log_path.read_text(errors="replace")
     for value in (CREDENTIALS.email, CREDENTIALS.password, CREDENTIALS.code):
-        for form in leaked_forms(value):
+        for form in secret_forms(value):
             assert form not in seen, f"a submitted value ({form[:3]!r}…) leaked"
 
 

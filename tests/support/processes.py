@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from typing import Any
 
-__all__ = ["stop_process"]
+__all__ = ["communicate_or_kill", "stop_process"]
 
 
 def stop_process(process: subprocess.Popen[Any], timeout: float = 10.0) -> int:
@@ -22,3 +22,14 @@ def stop_process(process: subprocess.Popen[Any], timeout: float = 10.0) -> int:
         if stream is not None:
             stream.close()
     return process.returncode
+
+
+def communicate_or_kill(process: subprocess.Popen[str], timeout: float = 600) -> tuple[str, str]:
+    """``process``'s (stdout, stderr) once it ends within ``timeout`` seconds; when it has not
+    ended (the timeout, or any other error on the way), it is killed and reaped first."""
+    try:
+        return process.communicate(timeout=timeout)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            process.communicate(timeout=60)

@@ -7,6 +7,8 @@ is its own renderer process), and records each form POST (the values the site re
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import threading
 import time
@@ -15,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl
 
-__all__ = ["SCRIPT_BUILT", "Site", "browser_argv", "until"]
+__all__ = ["SCRIPT_BUILT", "Site", "browser_argv", "secret_forms", "until"]
 
 T = TypeVar("T")
 
@@ -101,3 +103,13 @@ def until(probe: Callable[[], T | None], what: str, timeout_s: float = 20.0) -> 
             return answer
         threading.Event().wait(0.05)
     raise AssertionError(f"no {what} within {timeout_s} s")
+
+
+def secret_forms(value: str) -> list[str]:
+    """A submitted value as it could leak: plain, base64, JSON-escaped (ASCII and not)."""
+    return [
+        value,
+        base64.b64encode(value.encode()).decode(),
+        json.dumps(value)[1:-1],
+        json.dumps(value, ensure_ascii=False)[1:-1],
+    ]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import socket
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -27,15 +26,16 @@ from cubicle.orchestrator.view.handover import HandoverGate
 from cubicle.orchestrator.view_servers import read_state, view_server_pids
 from tests.orchestrator.conftest import CliRun, Tracker
 from tests.orchestrator.support import bridge_gateway
-from tests.support.pages import assert_no_csp_violations
 from tests.view.guest_recorder import GuestRecorder
 from tests.view.viewpage import (
     MAX_MAD,
-    agent_click,
+    WaitingAgent,
+    assert_strict_csp,
+    assert_view_only_again,
+    assert_view_only_delivers_no_input,
     click_canvas,
     forged_pointer_click,
     open_page,
-    presses,
     session_cookie,
     wait_canvas_matches,
 )
@@ -55,62 +55,32 @@ def test_page_shows_the_desktop_and_view_only_delivers_no_input(
     assert page.evaluate("location.href").endswith(":" + link.url.split(":")[2].split("/")[0] + "/")
     score = wait_canvas_matches(page, sandbox)
     assert score < MAX_MAD, f"canvas differs from the screenshot by {score:.1%}"
-    # ... with the page's own policy enforced (no test switch), strict, and not violated
-    policy = requests.get(link.url.split("#")[0], timeout=10).headers["content-security-policy"]
-    assert "default-src 'none'" in policy and "unsafe" not in policy, policy
-    assert_no_csp_violations(page)
-
-    click_canvas(page, 100, 100)  # noVNC in view-only mode
-    forged_pointer_click(link, session_cookie(page), 200, 200)  # a client ignoring view-only
-    agent_click(sandbox, 300, 300)  # the barrier: the agent's click arrives
-    recorder.wait_for(lambda e: e["kind"] == "ButtonPress")
-    assert presses(recorder) == [(300, 300)]
+    assert_strict_csp(page, link)
+    assert_view_only_delivers_no_input(page, link, sandbox, recorder)
 
 
 def test_takeover_click_lands_on_the_pixel_and_pauses_the_agent(
     page: Page, sandbox: Sandbox, recorder: GuestRecorder
 ) -> None:
-    events: list[tuple[str, dict[str, Any]]] = []
-    taken = threading.Event()
-
-    def on_event(what: str, detail: dict[str, Any]) -> None:
-        events.append((what, detail))
-        if what == "taken":
-            taken.set()
-
     link = open_view(sandbox.id, mode="takeover")
     assert link.mode == "takeover"
-    gate = HandoverGate(sandbox.id, on_event=on_event)
-    outcome: list[bool] = []
-    agent = threading.Thread(target=lambda: outcome.append(gate.wait()))
-    agent.start()
-    assert taken.wait(10), "the gate did not see the person in control"
+    agent = WaitingAgent(sandbox.id)
 
     open_page(page, link, mode="takeover")
     wait_canvas_matches(page, sandbox)
     click_canvas(page, 123, 456)
     press = recorder.wait_for(lambda e: e["kind"] == "ButtonPress")
     assert (press["root_x"], press["root_y"], press["button"]) == (123, 456, 1)
-    assert agent.is_alive() and outcome == [], "the agent acted while a person had control"
+    assert agent.thread.is_alive() and agent.outcome == [], (
+        "the agent acted while a person had control"
+    )
 
     cancelled_gate = HandoverGate(sandbox.id, cancelled=lambda: True)
     assert cancelled_gate.wait() is False, "a cancelled run must stop waiting"
 
-    page.click("#toggle")  # "Give control back"
-    agent.join(10)
-    assert outcome == [True]
-    assert [what for what, _ in events] == ["taken", "released"]
-    assert events[1][1]["held_s"] > 0
-    page.wait_for_function(
-        "() => window.cubicleView.connected && window.cubicleView.mode === 'view'",
-        timeout=30_000,
-    )
-    state = read_state(sandbox.id)
-    assert state is not None and state.mode == "view"
-    click_canvas(page, 50, 60)  # view-only again
-    agent_click(sandbox, 70, 80)
-    recorder.wait_for(lambda e: e["kind"] == "ButtonPress" and e["root_x"] == 70)
-    assert presses(recorder) == [(123, 456), (70, 80)]
+    agent.released(page)
+    assert agent.events[1][1]["held_s"] > 0
+    assert_view_only_again(page, sandbox, recorder, timeout_ms=30_000, before=[(123, 456)])
 
 
 def test_wrong_token_loopback_only_and_no_token_in_any_log(

@@ -11,13 +11,10 @@ view socket with the VM.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import requests
 from playwright.sync_api import Page
 
 from cubicle.orchestrator.providers import get_provider
@@ -25,21 +22,19 @@ from cubicle.orchestrator.providers.vm import VmProvider
 from cubicle.orchestrator.providers.vm.domain import VIEW_SOCKET
 from cubicle.orchestrator.sandbox import Sandbox
 from cubicle.orchestrator.view.control import open_view
-from cubicle.orchestrator.view.handover import HandoverGate
 from cubicle.orchestrator.view.stream import open_vnc_stream
 from cubicle.orchestrator.view_servers import read_state, stop_view_servers, view_server_pids
 from cubicle_guest.waiting import Deadline, poll
 from tests.support.cli import run_cli
-from tests.support.pages import assert_no_csp_violations
 from tests.view.conftest import LEFT_HALF, SCREEN
 from tests.view.viewpage import (
     MAX_MAD,
-    agent_click,
+    WaitingAgent,
+    assert_strict_csp,
+    assert_view_only_again,
+    assert_view_only_delivers_no_input,
     click_canvas,
-    forged_pointer_click,
     open_page,
-    presses,
-    session_cookie,
     wait_canvas_matches,
 )
 from tests.view.vm_recorder import VmGuestRecorder
@@ -95,15 +90,8 @@ def test_vm_page_shows_the_desktop_and_view_only_delivers_no_input(
     open_page(page, link)
     score = wait_canvas_matches(page, vm_sandbox, timeout_s=60)
     assert score < MAX_MAD, f"canvas differs from the screenshot by {score:.1%}"
-    policy = requests.get(link.url.split("#")[0], timeout=10).headers["content-security-policy"]
-    assert "default-src 'none'" in policy and "unsafe" not in policy, policy
-    assert_no_csp_violations(page)
-
-    click_canvas(page, 100, 100)  # noVNC in view-only mode
-    forged_pointer_click(link, session_cookie(page), 200, 200)  # a client ignoring view-only
-    agent_click(vm_sandbox, 300, 300)  # the barrier: the agent's click arrives
-    vm_recorder.wait_for(lambda e: e["kind"] == "ButtonPress")
-    assert presses(vm_recorder) == [(300, 300)]
+    assert_strict_csp(page, link)
+    assert_view_only_delivers_no_input(page, link, vm_sandbox, vm_recorder)
     page.goto("about:blank")  # the page leaves: its session and its x11vnc end
     wait_no_x11vnc(vm_sandbox)
 
@@ -111,42 +99,20 @@ def test_vm_page_shows_the_desktop_and_view_only_delivers_no_input(
 def test_vm_takeover_click_lands_on_the_pixel_and_pauses_the_agent(
     page: Page, vm_sandbox: Sandbox, vm_recorder: VmGuestRecorder
 ) -> None:
-    events: list[tuple[str, dict[str, Any]]] = []
-    taken = threading.Event()
-
-    def on_event(what: str, detail: dict[str, Any]) -> None:
-        events.append((what, detail))
-        if what == "taken":
-            taken.set()
-
     link = open_view(vm_sandbox.id, mode="takeover")
-    gate = HandoverGate(vm_sandbox.id, on_event=on_event)
-    outcome: list[bool] = []
-    agent = threading.Thread(target=lambda: outcome.append(gate.wait()))
-    agent.start()
-    assert taken.wait(10), "the gate did not see the person in control"
+    agent = WaitingAgent(vm_sandbox.id)
 
     open_page(page, link, mode="takeover")
     wait_canvas_matches(page, vm_sandbox, timeout_s=60)
     click_canvas(page, 123, 456)
     press = vm_recorder.wait_for(lambda e: e["kind"] == "ButtonPress")
     assert (press["root_x"], press["root_y"], press["button"]) == (123, 456, 1)
-    assert agent.is_alive() and outcome == [], "the agent acted while a person had control"
-
-    page.click("#toggle")  # "Give control back"
-    agent.join(10)
-    assert outcome == [True]
-    assert [what for what, _ in events] == ["taken", "released"]
-    page.wait_for_function(
-        "() => window.cubicleView.connected && window.cubicleView.mode === 'view'",
-        timeout=60_000,
+    assert agent.thread.is_alive() and agent.outcome == [], (
+        "the agent acted while a person had control"
     )
-    state = read_state(vm_sandbox.id)
-    assert state is not None and state.mode == "view"
-    click_canvas(page, 50, 60)  # view-only again
-    agent_click(vm_sandbox, 70, 80)
-    vm_recorder.wait_for(lambda e: e["kind"] == "ButtonPress" and e["root_x"] == 70)
-    assert presses(vm_recorder) == [(123, 456), (70, 80)]
+
+    agent.released(page)
+    assert_view_only_again(page, vm_sandbox, vm_recorder, timeout_ms=60_000, before=[(123, 456)])
 
 
 def test_vm_sessions_share_the_channel_and_end_in_the_guest(vm_sandbox: Sandbox) -> None:

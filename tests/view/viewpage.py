@@ -1,19 +1,24 @@
 """What the live-view browser tests do with the page: open it, read its canvas, click it, compare
-it with the agent's screenshot; a forged VNC client; the guest recorder's button presses. Shared
-by the Docker and the VM tests."""
+it with the agent's screenshot; a forged VNC client; the guest recorder's button presses; the
+agent's hand-over gate waiting in a thread. Shared by the Docker and the VM tests."""
 
 from __future__ import annotations
 
 import io
 import re
+import threading
 import time
 from typing import Any
 
+import requests
 from PIL import Image, ImageChops, ImageStat
 from playwright.sync_api import Page
 
 from cubicle.orchestrator.sandbox import Sandbox
 from cubicle.orchestrator.view.control import ViewLink
+from cubicle.orchestrator.view.handover import HandoverGate
+from cubicle.orchestrator.view_servers import read_state
+from tests.support.pages import assert_no_csp_violations
 from tests.view.rfb import rfb_session
 
 MAX_MAD = 0.03
@@ -81,6 +86,77 @@ def forged_pointer_click(link: ViewLink, cookie: str, x: int, y: int) -> None:
 
 def session_cookie(page: Page) -> str:
     return next(c["value"] for c in page.context.cookies() if c["name"] == "cubicle_view")
+
+
+def assert_strict_csp(page: Page, link: ViewLink) -> None:
+    """The page's own policy is enforced (no test switch), strict, and not violated."""
+    policy = requests.get(link.url.split("#")[0], timeout=10).headers["content-security-policy"]
+    assert "default-src 'none'" in policy and "unsafe" not in policy, policy
+    assert_no_csp_violations(page)
+
+
+def assert_view_only_delivers_no_input(
+    page: Page, link: ViewLink, sandbox: Sandbox, recorder: Any
+) -> None:
+    """A canvas click (noVNC in view-only mode) and a forged VNC client's click deliver nothing:
+    the agent's click (the barrier) is the only press the guest's ``recorder`` sees."""
+    click_canvas(page, 100, 100)  # noVNC in view-only mode
+    forged_pointer_click(link, session_cookie(page), 200, 200)  # a client ignoring view-only
+    agent_click(sandbox, 300, 300)  # the barrier: the agent's click arrives
+    recorder.wait_for(lambda e: e["kind"] == "ButtonPress")
+    got = presses(recorder)
+    assert got == [(300, 300)], f"presses in the guest: {got}"
+
+
+class WaitingAgent:
+    """The agent's hand-over gate for ``sandbox_id`` waiting in a thread (started here, once the
+    person is in control: asserted within 10 s), with the gate's events and its answer."""
+
+    def __init__(self, sandbox_id: str) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.taken = threading.Event()
+        self.outcome: list[bool] = []
+        gate = HandoverGate(sandbox_id, on_event=self._on_event)
+        self.thread = threading.Thread(target=lambda: self.outcome.append(gate.wait()))
+        self.thread.start()
+        assert self.taken.wait(10), "the gate did not see the person in control"
+
+    def _on_event(self, what: str, detail: dict[str, Any]) -> None:
+        self.events.append((what, detail))
+        if what == "taken":
+            self.taken.set()
+
+    def released(self, page: Page) -> None:
+        """Give control back on the page: the gate answers True after ``taken``, ``released``."""
+        page.click("#toggle")  # "Give control back"
+        self.thread.join(10)
+        assert self.outcome == [True], f"the gate answered {self.outcome}"
+        seen = [what for what, _ in self.events]
+        assert seen == ["taken", "released"], f"the gate's events: {seen}"
+
+
+def assert_view_only_again(
+    page: Page,
+    sandbox: Sandbox,
+    recorder: Any,
+    *,
+    timeout_ms: int,
+    before: list[tuple[int, int]],
+) -> None:
+    """After a takeover: the page back in view mode (within ``timeout_ms``), the server's state
+    ``view``, a canvas click delivering nothing; the recorder's presses are ``before`` and then
+    the agent's click."""
+    page.wait_for_function(
+        "() => window.cubicleView.connected && window.cubicleView.mode === 'view'",
+        timeout=timeout_ms,
+    )
+    state = read_state(sandbox.id)
+    assert state is not None and state.mode == "view", f"the view server's state: {state}"
+    click_canvas(page, 50, 60)  # view-only again
+    agent_click(sandbox, 70, 80)
+    recorder.wait_for(lambda e: e["kind"] == "ButtonPress" and e["root_x"] == 70)
+    got = presses(recorder)
+    assert got == [*before, (70, 80)], f"presses in the guest: {got}"
 
 
 def _deadline(seconds: float) -> float:

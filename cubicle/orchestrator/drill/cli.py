@@ -182,12 +182,18 @@ def cmd_drill(args: argparse.Namespace) -> int:
     if args.provider == "all":
         print(provider_table(results), flush=True)
     passed = len(results) == len(runs) and all(r.ok for r in results)
-    print(
-        f"drill {'PASSED' if passed else 'FAILED'} on {args.backend} ({args.provider}): "
-        f"{len(results)} of "
+    return _verdict(
+        passed,
+        f"on {args.backend} ({args.provider}): {len(results)} of "
         f"{len(runs)} runs in {wall:.1f} s including the sandboxes; trajectories in {out}",
-        flush=True,
+        cancel,
     )
+
+
+def _verdict(passed: bool, line: str, cancel: CancelFlag) -> int:
+    """Print ``drill PASSED|FAILED <line>``; the exit code: the cancel's when cancelled, else 0
+    when ``passed``, 1 when not."""
+    print(f"drill {'PASSED' if passed else 'FAILED'} {line}", flush=True)
     if cancel():
         return cancel.exit_code
     return 0 if passed else 1
@@ -244,13 +250,8 @@ def _one_run(
         )
         keep = keep or _kept_for_resume(args, result, cancel, out)
     finally:
-        if args.keep:
-            progress(f"{sandbox.id} kept; remove it with: cubicle down {sandbox.id}")
-        elif not keep:
-            destroy_quietly(sandbox)
-    result.sandbox_s = time.monotonic() - started
-    result.sandbox = sandbox.id
-    return result
+        _release(args, sandbox, keep)
+    return _stamped(result, sandbox, started)
 
 
 def _kept_for_resume(
@@ -311,14 +312,12 @@ def _resume(args: argparse.Namespace, window: float) -> int:
     print(results_table(results), flush=True)
     passed = bool(results) and all(r.ok for r in results)
     sandboxes = ", ".join(sorted({r.sandbox for r in results}))
-    print(
-        f"drill {'PASSED' if passed else 'FAILED'} (resumed on {sandboxes or 'no sandbox'}): "
+    return _verdict(
+        passed,
+        f"(resumed on {sandboxes or 'no sandbox'}): "
         f"{len(results)} runs in {wall:.1f} s; trajectories in {root}",
-        flush=True,
+        cancel,
     )
-    if cancel():
-        return cancel.exit_code
-    return 0 if passed else 1
 
 
 def _resume_one(
@@ -348,10 +347,21 @@ def _resume_one(
         )
         keep = keep or _kept_for_resume(args, result, cancel, out)
     finally:
-        if args.keep:
-            progress(f"{sandbox.id} kept; remove it with: cubicle down {sandbox.id}")
-        elif not keep:
-            destroy_quietly(sandbox)
+        _release(args, sandbox, keep)
+    return _stamped(result, sandbox, started)
+
+
+def _release(args: argparse.Namespace, sandbox: Sandbox, keep: bool) -> None:
+    """After a run, passed, failed or broken: a ``--keep`` sandbox stays (how to remove it is
+    printed); another is destroyed unless ``keep`` (kept for a resume)."""
+    if args.keep:
+        progress(f"{sandbox.id} kept; remove it with: cubicle down {sandbox.id}")
+    elif not keep:
+        destroy_quietly(sandbox)
+
+
+def _stamped(result: DrillResult, sandbox: Sandbox, started: float) -> DrillResult:
+    """``result`` with its sandbox's id and the seconds since ``started`` (monotonic)."""
     result.sandbox_s = time.monotonic() - started
     result.sandbox = sandbox.id
     return result

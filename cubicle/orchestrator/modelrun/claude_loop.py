@@ -32,7 +32,7 @@ from cubicle.drivers.computer import GuestDriver
 from cubicle.drivers.decisions import ActionFacts
 from cubicle.orchestrator.modelrun.errors import RunCancelled, RunError
 from cubicle.orchestrator.modelrun.loop import RecordedSession
-from cubicle.orchestrator.modelrun.worker import TurnFacts, TurnHooks, WorkerLoop
+from cubicle.orchestrator.modelrun.worker import SdkLoop, TurnFacts, TurnHooks
 
 __all__ = ["DEFAULT_MAX_TOKENS", "ClaudeLoop", "SessionConfirm", "read_message"]
 
@@ -95,7 +95,7 @@ class SessionConfirm:
         return self.session.approve(facts.kind, _sent(facts), lambda policy: policy.allows(facts))
 
 
-class ClaudeLoop(WorkerLoop):
+class ClaudeLoop(SdkLoop):
     """``tool_runner`` against ``base_url`` with the run's driver and session (module
     docstring); the final text lands in ``outcome.message``.
 
@@ -103,6 +103,8 @@ class ClaudeLoop(WorkerLoop):
         it without a final text fails, naming the limit.
     :param max_retries: the client's retries (``None``: the SDK's default).
     """
+
+    LOOP = "tool_runner"
 
     def __init__(
         self,
@@ -118,15 +120,16 @@ class ClaudeLoop(WorkerLoop):
         max_retries: int | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
     ) -> None:
-        super().__init__("tool_runner", self._run)
-        self.driver = driver
-        self.session = session
-        self.base_url = base_url
-        self.api_key = api_key
-        self.model = model
-        self.prompt = prompt
-        self.max_steps = max_steps
-        self.trust_env = trust_env
+        super().__init__(
+            driver,
+            session,
+            base_url=base_url,
+            api_key=api_key,
+            model=model,
+            prompt=prompt,
+            max_steps=max_steps,
+            trust_env=trust_env,
+        )
         self.max_retries = max_retries
         self.max_tokens = max_tokens
 

@@ -38,7 +38,7 @@ from cubicle.drivers.gemini_turn import function_responses
 from cubicle.drivers.viewport import Point, ViewGeometry
 from cubicle.orchestrator.modelrun.errors import RunCancelled, RunError
 from cubicle.orchestrator.modelrun.loop import RecordedSession
-from cubicle.orchestrator.modelrun.worker import TurnFacts, TurnHooks, WorkerLoop
+from cubicle.orchestrator.modelrun.worker import SdkLoop, TurnFacts, TurnHooks
 
 __all__ = ["GeminiLoop", "RecordedGeminiComputer", "gemini_facts", "read_reply"]
 
@@ -147,31 +147,11 @@ class RecordedGeminiComputer(GeminiComputer):
         super().execute(name, args)
 
 
-class GeminiLoop(WorkerLoop):
+class GeminiLoop(SdkLoop):
     """The ``generate_content`` loop against ``base_url`` with the run's driver and session
     (module docstring); the final text lands in ``outcome.message``."""
 
-    def __init__(
-        self,
-        driver: GuestDriver,
-        session: RecordedSession,
-        *,
-        base_url: str | None,
-        api_key: str,
-        model: str,
-        prompt: str,
-        max_steps: int,
-        trust_env: bool = True,
-    ) -> None:
-        super().__init__("generate_content", self._run)
-        self.driver = driver
-        self.session = session
-        self.base_url = base_url
-        self.api_key = api_key
-        self.model = model
-        self.prompt = prompt
-        self.max_steps = max_steps
-        self.trust_env = trust_env
+    LOOP = "generate_content"
 
     def _run(self, cancelled: Callable[[], bool]) -> str | None:
         hooks = TurnHooks(self.session, ":generateContent", read_reply)

@@ -74,6 +74,7 @@ __all__ = [
     "RecordedSession",
     "error_chain",
     "is_loopback",
+    "join_polling",
 ]
 
 LoopKind = Literal["toolset", "runner", "tool_runner", "generate_content"]
@@ -93,6 +94,17 @@ def error_chain(exc: BaseException) -> str:
             parts.append(text)
         current = current.__cause__ or current.__context__
     return " <- ".join(parts)
+
+
+def join_polling(thread: threading.Thread, timeout: float | None, poll_s: float) -> bool:
+    """Join ``thread`` in steps of ``poll_s`` seconds (so signal handlers run between them), for
+    at most ``timeout`` seconds (``None``: until it ends); True when it has finished."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while thread.is_alive():
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        thread.join(poll_s)
+    return True
 
 
 def is_loopback(url: str) -> bool:
@@ -563,9 +575,4 @@ class LoopThread:
 
     def wait(self, timeout: float | None = None, *, poll_s: float = 0.2) -> bool:
         """Join the worker (polling, so signal handlers run); True when it has finished."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self._thread.is_alive():
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
-            self._thread.join(poll_s)
-        return True
+        return join_polling(self._thread, timeout, poll_s)

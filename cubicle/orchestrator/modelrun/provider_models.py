@@ -52,13 +52,7 @@ class AnthropicModel:
 
     @contextmanager
     def serve(self, context: LoopContext) -> Iterator[ModelEndpoint]:
-        yield ModelEndpoint(
-            base_url=self.base_url,
-            api_key=self.api_key,
-            model=self.name,
-            provider="anthropic",
-            trust_env=not is_loopback(self.base_url),
-        )
+        yield _endpoint("anthropic", self.name, self.api_key, self.base_url)
 
 
 @dataclass(frozen=True)
@@ -81,13 +75,18 @@ class GeminiModel:
 
     @contextmanager
     def serve(self, context: LoopContext) -> Iterator[ModelEndpoint]:
-        yield ModelEndpoint(
-            base_url=self.base_url,
-            api_key=self.api_key,
-            model=self.name,
-            provider="gemini",
-            trust_env=not is_loopback(self.base_url),
-        )
+        yield _endpoint("gemini", self.name, self.api_key, self.base_url)
+
+
+def _endpoint(provider: ModelProviderName, name: str, key: str, base_url: str) -> ModelEndpoint:
+    """``provider``'s model ``name`` at ``base_url``; a loopback URL ignores proxy variables."""
+    return ModelEndpoint(
+        base_url=base_url,
+        api_key=key,
+        model=name,
+        provider=provider,
+        trust_env=not is_loopback(base_url),
+    )
 
 
 def model_source(provider: ModelProviderName, name: str) -> ModelSource:

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Literal, Protocol, TypedDict, cast
 
 from openai import OpenAI
 from openai.lib.responses_tool_runner import ResponsesToolLedger
@@ -487,25 +487,11 @@ def start_loop(
         thread = ClaudeLoop(
             driver,
             session,
-            base_url=endpoint.base_url,
-            api_key=endpoint.api_key,
-            model=endpoint.model,
-            prompt=context.prompt,
-            max_steps=spec.max_steps,
-            trust_env=endpoint.trust_env,
+            **_sdk_loop_args(spec, endpoint, context),
             max_retries=endpoint.max_retries,
         )
     elif endpoint.provider == "gemini":
-        thread = GeminiLoop(
-            driver,
-            session,
-            base_url=endpoint.base_url,
-            api_key=endpoint.api_key,
-            model=endpoint.model,
-            prompt=context.prompt,
-            max_steps=spec.max_steps,
-            trust_env=endpoint.trust_env,
-        )
+        thread = GeminiLoop(driver, session, **_sdk_loop_args(spec, endpoint, context))
     else:
         ledger, max_steps = _ledger(spec)
         first = context.prompt if loop_input is None else loop_input
@@ -526,6 +512,27 @@ def start_loop(
         return
     context.steps.cancelled = lambda: context.cancel_requested() or thread.cancelled()
     yield thread.start()
+
+
+class _SdkLoopArgs(TypedDict):
+    base_url: str
+    api_key: str
+    model: str
+    prompt: str
+    max_steps: int
+    trust_env: bool
+
+
+def _sdk_loop_args(spec: RunSpec, endpoint: ModelEndpoint, context: LoopContext) -> _SdkLoopArgs:
+    """What the anthropic and gemini loops take alike: the endpoint, the prompt, the step limit."""
+    return _SdkLoopArgs(
+        base_url=endpoint.base_url,
+        api_key=endpoint.api_key,
+        model=endpoint.model,
+        prompt=context.prompt,
+        max_steps=spec.max_steps,
+        trust_env=endpoint.trust_env,
+    )
 
 
 def _ledger(spec: RunSpec) -> tuple[ResponsesToolLedger | None, int]:

@@ -30,6 +30,7 @@ from typing import Any, Final, Literal, TextIO
 from cubicle.orchestrator.trajectory.recorder import TrajectoryRecorder
 from cubicle_guest.client import AgentClient
 from cubicle_guest.errors import GuestError
+from cubicle_guest.signin import SigninField, SigninOption
 
 __all__ = [
     "MAX_PAYLOAD_BYTES",
@@ -68,25 +69,6 @@ class SigninAnswerError(ValueError):
     def __init__(self, rule: str, message: str) -> None:
         super().__init__(message)
         self.rule = rule
-
-
-@dataclass(frozen=True)
-class SigninField:
-    """A control of the form (id, label, type: email/password/text, required)."""
-
-    id: str
-    label: str
-    type: str
-    required: bool
-
-
-@dataclass(frozen=True)
-class SigninOption:
-    """A sign-in method and the ids of its fields."""
-
-    id: str
-    label: str
-    field_ids: tuple[str, ...]
 
 
 @dataclass(frozen=True)

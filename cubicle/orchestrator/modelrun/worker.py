@@ -1,5 +1,6 @@
 """What every non-openai provider loop shares: a worker thread with cooperative cancellation
-(:class:`WorkerLoop`, the same surface as :class:`~cubicle.orchestrator.modelrun.loop.LoopThread`)
+(:class:`WorkerLoop`, the same surface as :class:`~cubicle.orchestrator.modelrun.loop.LoopThread`;
+:class:`SdkLoop` adds the endpoint, driver and session the anthropic and gemini loops hold alike)
 and the HTTP hooks that record each model turn into the trajectory (:class:`TurnHooks`).
 
 :class:`TurnHooks` gives an ``httpx2`` client event hooks: the request time goes to the session's
@@ -17,13 +18,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx2
 
-from cubicle.orchestrator.modelrun.loop import LoopOutcome, RecordedSession
+from cubicle.drivers.computer import GuestDriver
+from cubicle.orchestrator.modelrun.loop import LoopOutcome, RecordedSession, join_polling
 
-__all__ = ["LoopBody", "TurnFacts", "TurnHooks", "WorkerLoop"]
+__all__ = ["LoopBody", "SdkLoop", "TurnFacts", "TurnHooks", "WorkerLoop"]
 
 LoopBody = Callable[[Callable[[], bool]], str | None]
 """The provider's loop: runs until the model's final text (returned), given ``cancelled``."""
@@ -70,12 +72,47 @@ class WorkerLoop:
 
     def wait(self, timeout: float | None = None, *, poll_s: float = 0.2) -> bool:
         """Join the worker (polling, so signal handlers run); True when it has finished."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self._thread.is_alive():
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
-            self._thread.join(poll_s)
-        return True
+        return join_polling(self._thread, timeout, poll_s)
+
+
+class SdkLoop(WorkerLoop):
+    """A provider SDK's loop against ``base_url`` with the run's driver and session: its worker
+    thread (named after :attr:`LOOP`) runs the subclass's :meth:`_run`, which returns the final
+    text (``outcome.message``).
+
+    :param base_url: the provider's endpoint (``None``: the SDK's default).
+    :param max_steps: model requests at most.
+    :param trust_env: whether the HTTP client honours proxy variables (not for a loopback URL).
+    """
+
+    LOOP: ClassVar[str]
+    """The SDK loop's name (``tool_runner``, ``generate_content``)."""
+
+    def __init__(
+        self,
+        driver: GuestDriver,
+        session: RecordedSession,
+        *,
+        base_url: str | None,
+        api_key: str,
+        model: str,
+        prompt: str,
+        max_steps: int,
+        trust_env: bool = True,
+    ) -> None:
+        super().__init__(self.LOOP, self._run)
+        self.driver = driver
+        self.session = session
+        self.base_url = base_url
+        self.api_key = api_key
+        self.model = model
+        self.prompt = prompt
+        self.max_steps = max_steps
+        self.trust_env = trust_env
+
+    def _run(self, cancelled: Callable[[], bool]) -> str | None:
+        """The loop until the model's final text (returned); ``cancelled`` says when to stop."""
+        raise NotImplementedError
 
 
 @dataclass
