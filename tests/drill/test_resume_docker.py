@@ -103,8 +103,8 @@ def _scripted_input() -> list[tuple[str, dict[str, Any]]]:
 
 @pytest.mark.parametrize(
     "actions_done",
-    [4, 8, 12],
-    ids=["after-turn-3", "after-turn-5", "mid-batch-of-turn-7"],
+    [4, 12],  # two kill points in make test (after-turn-5 and later ones: by hand or in a bench)
+    ids=["after-turn-3", "mid-batch-of-turn-7"],
 )
 def test_kill_9_then_resume_finishes_on_the_same_sandbox_with_no_action_twice(
     docker_image: str, tmp_path: Path, marks: dict[str, str], actions_done: int

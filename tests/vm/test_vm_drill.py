@@ -74,7 +74,9 @@ def test_cubicle_drill_passes_in_a_vm_and_leaves_nothing(
     assert "drill desktop (toolset): PASSED" in stdout, stdout
     assert "drill PASSED on vm" in stdout, stdout
     assert "FAILED" not in stdout, stdout
-    assert re.search(r"^desktop +toolset +PASSED +\d+ +\S+ +0/9$", stdout, re.MULTILINE), stdout
+    assert re.search(r"^desktop +openai +toolset +PASSED +\d+ +\S+ +0/9$", stdout, re.MULTILINE), (
+        stdout
+    )
     events = read_trajectory(tmp_path / "runs" / "toolset")
     shots = [e for e in events if e["kind"] == "screenshot"]
     assert len(shots) == 9, f"{len(shots)} screenshots in the trajectory, not one per model call"

@@ -48,6 +48,7 @@ from cubicle.orchestrator.modelrun.loop import LoopKind, LoopOutcome
 from cubicle.orchestrator.modelrun.model_providers import provider_of_loop
 from cubicle.orchestrator.modelrun.run import (
     FAILURE_SCREEN,
+    RESUME_NOTE,
     LoopContext,
     ModelEndpoint,
     RunResult,
@@ -64,7 +65,11 @@ from cubicle.orchestrator.tasks import (
     fill,
     load_task,
 )
-from cubicle.orchestrator.trajectory.recorder import TrajectoryObserver, TrajectoryRecorder
+from cubicle.orchestrator.trajectory.recorder import (
+    TrajectoryObserver,
+    TrajectoryRecorder,
+    read_trajectory,
+)
 from cubicle_guest.client import AgentClient
 from cubicle_guest.errors import CubicleError
 from cubicle_guest.input_log import DEFAULT_INPUT_LOG, INPUT_OPS
@@ -526,12 +531,21 @@ def _performed_of_uncertain(context: LoopContext, turns: Sequence[Turn]) -> int:
 
 
 def _shot_before_resume(recorder: TrajectoryRecorder) -> Image.Image | None:
-    """The last screenshot the model received before the run was interrupted (the one before
-    the resumed run's settle shot), or None."""
-    last = recorder.last_shot
-    if last is None or last < 1:
+    """The last screenshot the model received before the run was interrupted, or None: the one
+    recorded before the interrupted run's last model request. (A screenshot taken after that
+    request — the output of the call in flight at the interruption — never reached the model.)"""
+    events = read_trajectory(recorder.folder)
+    settles = [i for i, e in enumerate(events) if e.get("note") == RESUME_NOTE]
+    shot: int | None = None
+    received: int | None = None
+    for event in events[: settles[-1] if settles else len(events)]:  # before this resume's
+        if event["kind"] == "screenshot":
+            shot = int(event["index"])
+        elif event["kind"] == "model_request":
+            received = shot
+    if received is None:
         return None
-    path = recorder.folder / "shots" / f"{last - 1:04d}.png"
+    path = recorder.folder / "shots" / f"{received:04d}.png"
     return _image(path.read_bytes()) if path.is_file() else None
 
 
