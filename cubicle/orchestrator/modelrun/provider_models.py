@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import ClassVar, Self
 
 from cubicle.orchestrator.modelrun.loop import is_loopback
 from cubicle.orchestrator.modelrun.model_providers import ModelProviderName, api_key
@@ -34,59 +35,58 @@ GEMINI_BASE_URL = "https://generativelanguage.googleapis.com/"
 
 
 @dataclass(frozen=True)
-class AnthropicModel:
-    """Claude ``name`` behind the Messages API at ``base_url``."""
+class _SdkModel:
+    """A model ``name`` behind its provider's API at ``base_url``; a subclass names the provider,
+    its default URL and the environment variable that overrides it."""
+
+    PROVIDER: ClassVar[ModelProviderName]
+    DEFAULT_URL: ClassVar[str]
+    URL_VARIABLE: ClassVar[str]
 
     name: str
     api_key: str = field(repr=False)
-    base_url: str = ANTHROPIC_BASE_URL
+    base_url: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.base_url:
+            object.__setattr__(self, "base_url", self.DEFAULT_URL)
 
     @classmethod
-    def from_environment(cls, name: str) -> AnthropicModel:
-        """``ANTHROPIC_API_KEY`` (empty when unset) and ``ANTHROPIC_BASE_URL``."""
+    def from_environment(cls, name: str) -> Self:
+        """The provider's key variable(s) (empty when unset) and :attr:`URL_VARIABLE`."""
         return cls(
-            name,
-            api_key=api_key("anthropic"),
-            base_url=os.environ.get("ANTHROPIC_BASE_URL") or ANTHROPIC_BASE_URL,
+            name, api_key=api_key(cls.PROVIDER), base_url=os.environ.get(cls.URL_VARIABLE, "")
         )
 
     @contextmanager
     def serve(self, context: LoopContext) -> Iterator[ModelEndpoint]:
-        yield _endpoint("anthropic", self.name, self.api_key, self.base_url)
+        """The endpoint of the provider's loop; a loopback URL ignores proxy variables."""
+        yield ModelEndpoint(
+            base_url=self.base_url,
+            api_key=self.api_key,
+            model=self.name,
+            provider=self.PROVIDER,
+            trust_env=not is_loopback(self.base_url),
+        )
 
 
 @dataclass(frozen=True)
-class GeminiModel:
-    """Gemini ``name`` behind ``generateContent`` at ``base_url``."""
+class AnthropicModel(_SdkModel):
+    """Claude ``name`` behind the Messages API (``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``)."""
 
-    name: str
-    api_key: str = field(repr=False)
-    base_url: str = GEMINI_BASE_URL
-
-    @classmethod
-    def from_environment(cls, name: str) -> GeminiModel:
-        """``GEMINI_API_KEY`` or ``GOOGLE_API_KEY`` (empty when neither is set) and
-        ``GOOGLE_GEMINI_BASE_URL``."""
-        return cls(
-            name,
-            api_key=api_key("gemini"),
-            base_url=os.environ.get("GOOGLE_GEMINI_BASE_URL") or GEMINI_BASE_URL,
-        )
-
-    @contextmanager
-    def serve(self, context: LoopContext) -> Iterator[ModelEndpoint]:
-        yield _endpoint("gemini", self.name, self.api_key, self.base_url)
+    PROVIDER: ClassVar[ModelProviderName] = "anthropic"
+    DEFAULT_URL: ClassVar[str] = ANTHROPIC_BASE_URL
+    URL_VARIABLE: ClassVar[str] = "ANTHROPIC_BASE_URL"
 
 
-def _endpoint(provider: ModelProviderName, name: str, key: str, base_url: str) -> ModelEndpoint:
-    """``provider``'s model ``name`` at ``base_url``; a loopback URL ignores proxy variables."""
-    return ModelEndpoint(
-        base_url=base_url,
-        api_key=key,
-        model=name,
-        provider=provider,
-        trust_env=not is_loopback(base_url),
-    )
+@dataclass(frozen=True)
+class GeminiModel(_SdkModel):
+    """Gemini ``name`` behind ``generateContent`` (``GEMINI_API_KEY`` or ``GOOGLE_API_KEY``,
+    ``GOOGLE_GEMINI_BASE_URL``)."""
+
+    PROVIDER: ClassVar[ModelProviderName] = "gemini"
+    DEFAULT_URL: ClassVar[str] = GEMINI_BASE_URL
+    URL_VARIABLE: ClassVar[str] = "GOOGLE_GEMINI_BASE_URL"
 
 
 def model_source(provider: ModelProviderName, name: str) -> ModelSource:
