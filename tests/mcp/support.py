@@ -58,10 +58,11 @@ class HttpServer:
         return stop_process(self.process, timeout=30)
 
 
-def start_http(token_file: Path) -> HttpServer:
-    """``cubicle mcp --http --port 0`` in a subprocess; returns once it printed its URL."""
+def start_http(token_file: Path, *extra: str) -> HttpServer:
+    """``cubicle mcp --http --port 0 [extra...]`` in a subprocess; returns once it printed its
+    URL."""
     process = subprocess.Popen(
-        [*CLI, "--http", "--port", "0", "--token-file", str(token_file)],
+        [*CLI, "--http", "--port", "0", "--token-file", str(token_file), *extra],
         cwd=REPO,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

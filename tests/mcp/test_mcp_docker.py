@@ -1,6 +1,6 @@
 """``cubicle mcp`` through the real ``mcp`` client on Docker, on stdio and on HTTP: the editor
-round trip a model would make (create, screenshot, click the launcher, type, save, read the file
-back with exec, destroy) — on stdio with the files and the clipboard too (upload, download,
+round trip a model would make (create, screenshot, click the launcher, type, save, download the
+file and compare its bytes, destroy), with the files and the clipboard too (upload, download,
 refusals of paths out of the files folder, a Unicode clipboard); closing the stdio client removes
 the server's sandboxes within the client's grace; a server killed with SIGKILL leaves nothing
 after ``cubicle gc``."""
@@ -78,10 +78,10 @@ async def refused(client: Client, tool: str, arguments: dict[str, object]) -> st
 
 
 async def files_and_clipboard(client: Client, sandbox_id: str, files: Path) -> None:
-    """On the round trip's sandbox (its ~/task/todo.txt saved by the editor): a file with
-    Unicode and binary content up and read back with exec; the saved file down into the files
-    folder; ways out of the folder refused naming the field, and a guest-planted link; a Unicode
-    text through the clipboard."""
+    """On the round trip's sandbox (its ~/task/todo.txt saved by the editor and downloaded into
+    the files folder): a file with Unicode and binary content up and read back with exec; the
+    saved file down to a chosen name; ways out of the folder refused naming the field, and a
+    guest-planted link; a Unicode text through the clipboard."""
     sid: dict[str, object] = {"sandbox_id": sandbox_id}
     (files / "in").mkdir(parents=True)
     (files / "in" / "ünï 文.bin").write_bytes(UNICODE_BYTES)
@@ -92,9 +92,6 @@ async def files_and_clipboard(client: Client, sandbox_id: str, files: Path) -> N
     )
     assert base64.b64decode(text(read).split("--- stdout ---\n")[1]) == UNICODE_BYTES
 
-    down = await call(client, "download", {**sid, "guest_path": "task/todo.txt"})
-    assert "to todo.txt in the files folder (1 file, 16 bytes" in text(down), text(down)
-    assert (files / "todo.txt").read_bytes() == b"milk\neggs\nbread\n"
     await call(client, "download", {**sid, "guest_path": "task/todo.txt", "local": "in/t2.txt"})
     assert (files / "in" / "t2.txt").read_bytes() == b"milk\neggs\nbread\n"
 
@@ -125,10 +122,11 @@ async def files_and_clipboard(client: Client, sandbox_id: str, files: Path) -> N
     assert text(got) == CLIPBOARD
 
 
-async def editor_round_trip(client: Client, files: Path | None = None) -> None:
+async def editor_round_trip(client: Client, files: Path) -> None:
     """What tasks/editor-save asks a model, through the tools: open a prepared file in the
-    editor from its launcher, add a line, save; then read the bytes back with exec (and, given
-    the server's files folder, :func:`files_and_clipboard` on the same sandbox)."""
+    editor from its launcher, add a line, save; then download the file into the server's files
+    folder ``files`` and compare its bytes, and :func:`files_and_clipboard` on the same
+    sandbox."""
     sandbox_id = await create(client)
     assert sandbox_id in text(await call(client, "list_sandboxes", {}))
     shot = image_of(await call(client, "screenshot", {"sandbox_id": sandbox_id}))
@@ -167,11 +165,10 @@ async def editor_round_trip(client: Client, files: Path | None = None) -> None:
     assert "focused window" in text(saved), text(saved)  # the receipt, as the drivers give it
     wait_for(sandbox_id, "~/task/todo.txt - Mousepad")  # saved: no "*" before the name
 
-    read = await call(client, "exec", {"sandbox_id": sandbox_id, "argv": ["base64", "-w0", path]})
-    encoded = text(read).split("--- stdout ---\n")[1]
-    assert base64.b64decode(encoded) == b"milk\neggs\nbread\n"
-    if files is not None:
-        await files_and_clipboard(client, sandbox_id, files)
+    down = await call(client, "download", {"sandbox_id": sandbox_id, "guest_path": path})
+    assert "to todo.txt in the files folder (1 file, 16 bytes" in text(down), text(down)
+    assert (files / "todo.txt").read_bytes() == b"milk\neggs\nbread\n"
+    await files_and_clipboard(client, sandbox_id, files)
 
     assert text(await call(client, "destroy_sandbox", {"sandbox_id": sandbox_id})) == (
         f"Removed {sandbox_id}."
@@ -221,13 +218,14 @@ def test_sigterm_on_stdio_removes_the_sandbox_and_the_server_exits(docker_image:
 def test_http_editor_round_trip_then_sigkill_and_gc_leave_nothing(
     docker_image: str, tmp_path: Path
 ) -> None:
-    server = start_http(tmp_path / "mcp.token")
+    files = tmp_path / "files"
+    server = start_http(tmp_path / "mcp.token", "--files", str(files))
     kept = ""
     try:
 
         async def main() -> str:
             async with http_client(server.url, server.token) as client:
-                await editor_round_trip(client)
+                await editor_round_trip(client, files)
                 return await create(client)
 
         kept = anyio.run(main)
