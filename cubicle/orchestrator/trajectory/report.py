@@ -198,14 +198,17 @@ def _calls(calls: Sequence[dict[str, Any]]) -> str:
 
 
 def _person_actions(actions: Sequence[dict[str, Any]]) -> str:
-    """``click 1 at (123, 456) +0.4 s; 3 key presses`` (keys are never named)."""
-    clicks = [
+    """``click 1 at (123, 456) +0.4 s; paste +2.1 s; 3 key presses`` (keys and pasted texts
+    are never named)."""
+    shown = [
         f"click {a.get('button')} at ({a.get('x')}, {a.get('y')}) +{a.get('after_s')} s"
-        for a in actions
         if a.get("kind") == "click"
+        else f"paste +{a.get('after_s')} s"
+        for a in actions
+        if a.get("kind") in ("click", "paste")
     ]
     keys = sum(1 for a in actions if a.get("kind") == "key")
-    return "; ".join(clicks + ([f"{keys} key presses"] if keys else []))
+    return "; ".join(shown + ([f"{keys} key presses"] if keys else []))
 
 
 def _timings(

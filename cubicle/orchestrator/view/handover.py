@@ -10,8 +10,9 @@ cancel still ends the run. A view server that is gone (sandbox down, server kill
 
 Each hand-over is reported once through ``on_event``: ``("taken", {...})`` when the gate first
 sees a person in control, ``("released", {"held_s": ..., "person_actions": [...]})`` when control
-comes back — the clicks (button, x, y) and key presses (never which key) the person sent through
-the view meanwhile (:mod:`cubicle.orchestrator.view.inputs`); the run's trajectory records them.
+comes back — the clicks (button, x, y), key presses (never which key) and pastes (never the
+text) the person sent through the view meanwhile (:mod:`cubicle.orchestrator.view.inputs`,
+:mod:`cubicle.orchestrator.view.paste`); the run's trajectory records them.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ pixels) and each key press — *without the key*: a person may type a password w
 control, and the trajectory must not keep it. The view server appends them to
 ``<view dir>/<id>.input.jsonl`` (0600) with the wall-clock time; the hand-over gate attaches the
 ones between ``taken`` and ``released`` to the ``released`` event, so the trajectory marks the
-person's actions. A message type it does not know stops the tap (reported once): it never
-guesses.
+person's actions. The server appends a paste there too, as ``{"kind": "paste"}`` without its
+text (:mod:`cubicle.orchestrator.view.paste`). A message type it does not know stops the tap
+(reported once): it never guesses.
 """
 
 from __future__ import annotations

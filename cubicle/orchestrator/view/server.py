@@ -21,6 +21,11 @@ whatever the page sends. ``takeover`` (``POST /api/mode``: the page's button or 
 --takeover``) runs it with input; switching closes the open VNC sessions (the page reconnects in
 the new mode) and records the mode in the state file, which the agent's hand-over gate reads
 (:mod:`cubicle.orchestrator.view.handover`).
+
+Paste: ``POST /api/paste`` (the page's ``paste`` event, raw UTF-8 body) sets the guest's
+clipboard to the person's text and presses Ctrl+V there (:mod:`cubicle.orchestrator.view.paste`)
+— in takeover mode only: in ``view`` mode the server answers 403 whoever asks. One paste at a
+time; a refused or failed paste answers ``{"error": ...}`` and the server keeps serving.
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from cubicle.orchestrator.page_security import PageHeaders, content_security_policy
 from cubicle.orchestrator.providers import backend_of, get_provider
 from cubicle.orchestrator.view.inputs import RfbInputTap, append_input
+from cubicle.orchestrator.view.paste import PasteError, deliver_paste, read_paste
 from cubicle.orchestrator.view.stream import open_vnc_stream
 from cubicle.orchestrator.view_servers import (
     MODES,
@@ -92,6 +98,8 @@ class ViewServer:
     sockets: set[WebSocket] = field(default_factory=set)
     generation: int = 0
     """Counts mode changes: a VNC session opened in one generation must not outlive it."""
+    pasting: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """One paste at a time: a clipboard set and its Ctrl+V never interleave with another's."""
 
     def mint(self) -> str:
         now = time.monotonic()
@@ -116,6 +124,10 @@ class ViewServer:
             return True
         session = request.cookies.get(COOKIE, "")
         return any(secrets.compare_digest(session, s) for s in self.sessions)
+
+    def in_control(self) -> bool:
+        """Whether a person has control (mode ``takeover``): their input and pastes go in."""
+        return self.mode == "takeover"
 
     def record(self) -> None:
         write_state(ViewState(self.sandbox_id, os.getpid(), self.port, self.key, self.mode))
@@ -212,6 +224,32 @@ def build_app(server: ViewServer) -> Starlette:
                     await ws.close(MODE_CHANGED, f"mode changed to {wanted}")
         return JSONResponse({"mode": server.mode, "sandbox": server.sandbox_id})
 
+    async def paste(request: Request) -> Response:
+        if not (server.authorized(request) and csrf_ok(request)):
+            return denied()
+        view_only = JSONResponse(
+            {"error": "view only: take control to paste into the desktop"}, status_code=403
+        )
+        if not server.in_control():
+            return view_only
+        try:
+            checked = await read_paste(
+                request.stream(),
+                content_length=request.headers.get("content-length"),
+                keys=request.query_params.get("keys"),
+            )
+            async with server.pasting:
+                if not server.in_control():  # control was given back meanwhile
+                    return view_only
+                await asyncio.get_running_loop().run_in_executor(
+                    None, deliver_paste, server.sandbox_id, checked
+                )
+        except PasteError as exc:
+            log.warning("refused a paste: %s", exc)
+            return JSONResponse({"error": str(exc)}, status_code=exc.status)
+        append_input(input_path(server.sandbox_id), {"kind": "paste"})  # never the text
+        return JSONResponse({"pasted": len(checked.text)})
+
     async def vnc(ws: WebSocket) -> None:
         origin = ws.headers.get("origin")
         if not server.authorized(ws) or origin != f"http://127.0.0.1:{server.port}":
@@ -288,6 +326,7 @@ def build_app(server: ViewServer) -> Starlette:
             Route("/api/mint", mint, methods=["POST"]),
             Route("/api/state", state),
             Route("/api/mode", mode, methods=["POST"]),
+            Route("/api/paste", paste, methods=["POST"]),
             WebSocketRoute("/websockify", vnc),
             Mount("/novnc", app=StaticFiles(directory=NOVNC_DIR), name="novnc"),
         ],

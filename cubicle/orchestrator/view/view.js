@@ -2,7 +2,7 @@ import RFB from "/novnc/core/rfb.js";
 
 const H = { "Content-Type": "application/json", "X-Cubicle-View": "1" };
 const $ = (id) => document.getElementById(id);
-const page = { mode: null, rfb: null, connected: false };
+const page = { mode: null, rfb: null, connected: false, pasted: 0 };
 window.cubicleView = page;
 
 function status(text) { $("status").textContent = text; page.status = text; }
@@ -51,5 +51,38 @@ $("toggle").addEventListener("click", async () => {
   const reply = await fetch("/api/mode", { method: "POST", headers: H, body: JSON.stringify({ mode }) });
   if (reply.ok) show((await reply.json()).mode);
 });
+
+// Paste (takeover only): the browser's paste event carries the person's text (any Unicode), which
+// the server makes the guest's clipboard before pressing the same chord there. noVNC must not
+// see Ctrl+V (it would stop the event, so the browser would not paste, and press V in the guest).
+let chord = "ctrl+v";
+window.addEventListener("keydown", (e) => {
+  if (page.mode !== "takeover" || !(e.ctrlKey || e.metaKey) || e.altKey || e.code !== "KeyV") return;
+  chord = e.shiftKey ? "ctrl+shift+v" : "ctrl+v";
+  e.stopImmediatePropagation(); // not preventDefault: the browser's paste follows
+}, true);
+
+document.addEventListener("paste", async (e) => {
+  if (page.mode !== "takeover") return; // view only: nothing leaves the browser
+  e.preventDefault();
+  const text = e.clipboardData ? e.clipboardData.getData("text/plain") : "";
+  const keys = chord;
+  chord = "ctrl+v";
+  if (!text) { status("nothing to paste: the clipboard holds no text"); return; }
+  status("pasting…");
+  const reply = await fetch(`/api/paste?keys=${encodeURIComponent(keys)}`, {
+    method: "POST",
+    headers: { "Content-Type": "text/plain;charset=utf-8", "X-Cubicle-View": "1" },
+    body: text,
+  });
+  const body = await reply.json().catch(() => ({}));
+  if (reply.ok) {
+    page.pasted += 1;
+    status(`pasted ${body.pasted} characters`);
+  } else {
+    page.pasteError = body.error || `paste refused (${reply.status})`;
+    status(page.pasteError);
+  }
+}, true);
 
 enter().catch((e) => status(String(e)));
