@@ -40,7 +40,7 @@ def browser_paste(page: Page, text: str) -> None:
     """Put ``text`` on the browser's clipboard and press Ctrl+V on the desktop's canvas."""
     page.evaluate("(text) => navigator.clipboard.writeText(text)", text)
     page.locator("#screen canvas").focus()
-    page.keyboard.press("Control+V")
+    page.keyboard.press("Control+v")
 
 
 def test_paste_lands_exactly_in_control_and_not_at_all_when_view_only(
@@ -86,7 +86,7 @@ def test_paste_lands_exactly_in_control_and_not_at_all_when_view_only(
     browser_paste(page, PASTED)
     page.wait_for_function("() => window.cubicleView.pasted === 1", timeout=30_000)
     assert page.inner_text("#status") == f"pasted {len(PASTED)} characters"
-    page.keyboard.press("Control+S")  # saved by the person, through the view
+    page.keyboard.press("Control+s")  # saved by the person, through the view
     deadline = time.monotonic() + 30
     with sandbox.connect() as client:
         while client.read_file(target).blob != PASTED.encode() and time.monotonic() < deadline:
