@@ -8,7 +8,8 @@ as the agent runs, until another program takes the selection (``SelectionClear``
 answers the agent's own text directly, and otherwise asks the owner for ``UTF8_STRING`` (then
 ``STRING``) into a property of its window. Texts are at most
 :data:`cubicle_guest.protocol.MAX_CLIPBOARD_BYTES` of UTF-8: one property, no ``INCR``
-transfer (an owner that answers with ``INCR`` is refused as ``too_large``).
+transfer. Over it, ``set`` and ``get`` raise ``too_large`` naming the limit (``get``: an owner
+offering a longer text in one property, or answering with ``INCR``).
 
 Every X request of this connection is made on the thread (callers hand it work and wait), so
 the connection is never used from two threads.
@@ -255,12 +256,22 @@ class Clipboard:
             if reply is None:
                 continue
             if reply.property_type == self._incr:
-                raise GuestError(
-                    "too_large",
-                    f"the {selection} holds more than one X property of text (INCR); at most "
-                    f"{protocol.MAX_CLIPBOARD_BYTES} bytes are read",
-                )
+                size = int(reply.value[0]) if len(reply.value) else 0
+                raise _too_large(selection, f"a text sent in pieces (INCR), {size} bytes")
             value = reply.value
             raw = value if isinstance(value, bytes) else bytes(value)
+            if len(raw) > protocol.MAX_CLIPBOARD_BYTES:
+                raise _too_large(selection, f"{len(raw)} bytes of text")
             return raw.decode("utf-8" if target == self._utf8 else "latin-1", "replace"), "other"
         return "", "other"
+
+
+def _too_large(selection: str, what: str) -> GuestError:
+    """``too_large``: the owner of ``selection`` offers ``what``, over the limit the agent
+    reads (a selection's text comes in one X property, never in ``INCR`` pieces)."""
+    return GuestError(
+        "too_large",
+        f"the {selection} holds {what}, over the limit of {protocol.MAX_CLIPBOARD_BYTES} bytes "
+        "the agent reads",
+        details={"limit": protocol.MAX_CLIPBOARD_BYTES},
+    )

@@ -9,8 +9,10 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from Xlib.protocol import event
 
 from cubicle.orchestrator import file_transfer
 from cubicle.orchestrator.errors import TransferError
@@ -182,6 +184,56 @@ def test_clipboard_limits_are_clear_errors(client: AgentClient) -> None:
     assert caught.value.code == "too_large"
     with pytest.raises(GuestError, match='"clipboard" or "primary"'):
         client.clipboard_get(selection="secondary")
+
+
+class IncrOwner(Clipboard):
+    """A program of the desktop whose text is too long for one X property: it answers every
+    text request with ``INCR`` (the size, the pieces to follow)."""
+
+    def _answer(self, request: Any) -> None:
+        if request.target not in self._text_targets | self._latin_targets:
+            super()._answer(request)
+            return
+        request.requestor.change_property(request.property, self._incr, 32, [3_000_000])
+        request.requestor.send_event(
+            event.SelectionNotify(
+                time=request.time,
+                requestor=request.requestor,
+                selection=request.selection,
+                target=request.target,
+                property=request.property,
+            )
+        )
+        self._display.flush()
+
+
+def test_a_guest_text_over_the_limit_is_refused_naming_it(
+    client: AgentClient, xserver: Xvfb, other_app: Clipboard
+) -> None:
+    """A program's text longer than the limit, in one property or in ``INCR`` pieces: a clear
+    ``too_large`` naming the limit, and the clipboard keeps working."""
+    big = ("é" * (protocol.MAX_CLIPBOARD_BYTES // 2 + 1)).encode()
+    selection = other_app._selections["clipboard"]  # owned past set()'s own check
+    other_app._call(lambda: other_app._take(selection, big, "clipboard"))
+    limit = f"over the limit of {protocol.MAX_CLIPBOARD_BYTES} bytes the agent reads"
+    with pytest.raises(GuestError) as caught:
+        client.clipboard_get()
+    assert caught.value.code == "too_large"
+    assert caught.value.reason == f"the clipboard holds {len(big)} bytes of text, {limit}"
+
+    incr = IncrOwner(xserver.display)
+    try:
+        incr.set("announced in pieces")
+        with pytest.raises(GuestError) as caught:
+            client.clipboard_get()
+        assert caught.value.code == "too_large"
+        assert caught.value.reason == (
+            f"the clipboard holds a text sent in pieces (INCR), 3000000 bytes, {limit}"
+        )
+    finally:
+        incr.close()
+    client.clipboard_set(TEXT)
+    assert client.clipboard_get().result == {"text": TEXT, "owner": "agent"}
 
 
 def test_a_pipeline_answers_in_order_and_an_error_leaves_the_client_usable(
