@@ -4,7 +4,8 @@ One VM for the module (a warm restore; the tests run in order, the last one down
 sessions travel over the domain's view channel (a virtio-serial port; no network card, no port
 the guest could reach): the canvas shows what a fresh agent screenshot shows; view-only
 delivers no input, neither through the page nor from a forged VNC client; a takeover click lands
-on the exact guest pixel while the agent's hand-over gate waits; no x11vnc outlives its
+on the exact guest pixel while the agent's hand-over gate waits; a person's paste lands in the
+editor exactly (:func:`tests.view.viewpage.paste_round_trip`); no x11vnc outlives its
 session; two sessions share the channel; ``down`` removes the view server, its files and the
 view socket with the VM.
 """
@@ -35,6 +36,7 @@ from tests.view.viewpage import (
     assert_view_only_delivers_no_input,
     click_canvas,
     open_page,
+    paste_round_trip,
     wait_canvas_matches,
 )
 from tests.view.vm_recorder import VmGuestRecorder
@@ -113,6 +115,12 @@ def test_vm_takeover_click_lands_on_the_pixel_and_pauses_the_agent(
 
     agent.released(page)
     assert_view_only_again(page, vm_sandbox, vm_recorder, timeout_ms=60_000, before=[(123, 456)])
+
+
+def test_vm_paste_lands_exactly_in_control_and_not_at_all_when_view_only(
+    page: Page, vm_sandbox: Sandbox
+) -> None:
+    paste_round_trip(page, vm_sandbox, timeout_s=60)
 
 
 def test_vm_sessions_share_the_channel_and_end_in_the_guest(vm_sandbox: Sandbox) -> None:

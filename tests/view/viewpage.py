@@ -1,6 +1,7 @@
 """What the live-view browser tests do with the page: open it, read its canvas, click it, compare
 it with the agent's screenshot; a forged VNC client; the guest recorder's button presses; the
-agent's hand-over gate waiting in a thread. Shared by the Docker and the VM tests."""
+agent's hand-over gate waiting in a thread; a person's paste into the editor. Shared by the
+Docker and the VM tests."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from PIL import Image, ImageChops, ImageStat
 from playwright.sync_api import Page
 
 from cubicle.orchestrator.sandbox import Sandbox
-from cubicle.orchestrator.view.control import ViewLink
+from cubicle.orchestrator.view.control import ViewLink, open_view
 from cubicle.orchestrator.view.handover import HandoverGate
 from cubicle.orchestrator.view_servers import read_state
+from cubicle_guest.protocol import MAX_CLIPBOARD_BYTES
+from tests.desktop.checks import wait_window
 from tests.support.pages import assert_no_csp_violations
 from tests.view.rfb import rfb_session
 
@@ -165,3 +168,88 @@ def _deadline(seconds: float) -> float:
 
 def _past(deadline: float) -> bool:
     return time.monotonic() > deadline
+
+
+PASTED = "Grüße 🙂🚀 漢字かな\nline two\n\tindented — end\n"
+BEFORE = "the guest's own clipboard ✓"
+VIEW_ONLY_TEXT = "pasted while view-only ✗\n"
+SPAWN = (
+    "import subprocess, sys; subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, "
+    "stderr=subprocess.DEVNULL, start_new_session=True)"
+)
+POST_PASTE = """async (text) => {
+  const reply = await fetch("/api/paste", {
+    method: "POST", headers: { "X-Cubicle-View": "1" }, body: text,
+  });
+  return [reply.status, (await reply.json()).error];
+}"""
+"""The page's own paste request, sent whatever the page's mode (a page that ignores view-only)."""
+
+
+def browser_paste(page: Page, text: str) -> None:
+    """Put ``text`` on the browser's clipboard (its Clipboard API; the permission is granted to
+    the page's origin) and press Ctrl+V on the desktop's canvas, as a person does."""
+    page.evaluate("(text) => navigator.clipboard.writeText(text)", text)
+    page.locator("#screen canvas").focus()
+    page.keyboard.press("Control+v")
+
+
+def paste_round_trip(page: Page, sandbox: Sandbox, *, timeout_s: float) -> None:
+    """The person's paste, in the editor (mousepad, focused) of ``sandbox``: view-only, the page
+    sends nothing and the server refuses a paste posted anyway; in control, a text over the
+    limit is refused on the page naming it, and :data:`PASTED` lands exactly (saved with Ctrl+S
+    through the view, read back byte-exact), in CLIPBOARD and PRIMARY too; the hand-over's
+    person actions list the paste without its text."""
+    target = "/home/cubicle/pasted.txt"
+    sandbox.set_clipboard(BEFORE)
+    with sandbox.connect() as client:
+        client.write_file(target, b"")
+        client.exec(["python3", "-c", SPAWN, "mousepad", target])
+        wait_window(client, "Mousepad", 60)
+
+    link = open_view(sandbox.id)
+    page.context.grant_permissions(
+        ["clipboard-read", "clipboard-write"], origin=link.url.split("/#")[0]
+    )
+    open_page(page, link)
+
+    browser_paste(page, VIEW_ONLY_TEXT)
+    status, error = page.evaluate(POST_PASTE, VIEW_ONLY_TEXT)
+    assert (status, error) == (403, "view only: take control to paste into the desktop")
+    assert page.evaluate("window.cubicleView.pasted") == 0
+    assert sandbox.get_clipboard() == BEFORE
+
+    page.click("#toggle")  # "Take control"
+    page.wait_for_function(
+        "() => window.cubicleView.connected && window.cubicleView.mode === 'takeover'",
+        timeout=timeout_s * 1000,
+    )
+    agent = WaitingAgent(sandbox.id)
+
+    # over the limit: a clear error on the page, nothing delivered, the view keeps serving
+    browser_paste(page, "x" * (MAX_CLIPBOARD_BYTES + 1))
+    page.wait_for_function("() => window.cubicleView.pasteError", timeout=timeout_s * 1000)
+    error = page.evaluate("window.cubicleView.pasteError")
+    assert error == (
+        f"the pasted text is over the clipboard's limit of {MAX_CLIPBOARD_BYTES} bytes of UTF-8"
+    )
+    assert page.inner_text("#status") == error
+    assert sandbox.get_clipboard() == BEFORE
+
+    browser_paste(page, PASTED)
+    page.wait_for_function("() => window.cubicleView.pasted === 1", timeout=timeout_s * 1000)
+    assert page.inner_text("#status") == f"pasted {len(PASTED)} characters"
+    page.keyboard.press("Control+s")  # saved by the person, through the view
+    deadline = _deadline(timeout_s)
+    with sandbox.connect() as client:
+        while client.read_file(target).blob != PASTED.encode() and not _past(deadline):
+            client.settle(quiet_ms=200, timeout_ms=1000)
+        saved = client.read_file(target).blob
+    assert saved == PASTED.encode("utf-8"), saved  # and nothing of the view-only paste
+    assert sandbox.get_clipboard() == PASTED
+    assert sandbox.get_clipboard("primary") == PASTED
+
+    agent.released(page)
+    actions = agent.events[1][1]["person_actions"]
+    pastes = [a for a in actions if a["kind"] == "paste"]
+    assert len(pastes) == 1 and set(pastes[0]) == {"kind", "after_s"}, actions
