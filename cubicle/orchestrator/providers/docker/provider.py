@@ -121,6 +121,12 @@ TMPFS: Final = {
     "/home/cubicle": f"rw,nosuid,nodev,size=512m,uid={GUEST_UID},gid={GUEST_UID},mode=0755",
     "/run": "rw,nosuid,nodev,noexec,size=16m,mode=0755",
     "/run/cubicle": f"rw,nosuid,nodev,noexec,size=1m,uid={GUEST_UID},gid={GUEST_UID},mode=0700",
+    # a Harbor task's folders (cubicle/orchestrator/harbor.py): its tests/ and solution/ are
+    # uploaded here and test.sh writes its reward under /logs/verifier, as Harbor has them
+    **{
+        folder: f"rw,nosuid,nodev,size=64m,uid={GUEST_UID},gid={GUEST_UID},mode=0755"
+        for folder in ("/tests", "/solution", "/logs")
+    },
 }
 STOP_TIMEOUT_S: Final = 2
 BRIDGE_WAIT_SHARE: Final = 0.75
