@@ -89,6 +89,11 @@ def test_harbor_copies_pass_by_their_solution_and_planted_folders_get_their_verd
     assert failing["verdict"] == "broken_task", failing
     assert "solution/solve.sh exited with 3" in failing["error"]
     assert "no solution" in failing["error"]
+    [check] = [c for c in failing["checks"] if c["name"] != STALE]  # its test.sh wrote nothing
+    assert not check["ok"] and check["detail"].startswith(
+        "tests/test.sh wrote no reward: neither /logs/verifier/reward.txt nor "
+        "/logs/verifier/reward.json"
+    ), check
     garbled = records["reward-garbled"]
     assert garbled["verdict"] == "broken_task", garbled
     [check] = [c for c in garbled["checks"] if c["name"] != STALE]
