@@ -38,7 +38,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Final
 
-from cubicle.orchestrator.tasks import HarborParts, Task, TaskFileError, parse_task
+from cubicle.orchestrator.tasks import HarborParts, Setup, Task, TaskFileError, parse_task
 
 __all__ = [
     "DESKTOP_MARKER",
@@ -65,9 +65,8 @@ FOREIGN_ENVIRONMENTS: Final = (
 GUEST_TESTS: Final = "/tests"
 GUEST_SOLUTION: Final = "/solution"
 GUEST_LOGS: Final = "/logs"
-_MARKER_FIELDS: Final = frozenset(
-    {"screen", "network", "workdir", "open", "url", "form_server", "files", "limits"}
-)
+_MARKER_FIELDS: Final = frozenset({*Setup.model_fields, "limits"})
+"""What the marker may hold: a task file's ``[setup]`` fields and ``[limits]``."""
 
 
 class HarborTaskError(TaskFileError):

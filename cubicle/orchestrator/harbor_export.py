@@ -9,8 +9,9 @@ that makes the end state the checks expect directly — files written, the form 
 form server — not through the desktop's apps (the task file's ``[scripted]`` script is the oracle
 that drives the desktop). A task cannot be copied (:class:`NotExpressible`, saying why) when it
 needs a person — ``[signin]`` (credentials through the person's callback) or function tools a
-person answers (``scripted.tools``) — has a setup file copied from the host (``source``), or a
-``verifier`` check with no guest-side equivalent in :data:`GUEST_VERIFIERS`.
+person answers (``scripted.tools``) — or has a check with no guest-side equivalent (a
+``verifier`` not in :data:`GUEST_VERIFIERS`, a ``{TOOL_OUTPUT}`` text). A setup file copied
+from the host (``source``) is copied into the copy's ``environment/files/``.
 """
 
 from __future__ import annotations
@@ -129,8 +130,6 @@ def _refuse(task: Task) -> None:
             f"{where}: needs a person to answer {', '.join(task.scripted.tools)} (function "
             "tools; a Harbor task has no person)"
         )
-    if any(item.source is not None for item in task.setup.files):
-        raise NotExpressible(f"{where}: setup.files copies a host file (source); not exported")
     if task.harbor is not None:
         raise NotExpressible(f"{where}: already a Harbor task")
     if not task.checks:
@@ -150,7 +149,11 @@ def _check(task: Task, index: int) -> dict[str, Any]:
         return {"kind": kind, "name": name}
     if check.form is not None:
         return {"kind": "form", "name": name, "fields": dict(check.form)}
-    assert check.file is not None
+    if check.file is None:
+        raise NotExpressible(
+            f"{task.source or task.name}: checks[{index}] is of a kind with no guest-side "
+            "equivalent in the Harbor export"
+        )
     text = check.equals if check.equals is not None else check.contains
     assert text is not None
     if "{TOOL_OUTPUT}" in text:
@@ -195,6 +198,26 @@ def _toml_value(value: Any) -> str:
     raise TypeError(f"no TOML for {type(value).__name__}")
 
 
+def _sources(task: Task) -> dict[str, tuple[bytes, int]]:
+    """The host files ``setup.files`` copies in (``source``), as the copy's
+    ``environment/files/N/NAME`` (a folder's files under it, their modes kept)."""
+    files: dict[str, tuple[bytes, int]] = {}
+    for number, item in enumerate(task.setup.files):
+        if item.source is None:
+            continue
+        path = task.source_path(item)
+        base = f"environment/files/{number}/{path.name}"
+        found = sorted(path.rglob("*")) if path.is_dir() else [path]
+        for file in found:
+            if file.is_dir() and not file.is_symlink():
+                continue
+            if file.is_symlink() or not file.is_file():
+                raise NotExpressible(f"{path}: {file} is not a regular file; not exported")
+            relative = base if file == path else f"{base}/{file.relative_to(path).as_posix()}"
+            files[relative] = (file.read_bytes(), file.stat().st_mode & 0o7777)
+    return files
+
+
 def _desktop(task: Task) -> bytes:
     setup = task.setup.model_dump(exclude_defaults=False, exclude={"files"})
     lines = [
@@ -204,8 +227,12 @@ def _desktop(task: Task) -> bytes:
     for key, value in setup.items():
         if value is not None:
             lines.append(f"{key} = {_toml_value(value)}")
-    for item in task.setup.files:
+    for number, item in enumerate(task.setup.files):
         lines += ["", "[[files]]", f"path = {_toml_value(item.path)}"]
+        if item.source is not None:
+            name = task.source_path(item).name
+            lines.append(f'source = "environment/files/{number}/{name}"')
+            continue
         lines.append(f"content = {_toml_value(item.content)}")
         lines.append(f'mode = "{item.file_mode:04o}"')
     lines += ["", "[limits]"]
@@ -247,6 +274,7 @@ def harbor_files(task: Task) -> dict[str, tuple[bytes, int]]:
         f"environment/{DESKTOP_MARKER}": (_desktop(task), 0o644),
         "tests/test.sh": (_program(task, _TEST, "tests/test.sh"), 0o755),
         "solution/solve.sh": (_program(task, _SOLVE, "solution/solve.sh"), 0o755),
+        **_sources(task),
     }
 
 
