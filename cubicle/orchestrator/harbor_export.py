@@ -28,10 +28,15 @@ __all__ = ["GUEST_VERIFIERS", "NotExpressible", "export_harbor", "harbor_files",
 FORM_DATA: Final = "~/.cubicle-task/form-data.json"
 """Where the form server stores what was posted, under the guest user's home
 (``cubicle.orchestrator.modelrun.guest_steps.HELPER_FOLDER``)."""
-GUEST_VERIFIERS: Final = {
-    "cubicle.orchestrator.modelrun.verifiers:count_matches_words": "count_q_lines",
+_VERIFIERS: Final = "cubicle.orchestrator.modelrun.verifiers"
+GUEST_VERIFIERS: Final[dict[str, dict[str, str]]] = {
+    f"{_VERIFIERS}:count_matches_words": {"kind": "count_q_lines"},
+    # the file manager's tasks: the file was moved or renamed, not copied
+    f"{_VERIFIERS}:report_moved_away": {"kind": "gone", "path": "~/task/report.txt"},
+    f"{_VERIFIERS}:notes_draft_renamed_away": {"kind": "gone", "path": "~/task/notes-draft.txt"},
 }
-"""Python verifiers (run on the host) with a guest-side equivalent in the copy's test.sh."""
+"""Python verifiers (run on the host) with a guest-side equivalent in the copy's test.sh (and
+solve.sh): its kind and arguments."""
 
 
 class NotExpressible(HarborTaskError):
@@ -82,6 +87,9 @@ for check in CHECKS:
     elif kind == "count_q_lines":
         words, got = read("words.txt"), read("count.txt")
         ok = words is not None and got is not None and got.strip() == count_q(words)
+    elif kind == "gone":
+        got = os.path.lexists(path(check["path"]))
+        ok = not got
     else:
         ok, got = False, "unknown check kind " + kind
     results.append(ok)
@@ -112,6 +120,9 @@ for check in CHECKS:
         words = read("words.txt")
         count = sum(1 for line in words.splitlines() if "q" in line)
         pathlib.Path(path("count.txt")).write_text(str(count) + "\n", encoding="utf-8")
+    elif kind == "gone":
+        if os.path.lexists(path(check["path"])):
+            os.remove(path(check["path"]))
     else:
         sys.exit("unknown check kind " + kind)
     print("done    " + check["name"])
@@ -140,13 +151,13 @@ def _check(task: Task, index: int) -> dict[str, Any]:
     check = task.checks[index]
     name = check.label
     if check.verifier is not None:
-        kind = GUEST_VERIFIERS.get(check.verifier)
-        if kind is None:
+        equivalent = GUEST_VERIFIERS.get(check.verifier)
+        if equivalent is None:
             raise NotExpressible(
                 f"{task.source or task.name}: checks[{index}]: verifier {check.verifier} runs on "
                 "the host and has no guest-side equivalent (GUEST_VERIFIERS)"
             )
-        return {"kind": kind, "name": name}
+        return {**equivalent, "name": name}
     if check.form is not None:
         return {"kind": "form", "name": name, "fields": dict(check.form)}
     if check.file is None:

@@ -46,6 +46,9 @@ for check in CHECKS:
         words = read("words.txt")
         count = sum(1 for line in words.splitlines() if "q" in line)
         pathlib.Path(path("count.txt")).write_text(str(count) + "\n", encoding="utf-8")
+    elif kind == "gone":
+        if os.path.lexists(path(check["path"])):
+            os.remove(path(check["path"]))
     else:
         sys.exit("unknown check kind " + kind)
     print("done    " + check["name"])

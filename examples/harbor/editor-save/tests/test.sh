@@ -49,6 +49,9 @@ for check in CHECKS:
     elif kind == "count_q_lines":
         words, got = read("words.txt"), read("count.txt")
         ok = words is not None and got is not None and got.strip() == count_q(words)
+    elif kind == "gone":
+        got = os.path.lexists(path(check["path"]))
+        ok = not got
     else:
         ok, got = False, "unknown check kind " + kind
     results.append(ok)
