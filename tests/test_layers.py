@@ -36,6 +36,8 @@ LAYERS: Sequence[tuple[str, frozenset[str]]] = (
                 "ownership",
                 "desktop",
                 "tasks",
+                "harbor",
+                "harbor_export",
                 "trajectory",
                 "network",
                 "provider",

@@ -87,6 +87,7 @@ __all__ = [
     "MODEL_PROVIDERS",
     "TASKS_DIR",
     "Check",
+    "HarborParts",
     "Limits",
     "ModelProviderName",
     "Scripted",
@@ -310,6 +311,28 @@ class SigninCredentials(_Strict):
     code: str = Field(min_length=1, max_length=32)
 
 
+class HarborParts(_Strict):
+    """What a task loaded from a Harbor-shaped folder (:mod:`cubicle.orchestrator.harbor`) has
+    beside a task file's fields: its folder (``tests/test.sh`` is its check, run in the guest;
+    ``solution/solve.sh``, when there, its oracle) and the scripts' time limits."""
+
+    folder: Path = Field(strict=False)
+    verifier_timeout_s: float = Field(default=120.0, gt=0)
+    agent_timeout_s: float = Field(default=600.0, gt=0)
+
+    @property
+    def tests(self) -> Path:
+        return self.folder / "tests"
+
+    @property
+    def solution(self) -> Path:
+        return self.folder / "solution"
+
+    @property
+    def has_solution(self) -> bool:
+        return (self.solution / "solve.sh").is_file()
+
+
 class Task(_Strict):
     """A validated task file. ``source`` is where it was read from (``None``: built in code)."""
 
@@ -326,6 +349,8 @@ class Task(_Strict):
     """The model's name (default: the provider's default model)."""
     signin: SigninCredentials | None = None
     source: Path | None = Field(default=None, strict=False)
+    harbor: HarborParts | None = None
+    """Set for a task read from a Harbor-shaped folder (never a task file's field)."""
 
     @property
     def port(self) -> int | None:
@@ -409,8 +434,9 @@ def _field(location: tuple[int | str, ...]) -> str:
 def parse_task(data: Mapping[str, Any], *, source: Path | None, default_name: str) -> Task:
     """Validate parsed TOML. :raises TaskFileError: naming the first wrong field."""
     where = str(source) if source is not None else "<task>"
-    if "source" in data:
-        raise TaskFileError(f"{where}: source: not a task file field")
+    for internal in ("source", "harbor"):
+        if internal in data:
+            raise TaskFileError(f"{where}: {internal}: not a task file field")
     try:
         return Task.model_validate({"name": default_name, **data, "source": source})
     except ValidationError as exc:

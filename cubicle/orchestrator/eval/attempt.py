@@ -14,7 +14,8 @@ Verdicts (:func:`verdict_of`):
   such an attempt is tried once more on a fresh sandbox (:func:`run_attempt`), without counting
   as an attempt;
 * ``broken_task`` — with the oracle, anything else: the task's own solution does not pass it
-  (also a task with no oracle, or one the sandbox refuses, e.g. a bad network policy);
+  (also a task with no oracle, or one the sandbox refuses, e.g. a bad network policy; for a
+  Harbor task also a ``solution/solve.sh`` that exits non-zero);
 * ``model_error`` — the model's API failed (an ``openai`` error in the run's error chain);
 * ``failed`` — otherwise: the model ran and the checks do not all hold (or it stalled, or ran
   out of steps).
@@ -32,9 +33,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from cubicle.orchestrator.drill.runner import guest_time_scale, run_drill
+from cubicle.drivers.viewport import Viewport
+from cubicle.orchestrator.drill.runner import guest_time_scale, run_drill, scaled_settle
 from cubicle.orchestrator.errors import ConfigError
-from cubicle.orchestrator.eval.oracle import IDLE_MODEL, IDLE_SCRIPT, person_tools
+from cubicle.orchestrator.eval.oracle import (
+    HARBOR_ORACLE_SCRIPT,
+    IDLE_MODEL,
+    IDLE_SCRIPT,
+    HarborSolution,
+    person_tools,
+)
 from cubicle.orchestrator.eval.results import AttemptRecord, Verdict
 from cubicle.orchestrator.modelrun.console import progress as console_line
 from cubicle.orchestrator.modelrun.responses_model import ResponsesModel
@@ -165,8 +173,11 @@ def _try(spec: AttemptSpec, *, cancel: Callable[[], bool], root: Path) -> Attemp
     if cancel():
         base.error = "cancelled before it started"
         return base
-    if oracle and task.scripted is None:
+    if oracle and task.scripted is None and task.harbor is None:
         base.verdict, base.error = "broken_task", "no oracle: the task has no [scripted] section"
+        return base
+    if oracle and task.harbor is not None and not task.harbor.has_solution:
+        base.verdict, base.error = "broken_task", "no oracle: the task has no solution/solve.sh"
         return base
     deadline = time.monotonic() + spec.timeout_s
     timed_out = [False]
@@ -234,6 +245,26 @@ def _play(
     """The run itself, on ``sandbox``, by ``spec.player``."""
     task = spec.task
     scale = guest_time_scale(sandbox.info)
+    if spec.player == ORACLE and task.harbor is not None:
+        oracle_spec = RunSpec(
+            out=spec.out,
+            loop="runner",
+            task=task,
+            viewport=Viewport.exact(1024, 640),
+            settle=scaled_settle(scale),
+            max_steps=len(HARBOR_ORACLE_SCRIPT["turns"]) + 1,
+            on_stall="record",
+            time_scale=scale,
+            stop_launched_apps=True,
+            require_checks=True,
+        )
+        return run(
+            sandbox,
+            oracle_spec,
+            HarborSolution(task.harbor),
+            observers=[errors],
+            cancel_requested=cancelled,
+        )
     if spec.player in (ORACLE, IDLE_MODEL):
         return run_drill(
             sandbox,

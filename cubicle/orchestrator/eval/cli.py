@@ -50,7 +50,11 @@ def register(sub: Any) -> None:
         help="run a suite of tasks: K attempts each, N at a time, resumable; pass rate, pass@k",
         description=__doc__.split("\n\n")[1] if __doc__ else None,
     )
-    p.add_argument("suite", metavar="SUITE", help="a folder of task files, or a list file")
+    p.add_argument(
+        "suite",
+        metavar="SUITE",
+        help="a folder of task files and Harbor task folders, a Harbor task folder, or a list file",
+    )
     p.add_argument("--attempts", type=int, default=1, metavar="K", help="attempts per task")
     p.add_argument("--parallel", type=int, default=1, metavar="N", help="attempts running at once")
     player = p.add_mutually_exclusive_group()
@@ -63,8 +67,9 @@ def register(sub: Any) -> None:
     player.add_argument(
         "--oracle",
         action="store_true",
-        help="each task's oracle (its [scripted] script) instead of a model: proves every "
-        "task passable; an oracle that fails makes its task broken_task",
+        help="each task's oracle (its [scripted] script; a Harbor folder's solution/solve.sh) "
+        "instead of a model: proves every task passable; an oracle that fails makes its task "
+        "broken_task",
     )
     p.add_argument("--backend", default="docker", choices=sorted(PROVIDERS), help="sandbox backend")
     p.add_argument(
@@ -189,19 +194,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
     )
     results = ResultsFile(folder)
     exit_code = 0
-    if todo:
-        with cancel_on_signals() as cancel:
-            _schedule(
-                args=args,
-                engines=engines,
-                player=player,
-                folder=folder,
-                todo=todo,
-                results=results,
-                progress=progress,
-                cancel=cancel,
-            )
-            exit_code = cancel.exit_code if cancel() else 0
+    try:
+        if todo:
+            with cancel_on_signals() as cancel:
+                _schedule(
+                    args=args,
+                    engines=engines,
+                    player=player,
+                    folder=folder,
+                    todo=todo,
+                    results=results,
+                    progress=progress,
+                    cancel=cancel,
+                )
+                exit_code = cancel.exit_code if cancel() else 0
+    finally:
+        progress.close()
     scores = score(results.read(), suite.names, args.attempts)
     print(summary_table(scores), flush=True)
     index = write_index(folder, scores, f"cubicle eval {Path(args.suite).name} ({player})")

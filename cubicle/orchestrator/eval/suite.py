@@ -2,10 +2,13 @@
 
 SUITE is either
 
-* a **folder**: every ``*.toml`` task file directly in it, by file name (not its subfolders, so
-  ``cubicle eval tasks`` from the repository root runs every shipped task exactly once); or
-* a **list file**: one task per line — a task file's path (relative to the list file's folder,
-  or absolute) or a shipped task's name; blank lines and ``#`` comments are skipped.
+* a **folder**: every ``*.toml`` task file directly in it, by file name, then every subfolder
+  that is a Harbor task folder (holds a ``task.toml``: :mod:`cubicle.orchestrator.harbor`), by
+  name — no deeper, so ``cubicle eval tasks`` from the repository root runs every shipped task
+  exactly once; a folder that is itself a Harbor task is a suite of that one task; or
+* a **list file**: one task per line — a task file's path or a Harbor task folder (relative to
+  the list file's folder, or absolute) or a shipped task's name; blank lines and ``#`` comments
+  are skipped.
 
 Every task is loaded and validated before anything starts (:func:`cubicle.orchestrator.tasks.
 load_task`); two tasks with the same name, an empty suite, or a SUITE that is neither a folder nor
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cubicle.orchestrator.errors import ConfigError
+from cubicle.orchestrator.harbor import is_harbor_folder, load_harbor
 from cubicle.orchestrator.tasks import Task, TaskFileError, load_task
 
 __all__ = ["Suite", "SuiteError", "load_suite"]
@@ -45,11 +49,19 @@ def load_suite(suite: str | Path) -> Suite:
     :raises SuiteError: naming the folder, file, line or task that is wrong.
     """
     path = Path(suite)
-    if path.is_dir():
-        files = sorted(path.glob("*.toml"))
-        if not files:
-            raise SuiteError(f"suite {path}: the folder holds no task files (*.toml)")
-        tasks = [_load(file, where=str(path)) for file in files]
+    if is_harbor_folder(path):
+        tasks = [_load(path, where=str(path))]
+    elif path.is_dir():
+        entries = [
+            *sorted(path.glob("*.toml")),
+            *sorted(p for p in path.iterdir() if is_harbor_folder(p)),
+        ]
+        if not entries:
+            raise SuiteError(
+                f"suite {path}: the folder holds no task files (*.toml) and no Harbor task "
+                "folders (a subfolder with task.toml)"
+            )
+        tasks = [_load(entry, where=str(path)) for entry in entries]
     elif path.is_file():
         tasks = _from_list(path)
     else:
@@ -94,6 +106,8 @@ def _from_list(path: Path) -> list[Task]:
 
 def _load(entry: str | Path, *, where: str) -> Task:
     try:
+        if isinstance(entry, Path) and entry.is_dir():
+            return load_harbor(entry)
         return load_task(entry)
     except TaskFileError as exc:
         raise SuiteError(f"suite {where}: {exc}") from None

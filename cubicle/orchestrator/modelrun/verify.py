@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from cubicle.drivers.scripted_model.script import TOOL_OUTPUT
 from cubicle.orchestrator.errors import ConfigError
+from cubicle.orchestrator.modelrun.harbor_guest import run_tests
 from cubicle.orchestrator.tasks import Check as TaskCheck
 from cubicle.orchestrator.tasks import fill
 from cubicle_guest.client import AgentClient
-from cubicle_guest.errors import GuestError
+from cubicle_guest.errors import CubicleError, GuestError
 
 if TYPE_CHECKING:
     from cubicle.orchestrator.modelrun.guest_steps import TaskGuest
@@ -30,6 +31,7 @@ __all__ = [
     "check_file",
     "check_form",
     "function_verifier",
+    "harbor_verifier",
     "task_verifiers",
     "verify_task",
 ]
@@ -174,10 +176,36 @@ def _with_output(text: str, guest: TaskGuest) -> str:
     return text.replace(TOOL_OUTPUT, guest.tool_outputs[-1])
 
 
+def harbor_verifier(guest: TaskGuest) -> Verifier:
+    """A Harbor task's check: ``tests/test.sh`` run in the guest, passed at reward 1
+    (:mod:`cubicle.orchestrator.modelrun.harbor_guest`); a reward that cannot be read, or a
+    guest that cannot run the script, is a failed check saying why."""
+    harbor = guest.task.harbor
+    assert harbor is not None
+    name = "tests/test.sh reward"
+
+    def verify(client: AgentClient) -> list[Check]:
+        try:
+            outcome = run_tests(client, harbor, guest.workdir)
+        except CubicleError as exc:
+            return [Check(name, False, 1, None, f"could not run tests/test.sh: {exc}")]
+        said = f"exit code {outcome.exit_code}; output: {outcome.output[-200:]!r}"
+        if outcome.problem is not None:
+            return [Check(name, False, 1, None, f"{outcome.problem} ({said})")]
+        if outcome.passed:
+            return [Check(name, True, 1, outcome.reward)]
+        return [Check(name, False, 1, outcome.reward, f"reward {outcome.reward:g} < 1 ({said})")]
+
+    return verify
+
+
 def task_verifiers(guest: TaskGuest) -> list[Verifier]:
     """One verifier per check of the prepared task (verifier functions are imported now, so a
-    wrong ``module:function`` fails before the run)."""
-    return [_verifier(spec, guest) for spec in guest.task.checks]
+    wrong ``module:function`` fails before the run); a Harbor task's ``tests/test.sh`` last."""
+    verifiers = [_verifier(spec, guest) for spec in guest.task.checks]
+    if guest.task.harbor is not None:
+        verifiers.append(harbor_verifier(guest))
+    return verifiers
 
 
 def verify_task(client: AgentClient, guest: TaskGuest) -> list[Check]:

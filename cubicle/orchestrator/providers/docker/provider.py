@@ -6,11 +6,13 @@ Architecture (one sandbox ``dk-<10 hex>``):
   (``cubicle``) under docker-init, ``cap_drop=ALL``, ``no-new-privileges``, the seccomp profile
   of :mod:`cubicle.orchestrator.providers.docker.seccomp` (Docker's default plus what Chromium's own
   sandbox needs: user namespaces, chroot), read-only root fs with size-capped tmpfs on ``/tmp``,
-  ``/home/cubicle``, ``/run`` and ``/run/cubicle`` (and ``/dev/shm`` of :data:`SHM_SIZE` for
-  chromium), memory/CPU/pids limits from the :class:`SandboxSpec` (default CPU limit: one core,
-  ``CUBICLE_CPUS``). No host folder is mounted: nothing the guest writes lands on the host. Its
-  supervisor (images/desktop/supervisor.py) starts Xvfb at ``CUBICLE_SCREEN``, openbox, the panel
-  and the agent, which listens on ``/run/cubicle/agent.sock`` *inside* the container.
+  ``/home/cubicle``, ``/run`` and ``/run/cubicle``, the desktop user's ``/tests``, ``/solution``
+  and ``/logs`` (Harbor task folders, :mod:`cubicle.orchestrator.harbor`), and ``/dev/shm`` of
+  :data:`SHM_SIZE` for chromium, memory/CPU/pids limits from the :class:`SandboxSpec` (default
+  CPU limit: one core, ``CUBICLE_CPUS``). No host folder is mounted: nothing the guest writes
+  lands on the host. Its supervisor (images/desktop/supervisor.py) starts Xvfb at
+  ``CUBICLE_SCREEN``, openbox, the panel and the agent, which listens on
+  ``/run/cubicle/agent.sock`` *inside* the container.
 - **agent transport**: every connection is a ``docker exec`` of the stdio bridge
   (:mod:`cubicle_guest.bridge`) through the engine's API; its stdin/stdout carry the protocol
   (:mod:`cubicle.orchestrator.providers.docker.exec`). No TCP port, no host socket path: the host
@@ -121,6 +123,12 @@ TMPFS: Final = {
     "/home/cubicle": f"rw,nosuid,nodev,size=512m,uid={GUEST_UID},gid={GUEST_UID},mode=0755",
     "/run": "rw,nosuid,nodev,noexec,size=16m,mode=0755",
     "/run/cubicle": f"rw,nosuid,nodev,noexec,size=1m,uid={GUEST_UID},gid={GUEST_UID},mode=0700",
+    # a Harbor task's folders (cubicle/orchestrator/harbor.py): its tests/ and solution/ are
+    # uploaded here and test.sh writes its reward under /logs/verifier, as Harbor has them
+    **{
+        folder: f"rw,nosuid,nodev,size=64m,uid={GUEST_UID},gid={GUEST_UID},mode=0755"
+        for folder in ("/tests", "/solution", "/logs")
+    },
 }
 STOP_TIMEOUT_S: Final = 2
 BRIDGE_WAIT_SHARE: Final = 0.75
