@@ -33,11 +33,11 @@ from tests.serve.support import (
 
 __all__ = ["engine", "module_server", "no_session_left"]
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.usefixtures("no_session_left")]
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
 @pytest.fixture
-def server(module_server: Server) -> Server:
+def server(module_server: Server, no_session_left: None) -> Server:
     """The module's one server: every test here deletes its sessions (checked after each)."""
     return module_server
 
