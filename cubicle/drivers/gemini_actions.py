@@ -25,10 +25,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio.to_thread
-from google.genai import types
 
 from cubicle.drivers.actions import PlannedAction
 from cubicle.drivers.async_computer import AsyncGuestDriver
@@ -40,6 +39,9 @@ from cubicle.drivers.viewport import Point, ViewGeometry
 from cubicle_guest import protocol
 from cubicle_guest.errors import GuestError
 from cubicle_guest.keys import resolve_key
+
+if TYPE_CHECKING:
+    from google.genai import types
 
 __all__ = [
     "BROWSER_ONLY",
@@ -96,6 +98,8 @@ _DIRECTIONS: Final = {"up": (0, -1), "down": (0, 1), "left": (-1, 0), "right": (
 
 def computer_use_tool() -> types.Tool:
     """The ``tools[]`` entry: computer use on a desktop, without the browser-only functions."""
+    from google.genai import types  # noqa: PLC0415 — google-genai loads only where Gemini runs
+
     return types.Tool(
         computer_use=types.ComputerUse(
             environment=types.Environment.ENVIRONMENT_DESKTOP,

@@ -15,9 +15,8 @@ that the caller can put the field's name in front of them.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Final, Literal, get_args
+from typing import Annotated, Any, Final, Literal
 
-from anthropic.lib.tools._toolsets._computer_inputs import BetaComputerMemberName
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator
 
 from cubicle.drivers.actions import ACTION_TYPES
@@ -28,6 +27,7 @@ from cubicle_guest.errors import GuestError
 from cubicle_guest.keys import resolve_chord
 
 __all__ = [
+    "CLAUDE_MEMBERS",
     "POLICY_ACTIONS",
     "CheckEntry",
     "Chord",
@@ -40,10 +40,32 @@ __all__ = [
 ]
 
 Verdict = Literal["allow", "deny", "ask"]
+CLAUDE_MEMBERS: Final = (
+    "key",
+    "hold_key",
+    "type",
+    "cursor_position",
+    "mouse_move",
+    "left_mouse_down",
+    "left_mouse_up",
+    "left_click",
+    "left_click_drag",
+    "right_click",
+    "middle_click",
+    "double_click",
+    "triple_click",
+    "scroll",
+    "wait",
+    "screenshot",
+    "zoom",
+)
+"""Claude's computer-toolset members: anthropic's ``BetaComputerMemberName``, spelled here so that
+reading a policy (and so every ``cubicle`` command) does not import the anthropic package, seconds
+of CPU at each start; tests/drivers/test_policy_file.py checks they are anthropic's."""
 POLICY_ACTIONS: Final = (
     *ACTION_TYPES,
     "screenshot",
-    *(m for m in get_args(BetaComputerMemberName) if m not in ACTION_TYPES and m != "screenshot"),
+    *(m for m in CLAUDE_MEMBERS if m not in ACTION_TYPES and m != "screenshot"),
     *(name for name in GEMINI_FUNCTIONS if name not in ACTION_TYPES),
 )
 """What a rule's ``actions`` may name: the OpenAI action types, Claude's computer-toolset members

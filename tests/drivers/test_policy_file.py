@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
 import pytest
+from anthropic.lib.tools._toolsets._computer_inputs import BetaComputerMemberName
 
 from cubicle.drivers.decisions import ActionFacts, SafetyCheck
 from cubicle.drivers.errors import PolicyFileError
 from cubicle.drivers.policy_file import load_policy, parse_policy
+from cubicle.drivers.policy_schema import CLAUDE_MEMBERS
 
 VALID = """\
 version = 1
@@ -204,3 +207,9 @@ def test_bad_values_name_the_field_and_line(text: str, line: int, message: str) 
         parse_policy(text, "p.toml")
     assert caught.value.line == line, caught.value
     assert f"policy file p.toml:{line}: {message}" in str(caught.value)
+
+
+def test_claudes_members_are_anthropics() -> None:
+    """The policy schema spells Claude's members (no anthropic import at every ``cubicle``
+    start); they are the anthropic package's own."""
+    assert get_args(BetaComputerMemberName) == CLAUDE_MEMBERS

@@ -18,6 +18,8 @@ import pytest
 from cubicle.drivers.scripted_model import ScriptedModel, parse_script
 from cubicle.orchestrator.eval.oracle import PERSON_ANSWER
 from cubicle.orchestrator.tasks import shipped_tasks
+from cubicle.orchestrator.trajectory import read_trajectory
+from tests.drill.pixels_only import assert_pixels_only_play
 from tests.support.cli import run_cli, start_cli
 from tests.support.processes import stop_process
 
@@ -62,6 +64,9 @@ def test_every_shipped_oracle_passes_in_parallel_and_each_attempt_links_its_repo
         task_checks = [c for c in record["checks"] if c["name"] != STALE]
         assert task_checks and all(check["ok"] for check in task_checks), record
         assert (out / record["report"]).is_file()
+        # the runner loop's play of every shipped task (drill --all in make test: the toolset's)
+        trajectory = (out / record["report"]).parent
+        assert_pixels_only_play(read_trajectory(trajectory), record["task"])
     total = len(_shipped())
     assert f"total: {total}/{total} passed (pass rate 100%), pass@1 1.00" in stdout
     index = (out / "index.html").read_text("utf-8")

@@ -17,13 +17,26 @@ from cubicle.drivers.scripted_model import ScriptedModel, parse_script
 from cubicle.orchestrator import labels as L
 from cubicle.orchestrator.tasks import load_task
 from tests.orchestrator.support import leftovers
-from tests.serve.conftest import TOKEN, Server, engine, server, start_server
+from tests.serve.conftest import (
+    TOKEN,
+    Server,
+    engine,
+    module_server,
+    no_session_left,
+    start_server,
+)
 from tests.serve.support import ASK_TOOL, DRILL_ENV, assert_turn_went_through, turn_in_thread
 from tests.support.pages import CHROMIUM, assert_no_csp_violations, new_context
 
-__all__ = ["engine", "server"]
+__all__ = ["engine", "module_server", "no_session_left"]
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+@pytest.fixture
+def server(module_server: Server, no_session_left: None) -> Server:
+    """The module's one server: every test here deletes its sessions (checked after each)."""
+    return module_server
 
 
 @pytest.fixture(scope="module")

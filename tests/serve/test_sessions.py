@@ -18,7 +18,7 @@ from openai.types.beta.environment_param import EnvironmentParamOpenAIHosted
 from cubicle.orchestrator import labels as L
 from cubicle.orchestrator.sandbox import Sandbox
 from tests.orchestrator.support import leftovers
-from tests.serve.conftest import Server, engine, server
+from tests.serve.conftest import Server, engine, module_server, no_session_left
 from tests.serve.support import (
     DRILL_ENV,
     MODEL_VIEW,
@@ -31,9 +31,15 @@ from tests.serve.support import (
     types,
 )
 
-__all__ = ["engine", "server"]
+__all__ = ["engine", "module_server", "no_session_left"]
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+@pytest.fixture
+def server(module_server: Server, no_session_left: None) -> Server:
+    """The module's one server: every test here deletes its sessions (checked after each)."""
+    return module_server
 
 
 def test_drill_turn_approved_items_paginate_delete(

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, cast
 
 from openai import OpenAI
 from openai.lib.responses_tool_runner import ResponsesToolLedger
@@ -48,10 +48,8 @@ from cubicle.drivers.stall import DEFAULT_STALL_LIMIT, StallDetector
 from cubicle.drivers.viewport import Viewport
 from cubicle.orchestrator.modelrun import Desktop
 from cubicle.orchestrator.modelrun.budget import BudgetSpec, describe_budget, resolve_budget
-from cubicle.orchestrator.modelrun.claude_loop import ClaudeLoop
 from cubicle.orchestrator.modelrun.errors import RunCancelled, RunError, RunStalled
 from cubicle.orchestrator.modelrun.functions import FunctionCalls, FunctionTool
-from cubicle.orchestrator.modelrun.gemini_loop import GeminiLoop
 from cubicle.orchestrator.modelrun.guest_steps import GuestSteps, TaskGuest
 from cubicle.orchestrator.modelrun.ledger import RunLedger, SavedLedger
 from cubicle.orchestrator.modelrun.loop import (
@@ -76,6 +74,10 @@ from cubicle.orchestrator.view.handover import recorded_gate, take_over
 from cubicle.orchestrator.view.recording import Recording, recording_event
 from cubicle_guest.client import AgentClient
 from cubicle_guest.errors import CubicleError
+
+if TYPE_CHECKING:  # anthropic and google-genai load only where their loop starts (start_loop)
+    from cubicle.orchestrator.modelrun.claude_loop import ClaudeLoop
+    from cubicle.orchestrator.modelrun.gemini_loop import GeminiLoop
 
 __all__ = [
     "FAILURE_SCREEN",
@@ -484,6 +486,8 @@ def start_loop(
         raise RunError("function tools are served on the openai runner loop only")
     thread: LoopThread | ClaudeLoop | GeminiLoop
     if endpoint.provider == "anthropic":
+        from cubicle.orchestrator.modelrun.claude_loop import ClaudeLoop  # noqa: PLC0415
+
         thread = ClaudeLoop(
             driver,
             session,
@@ -491,6 +495,8 @@ def start_loop(
             max_retries=endpoint.max_retries,
         )
     elif endpoint.provider == "gemini":
+        from cubicle.orchestrator.modelrun.gemini_loop import GeminiLoop  # noqa: PLC0415
+
         thread = GeminiLoop(driver, session, **_sdk_loop_args(spec, endpoint, context))
     else:
         ledger, max_steps = _ledger(spec)
