@@ -488,7 +488,15 @@ def _quiet_period(
                     spec.quiet_when_idle() if idle else ended_on,
                     None if last is None else max(0, round((last - since) * 1000)),
                 ), rects
-            condition.wait(timeout=max(0.001, deadline - now))
+            timeout = max(0.001, deadline - now)
+            if last is None or launching:
+                condition.wait(timeout=timeout)  # a first change or a launch's end: look at once
+            else:
+                # once a change came, more damage only moves the end later: look again at the
+                # deadline, not at every damage event (each look walks the damage since the
+                # action, and for a dialog drawing hundreds of rectangles that competed with
+                # it for a slow guest's one vCPU)
+                condition.wait_for(lambda: False, timeout=timeout)
 
 
 def _idle_end(

@@ -236,9 +236,11 @@ class CpuWatch:
         false.
     **The whole machine.** With ``machine`` (a VM guest: :mod:`cubicle_guest.machine`) the
     other processes of the guest count too: busy and idle verdicts also need the machine's other
-    processes idle (no task runnable beside the agent, none waiting on I/O, their CPU within
+    processes idle (no task runnable beside the agent, their CPU and I/O wait within
     :data:`cubicle_guest.machine.MACHINE_BUSY_SHARE` over the window plus their background rate,
-    measured from ``machine_before`` like the programs' own).
+    measured from ``machine_before`` like the programs' own). Their CPU holds the programs'
+    too, so the programs are then read once, when the watch starts (:attr:`available`), and every
+    later verdict is the machine's.
 
     :param pids: the roots: the focused window's process, the window manager's; ``None`` for a
         program that is not known (a window without ``_NET_WM_PID``): :attr:`available` is then
@@ -317,6 +319,13 @@ class CpuWatch:
         self._used = {**now, **self._used}
         self._samples = [(taken, {**now, **used}, seen) for taken, used, seen in self._samples]
 
+    def _programs_now(self) -> dict[int, int]:
+        """The programs' CPU for a sample: read, or with the machine watched the last reading
+        (the machine's other CPU holds theirs, and reading the machine costs the guest far less
+        than walking ``/proc``: under TCG the agent's sampling competes with the app for the one
+        vCPU, and a file dialog that waits took twice as long to draw)."""
+        return self._read() if self._machine is None else self._used
+
     def _read(self) -> dict[int, int]:
         """CPU (ns) of every thread of the watched process trees, by thread id."""
         used: dict[int, int] = {}
@@ -338,7 +347,7 @@ class CpuWatch:
         the programs idle has read them, and the agent's reads compete with them for a CPU)."""
         now = time.monotonic()
         latest = max((self._sampled, self._used), self._samples[-1][:2], key=lambda s: s[0])
-        if now - latest[0] < BUSY_SAMPLE_S:
+        if now - latest[0] < BUSY_SAMPLE_S or self._machine is not None:
             return latest
         return now, self._read()
 
@@ -353,7 +362,7 @@ class CpuWatch:
         elapsed = now - self._sampled
         if elapsed < BUSY_SAMPLE_S:
             return self._busy
-        used = self._read()
+        used = self._programs_now()
         self._busy = self._over(self._grown(self._used, used), elapsed)
         if self._machine is not None and self._machine_at is not None:
             seen = self._machine.sample()
@@ -381,7 +390,7 @@ class CpuWatch:
         samples = [sample for sample in self._samples if sample[0] >= start]
         if samples and now - samples[-1][0] < IDLE_MIN_STEP_S:
             return None
-        used = self._read()
+        used = self._programs_now()
         seen = None if self._machine is None else self._machine.sample()
         base = next((sample for sample in reversed(samples) if now - sample[0] >= window), None)
         self._samples = [*samples[-IDLE_SAMPLES_KEPT:], (now, used, seen)]
@@ -392,9 +401,9 @@ class CpuWatch:
         if self._machine is not None and seen is not None:
             if base[2] is None or self._machine.busy(base[2], seen, self.machine_background):
                 return False
-            # a task runnable or waiting on I/O at any sample inside the window: not idle
+            # a task runnable at any sample inside the window: not idle
             inside = [s[2] for s in self._samples if s[0] > base[0] and s[2] is not None]
-            if any(sample.running > 1 or sample.blocked > 0 for sample in inside):
+            if any(sample.running > 1 for sample in inside):
                 return False
         # no thread started or ended in the window: a new one is work, and one that ended took
         # what it used after the base sample with it (a worker that just finished its job)

@@ -5,14 +5,13 @@ processes work for it: GTK's file dialog waits on D-Bus and gvfs (outside the fo
 process tree) before it draws its list, and the agent's own waiting competes with them for the
 one vCPU. The focused program is idle then, and a wait that ends on its idleness alone returns a
 screen that is not final. :class:`MachineLoad` watches the whole guest instead: the CPU every
-process but the agent used (``/proc/stat``'s idle time, minus the agent's own CPU), the tasks
-that are runnable (``procs_running``, beyond the agent's sampling thread) and those waiting on
-I/O (``procs_blocked``).
+process but the agent used or waited on I/O with (the time the CPUs were not idle, minus the
+agent's own CPU) and the tasks that are runnable (beyond the agent's sampling thread).
 
-**Only where the machine is the sandbox.** In a container ``/proc/stat`` is the host's (every
+**Only where the machine is the sandbox.** In a container ``/proc/uptime`` is the host's (every
 container's and the host's own work), so the signal is on only when the agent runs on a machine
 of its own: a VM guest sets :data:`WHOLE_MACHINE_ENV` (images/vm/cubicle-init). Without it, or
-when ``/proc/stat`` cannot be read, :func:`open_machine_load` gives ``None`` and settles watch
+when the files cannot be read, :func:`open_machine_load` gives ``None`` and settles watch
 the programs alone, as before.
 
 **Speed.** :func:`measure_speed` times a small fixed piece of Python at the agent's start:
@@ -40,11 +39,11 @@ __all__ = [
 ]
 
 WHOLE_MACHINE_ENV: Final = "CUBICLE_GUEST_WHOLE_MACHINE"
-"""Set to ``1`` where the agent's machine is the sandbox alone (a VM guest): its ``/proc/stat``
+"""Set to ``1`` where the agent's machine is the sandbox alone (a VM guest): its ``/proc``
 then tells the sandbox's own activity."""
 MACHINE_BUSY_SHARE: Final = 0.2
 """The other processes are busy when they used more than this share of the online CPUs over a
-sample window (beyond the tolerance of ``/proc/stat``'s clock ticks)."""
+sample window (beyond the tolerance of ``/proc/uptime``'s hundredths of a second)."""
 SPEED_REFERENCE_S: Final = 0.004
 """Seconds :func:`measure_speed`'s workload takes on a reference core (a 2020s x86-64 server core
 runs it in about 3.3 ms): a machine that takes this long or less has speed 1."""
@@ -68,64 +67,70 @@ def measure_speed() -> float:
 
 @dataclass(frozen=True)
 class MachineSample:
-    """One reading of the machine: when (monotonic seconds), the online CPUs' idle time and the
-    agent's own CPU (nanoseconds), the online CPU count, runnable and I/O-blocked tasks."""
+    """One reading of the machine: when (monotonic seconds), the CPUs' idle time and the agent's
+    own CPU (nanoseconds), the online CPU count and the tasks runnable (the reader included)."""
 
     t: float
     idle_ns: int
     own_ns: int
     cpus: int
     running: int
-    blocked: int
 
 
 class MachineLoad:
-    """Reads the whole guest's activity from ``/proc/stat`` (module docstring).
+    """Reads the whole guest's activity (module docstring) from three small files, cheap to read
+    every few milliseconds (``/proc/stat`` formats every interrupt's count: far dearer under TCG):
+    ``/proc/uptime`` (the CPUs' idle time; time waiting on I/O is not idle, so it counts as work),
+    ``/proc/loadavg`` (the tasks runnable now) and ``/sys/devices/system/cpu/online``.
 
-    :param path: the ``/proc/stat`` to read (tests may pass another).
-    :raises OSError: it cannot be read.
-    :raises ValueError: it has no per-CPU or ``procs_running`` lines.
+    :param proc: the ``/proc`` to read; :param sys: the ``/sys`` (tests pass others).
+    :raises OSError: one cannot be read.
+    :raises ValueError: one does not say what it should.
     """
 
-    def __init__(self, path: str = "/proc/stat") -> None:
-        self._path = path
-        self._tick_ns = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    def __init__(self, proc: str = "/proc", sys: str = "/sys") -> None:
+        self._uptime = f"{proc}/uptime"
+        self._loadavg = f"{proc}/loadavg"
+        self._online = f"{sys}/devices/system/cpu/online"
+        self._tick_ns = 10_000_000  # /proc/uptime's idle has two decimals
         self.sample()  # fails here when unreadable
 
     def sample(self) -> MachineSample:
         """Read the machine now."""
-        with open(self._path, "rb") as handle:
-            lines = handle.read().split(b"\n")
+        with open(self._uptime, "rb") as handle:
+            uptime = handle.read().split()
+        with open(self._loadavg, "rb") as handle:
+            loadavg = handle.read().split()
+        with open(self._online, "rb") as handle:
+            online = handle.read().strip()
         own = time.process_time_ns()  # every thread of the agent
         now = time.monotonic()
-        idle = cpus = 0
-        running = blocked = -1
-        for line in lines:
-            if line.startswith(b"cpu") and line[3:4].isdigit():
-                fields = line.split()
-                idle += int(fields[4]) + int(fields[5])  # idle, iowait (clock ticks)
-                cpus += 1
-            elif line.startswith(b"procs_running "):
-                running = int(line.split()[1])
-            elif line.startswith(b"procs_blocked "):
-                blocked = int(line.split()[1])
-        if not cpus or running < 0:
-            raise ValueError(f"{self._path} has no per-CPU or procs_running lines")
-        return MachineSample(now, idle * self._tick_ns, own, cpus, running, max(0, blocked))
+        try:
+            whole, _, hundredths = uptime[1].partition(b".")
+            idle = int(whole) * 100 + int(hundredths or b"0")
+            running = int(loadavg[3].split(b"/")[0])
+            cpus = _count_cpus(online)
+        except (IndexError, ValueError):
+            raise ValueError(
+                f"cannot read the machine's activity from {self._uptime} ({uptime[:2]!r}), "
+                f"{self._loadavg} ({loadavg[3:4]!r}) and {self._online} ({online!r})"
+            ) from None
+        return MachineSample(now, idle * self._tick_ns, own, cpus, running)
 
     def other_ns(self, before: MachineSample, after: MachineSample) -> int:
-        """CPU (ns) the machine's other processes used between two samples: the online CPUs'
-        time not idle, minus the agent's own (never below 0)."""
+        """CPU (ns) the machine's other processes used (or waited on I/O) between two samples:
+        the online CPUs' time not idle, minus the agent's own (never below 0)."""
         elapsed = round((after.t - before.t) * 1e9) * min(before.cpus, after.cpus)
         busy = elapsed - (after.idle_ns - before.idle_ns)
         return max(0, busy - (after.own_ns - before.own_ns))
 
     def busy(self, before: MachineSample, after: MachineSample, background: float = 0.0) -> bool:
         """Whether the other processes worked between two samples: a task beside the agent's
-        sampling thread runnable, or one waiting on I/O, when ``after`` was read; or their CPU
-        over the window above :data:`MACHINE_BUSY_SHARE` of the CPUs plus ``background`` (CPUs
-        they use while nobody acts) plus one clock tick per CPU (``/proc/stat``'s rounding)."""
-        if after.running > 1 or after.blocked > 0:
+        sampling thread runnable when ``after`` was read, or their CPU (and I/O wait) over the
+        window above :data:`MACHINE_BUSY_SHARE` of the CPUs plus ``background`` (CPUs they use
+        while nobody acts) plus one hundredth of a second per CPU (``/proc/uptime``'s
+        rounding)."""
+        if after.running > 1:
             return True
         elapsed = after.t - before.t
         cpus = min(before.cpus, after.cpus)
@@ -133,9 +138,20 @@ class MachineLoad:
         return self.other_ns(before, after) > limit
 
 
+def _count_cpus(online: bytes) -> int:
+    """The CPUs in a kernel CPU list (``0``, ``0-1``, ``0,2-3``)."""
+    count = 0
+    for part in online.split(b","):
+        first, _, last = part.partition(b"-")
+        count += int(last or first) - int(first) + 1
+    if count < 1:
+        raise ValueError(f"no CPU online in {online!r}")
+    return count
+
+
 def open_machine_load() -> MachineLoad | None:
     """A :class:`MachineLoad` when this agent's machine is the sandbox alone
-    (:data:`WHOLE_MACHINE_ENV` is ``1``) and ``/proc/stat`` can be read; otherwise ``None``."""
+    (:data:`WHOLE_MACHINE_ENV` is ``1``) and its activity can be read; otherwise ``None``."""
     if os.environ.get(WHOLE_MACHINE_ENV) != "1":
         return None
     try:

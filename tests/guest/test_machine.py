@@ -18,17 +18,14 @@ from cubicle_guest.machine import (
     open_machine_load,
 )
 
-STAT = """cpu  100 0 50 {idle} 0 0 0 0 0 0
-cpu0 100 0 50 {idle} 0 0 0 0 0 0
-intr 1 2 3
-ctxt 42
-procs_running {running}
-procs_blocked {blocked}
-"""
 
-
-def _stat(path: Path, idle: int = 1000, running: int = 1, blocked: int = 0) -> None:
-    path.write_text(STAT.format(idle=idle, running=running, blocked=blocked))
+def _machine(root: Path, idle_s: float = 10.0, running: int = 1, online: str = "0") -> None:
+    """Write the files :class:`MachineLoad` reads under ``root`` (its ``proc`` and ``sys``)."""
+    (root / "proc").mkdir(exist_ok=True)
+    (root / "sys/devices/system/cpu").mkdir(parents=True, exist_ok=True)
+    (root / "proc/uptime").write_text(f"1234.56 {idle_s:.2f}\n")
+    (root / "proc/loadavg").write_text(f"0.10 0.20 0.30 {running}/123 4567\n")
+    (root / "sys/devices/system/cpu/online").write_text(online + "\n")
 
 
 def test_a_process_outside_the_watched_programs_keeps_the_machine_busy() -> None:
@@ -56,24 +53,23 @@ def test_a_process_outside_the_watched_programs_keeps_the_machine_busy() -> None
             process.wait()
 
 
-def test_runnable_and_io_blocked_tasks_and_cpu_are_read_from_proc_stat(tmp_path: Path) -> None:
-    stat = tmp_path / "stat"
-    _stat(stat)
-    load = MachineLoad(str(stat))
+def test_runnable_tasks_and_cpu_are_read_from_proc(tmp_path: Path) -> None:
+    _machine(tmp_path)
+    load = MachineLoad(str(tmp_path / "proc"), str(tmp_path / "sys"))
     quiet = load.sample()
-    assert (quiet.cpus, quiet.running, quiet.blocked) == (1, 1, 0)
+    assert (quiet.cpus, quiet.running, quiet.idle_ns) == (1, 1, 10_000_000_000)
     time.sleep(0.2)
-    _stat(stat, idle=1000 + 20)  # idle 0.2 s of 0.2 s: nothing else ran
+    _machine(tmp_path, idle_s=10.2)  # idle 0.2 s of 0.2 s: nothing else ran
     assert not load.busy(quiet, load.sample())
-    _stat(stat, idle=1000 + 20, running=2)  # another task waits for the CPU
+    _machine(tmp_path, idle_s=10.2, running=2)  # another task waits for the CPU
     assert load.busy(quiet, load.sample())
-    _stat(stat, idle=1000 + 20, blocked=1)  # a task waits on the disk
-    assert load.busy(quiet, load.sample())
-    _stat(stat, idle=1000)  # 0.2 s without idle time: the others used the CPU
+    _machine(tmp_path)  # 0.2 s without idle time: the others used the CPU (or waited on I/O)
     assert load.busy(quiet, load.sample())
     assert not load.busy(quiet, load.sample(), background=2.0), "within their background rate"
-    stat.write_text("cpu  1 2 3 4 5 6 7\n")
-    with pytest.raises(ValueError, match="no per-CPU or procs_running lines"):
+    _machine(tmp_path, online="0,2-3")
+    assert load.sample().cpus == 3
+    (tmp_path / "proc/loadavg").write_text("0.10 0.20\n")
+    with pytest.raises(ValueError, match="cannot read the machine's activity"):
         load.sample()
 
 
