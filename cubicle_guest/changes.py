@@ -121,11 +121,12 @@ BUSY_POLL_S: Final = 0.05
 """While the focused application is busy, a wait that would end looks again this much later."""
 BUSY_LIMIT_QUIETS: Final = 5
 """Busy CPU alone keeps a wait going for at most this many ``max(expect_ms, quiet_ms)`` (2 s by
-default) after the action, the end of a launch it caused, or the last damage it counted larger
-than a caret (:data:`protocol.VISIBLE_CHANGE_AREA`), whichever came last: an animated page keeps
-its program busy for ever, and must not hold every action until the cap, but a program that has
-just drawn and is still working is building what it shows (Chromium under TCG drew a local
-page's first part 18.6 s after Enter, then the rest)."""
+default; times the machine's measured slowness, :attr:`Activity.speed`) after the action, the
+end of a launch it caused, or the last damage it counted larger than a caret
+(:data:`protocol.VISIBLE_CHANGE_AREA`), whichever came last: an animated page keeps its program
+busy for ever, and must not hold every action until the cap, but a program that has just drawn
+and is still working is building what it shows (Chromium under TCG drew a local page's first
+part 18.6 s after Enter, then the rest)."""
 DENSE_CELL_PIXELS: Final = protocol.VISIBLE_CHANGE_AREA + 1
 """A :data:`CELL_PX` cell with this many changed pixels is a visible change by itself (its
 changed box is at least that large): :func:`pixel_changes` needs no finer look then."""
@@ -169,6 +170,10 @@ class Activity(Protocol):
 
     available: bool
     """Whether their CPU can be read at all (otherwise nothing is ever idle)."""
+    speed: float
+    """How many times slower than the reference the machine runs
+    (:func:`cubicle_guest.machine.measure_speed`): busy CPU alone holds a wait that much longer
+    (:data:`BUSY_LIMIT_QUIETS`)."""
 
     def busy(self) -> bool:
         """Using CPU right now (sampled at most every ~40 ms)."""
@@ -411,7 +416,8 @@ def _quiet_period(
     launch_cap_at = start + spec.longest_ms() / 1000
     pending_within_s = max(LAUNCH_TIMEOUT_S, spec.longest_ms() / 1000)
     expect_at = start + spec.expect_ms / 1000
-    busy_span = BUSY_LIMIT_QUIETS * max(spec.expect_ms, spec.quiet_ms) / 1000
+    speed = 1.0 if activity is None else activity.speed
+    busy_span = BUSY_LIMIT_QUIETS * max(spec.expect_ms, spec.quiet_ms) / 1000 * speed
     # the busy limit's origin: the action's start, the end of a launch it caused, or the last
     # counted damage larger than a caret, whichever is latest (monotonic seconds)
     drew = start
@@ -482,7 +488,15 @@ def _quiet_period(
                     spec.quiet_when_idle() if idle else ended_on,
                     None if last is None else max(0, round((last - since) * 1000)),
                 ), rects
-            condition.wait(timeout=max(0.001, deadline - now))
+            timeout = max(0.001, deadline - now)
+            if last is None or launching:
+                condition.wait(timeout=timeout)  # a first change or a launch's end: look at once
+            else:
+                # once a change came, more damage only moves the end later: look again at the
+                # deadline, not at every damage event (each look walks the damage since the
+                # action, and for a dialog drawing hundreds of rectangles that competed with
+                # it for a slow guest's one vCPU)
+                condition.wait_for(lambda: False, timeout=timeout)
 
 
 def _idle_end(

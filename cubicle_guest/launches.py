@@ -44,6 +44,7 @@ from Xlib import display as xdisplay
 from Xlib import error as xerror
 from Xlib.xobject.drawable import Window
 
+from cubicle_guest.machine import MachineLoad, MachineSample
 from cubicle_guest.protocol import MAX_LAUNCH_CAP_MS
 from cubicle_guest.windows import window_pid
 
@@ -233,19 +234,42 @@ class CpuWatch:
     :param pids: the roots: the focused window's process, the window manager's; ``None`` for a
         program that is not known (a window without ``_NET_WM_PID``): :attr:`available` is then
         false.
+    **The whole machine.** With ``machine`` (a VM guest: :mod:`cubicle_guest.machine`) the
+    other processes of the guest count too: busy and idle verdicts also need the machine's other
+    processes idle (no task runnable beside the agent, their CPU and I/O wait within
+    :data:`cubicle_guest.machine.MACHINE_BUSY_SHARE` over the window plus their background rate,
+    measured from ``machine_before`` like the programs' own). Their CPU holds the programs'
+    too, so the programs are then read once, when the watch starts (:attr:`available`), and every
+    later verdict is the machine's.
+
+    :param pids: the roots: the focused window's process, the window manager's; ``None`` for a
+        program that is not known (a window without ``_NET_WM_PID``): :attr:`available` is then
+        false.
     :param idle_before: the :meth:`snapshot` of the previous action's end (``None``: no
         background known, 0).
+    :param machine: the whole guest's activity (``None``: the programs alone).
+    :param machine_before: the :meth:`machine_snapshot` of the previous action's end.
+    :param speed: how many times slower than the reference this machine is
+        (:func:`cubicle_guest.machine.measure_speed`): :attr:`speed`.
     """
 
     def __init__(
         self,
         pids: Sequence[int | None],
         idle_before: tuple[float, dict[int, int]] | None = None,
+        *,
+        machine: MachineLoad | None = None,
+        machine_before: MachineSample | None = None,
+        speed: float = 1.0,
     ) -> None:
         known = [pid for pid in pids if pid is not None]
         self._roots = [pid for pid in dict.fromkeys(known) if pid != os.getpid()]
+        self.speed = speed
+        """How many times slower than the reference this machine runs (at least 1)."""
+        self._machine = machine
         self._used = self._read()
         self._sampled = time.monotonic()
+        self._machine_at = None if machine is None else machine.sample()
         self.background = 0.0
         """CPU seconds per second the watched processes used while idle before the action."""
         if idle_before is not None and self._sampled - idle_before[0] >= BACKGROUND_MIN_S:
@@ -253,9 +277,22 @@ class CpuWatch:
             common = {pid: ns for pid, ns in self._used.items() if pid in before}
             rate = self._grown(before, common) / 1e9 / (self._sampled - idle_before[0])
             self.background = min(rate, BACKGROUND_MAX)
+        self.machine_background = 0.0
+        """CPU seconds per second the machine's other processes used before the action."""
+        if (
+            machine is not None
+            and self._machine_at is not None
+            and machine_before is not None
+            and self._machine_at.t - machine_before.t >= BACKGROUND_MIN_S
+        ):
+            other = machine.other_ns(machine_before, self._machine_at)
+            rate = other / 1e9 / (self._machine_at.t - machine_before.t)
+            self.machine_background = min(rate, BACKGROUND_MAX)
         self._busy = False
-        self._samples = [(self._sampled, self._used)]
-        """The samples :meth:`idle_since` took (time, CPU per pid), oldest first."""
+        self._samples: list[tuple[float, dict[int, int], MachineSample | None]] = [
+            (self._sampled, self._used, self._machine_at)
+        ]
+        """The samples :meth:`idle_since` took (time, CPU per pid, the machine), oldest first."""
         self.available = (
             len(known) == len(pids)
             and bool(self._used)
@@ -280,7 +317,14 @@ class CpuWatch:
         if pid not in now:  # its main thread (the thread id of a process's first thread is its pid)
             self.available = False
         self._used = {**now, **self._used}
-        self._samples = [(taken, {**now, **used}) for taken, used in self._samples]
+        self._samples = [(taken, {**now, **used}, seen) for taken, used, seen in self._samples]
+
+    def _programs_now(self) -> dict[int, int]:
+        """The programs' CPU for a sample: read, or with the machine watched the last reading
+        (the machine's other CPU holds theirs, and reading the machine costs the guest far less
+        than walking ``/proc``: under TCG the agent's sampling competes with the app for the one
+        vCPU, and a file dialog that waits took twice as long to draw)."""
+        return self._read() if self._machine is None else self._used
 
     def _read(self) -> dict[int, int]:
         """CPU (ns) of every thread of the watched process trees, by thread id."""
@@ -302,10 +346,14 @@ class CpuWatch:
         (the last sample when it is younger than :data:`BUSY_SAMPLE_S`: a wait that just saw
         the programs idle has read them, and the agent's reads compete with them for a CPU)."""
         now = time.monotonic()
-        latest = max((self._sampled, self._used), self._samples[-1], key=lambda sample: sample[0])
-        if now - latest[0] < BUSY_SAMPLE_S:
+        latest = max((self._sampled, self._used), self._samples[-1][:2], key=lambda s: s[0])
+        if now - latest[0] < BUSY_SAMPLE_S or self._machine is not None:
             return latest
         return now, self._read()
+
+    def machine_snapshot(self) -> MachineSample | None:
+        """The machine now (``None`` without one): the next action's ``machine_before``."""
+        return None if self._machine is None else self._machine.sample()
 
     def busy(self) -> bool:
         """True when the program used CPU above the threshold since the previous sample (or
@@ -314,8 +362,13 @@ class CpuWatch:
         elapsed = now - self._sampled
         if elapsed < BUSY_SAMPLE_S:
             return self._busy
-        used = self._read()
+        used = self._programs_now()
         self._busy = self._over(self._grown(self._used, used), elapsed)
+        if self._machine is not None and self._machine_at is not None:
+            seen = self._machine.sample()
+            machine_busy = self._machine.busy(self._machine_at, seen, self.machine_background)
+            self._busy = self._busy or machine_busy
+            self._machine_at = seen
         self._used, self._sampled = used, now
         return self._busy
 
@@ -337,13 +390,21 @@ class CpuWatch:
         samples = [sample for sample in self._samples if sample[0] >= start]
         if samples and now - samples[-1][0] < IDLE_MIN_STEP_S:
             return None
-        used = self._read()
+        used = self._programs_now()
+        seen = None if self._machine is None else self._machine.sample()
         base = next((sample for sample in reversed(samples) if now - sample[0] >= window), None)
-        self._samples = [*samples[-IDLE_SAMPLES_KEPT:], (now, used)]
+        self._samples = [*samples[-IDLE_SAMPLES_KEPT:], (now, used, seen)]
         if base is None:
             return None
         if self._over(self._grown(base[1], used), now - base[0]):
             return False
+        if self._machine is not None and seen is not None:
+            if base[2] is None or self._machine.busy(base[2], seen, self.machine_background):
+                return False
+            # a task runnable at any sample inside the window: not idle
+            inside = [s[2] for s in self._samples if s[0] > base[0] and s[2] is not None]
+            if any(sample.running > 1 for sample in inside):
+                return False
         # no thread started or ended in the window: a new one is work, and one that ended took
         # what it used after the base sample with it (a worker that just finished its job)
         return set(used) == set(base[1])

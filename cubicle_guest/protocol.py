@@ -686,9 +686,13 @@ Replies (``result`` fields; sizes in pixels, times in milliseconds):
 
 - ``hello``/``info``: ``protocol``, ``agent_version``, ``screen`` {width, height}, ``ops`` (list),
   ``display``, ``pid``, ``features`` (:data:`FEATURES`), ``settle_method`` (``damage`` or
-  ``poll``), ``screenshot_method`` (``incremental``: a full-screen PNG re-encodes only the rows
-  drawn on since the last, :mod:`cubicle_guest.framecache`; ``whole``); ``info`` adds
-  ``keysyms_remapped`` and ``uptime_ms``.
+  ``poll``), ``settle_signals`` (``machine``: a VM guest's settles also wait for the whole
+  guest's other processes, :mod:`cubicle_guest.machine`; ``programs``: the programs an action
+  reached alone), ``speed`` (how many times slower than a reference core this machine runs, at
+  least 1.0, measured at the agent's start), ``screenshot_method`` (``incremental``: a
+  full-screen PNG re-encodes only the rows drawn on since the last,
+  :mod:`cubicle_guest.framecache`; ``whole``); ``info`` adds ``keysyms_remapped`` and
+  ``uptime_ms``.
 - pointer/key actions: ``{}`` (``scroll`` adds ``clicks_x``, ``clicks_y``). Sent with the optional
   ``settle`` argument (a :class:`SettleSpec` object; feature ``receipts``) the agent waits for
   the action's effect to settle before answering and adds ``receipt`` (:data:`RECEIPT_FIELDS`).

@@ -26,6 +26,7 @@ from cubicle_guest.geometry import Rect
 from cubicle_guest.input_log import InputLog
 from cubicle_guest.keys import is_typing_key
 from cubicle_guest.launches import CpuWatch, pointer_programs, window_manager_pid
+from cubicle_guest.machine import MachineSample, measure_speed, open_machine_load
 from cubicle_guest.screen import Screen
 from cubicle_guest.signin_ops import SigninOps
 from cubicle_guest.transfer import Transfers
@@ -70,6 +71,12 @@ class Agent:
         self._wm_pid: int | None = None
         self._idle_from: tuple[float, dict[int, int]] | None = None
         """The CPU of the programs the last settled action watched, when it ended."""
+        self.machine = open_machine_load()
+        """The whole guest's activity (a VM guest; ``None`` elsewhere: :mod:`.machine`)."""
+        self._machine_from: MachineSample | None = None
+        """The machine when the last settled action ended."""
+        self.speed = measure_speed()
+        """How many times slower than the reference this machine runs (measured at start)."""
         self.input = XInput(display_name)
         try:
             self.screen = Screen(
@@ -231,6 +238,8 @@ class Agent:
             "pid": os.getpid(),
             "features": list(protocol.FEATURES),
             "settle_method": self.changes.method,
+            "settle_signals": "machine" if self.machine is not None else "programs",
+            "speed": self.speed,
             "screenshot_method": "whole" if self.screen.frame_cache is None else "incremental",
         }
 
@@ -291,6 +300,7 @@ class Agent:
         finally:
             self.changes.end_input()
         self._idle_from = cpu.snapshot()  # the next action's background starts here
+        self._machine_from = cpu.machine_snapshot()
         receipt = {**outcome.result(), "focus_before": focus_before, "focus_after": self._focus()}
         return {**result, "receipt": receipt}, b""
 
@@ -306,7 +316,13 @@ class Agent:
         roots = [pid] if focus else []
         if self._wm_pid is not None:
             roots.append(self._wm_pid)
-        return CpuWatch(roots, self._idle_from)
+        return CpuWatch(
+            roots,
+            self._idle_from,
+            machine=self.machine,
+            machine_before=self._machine_from,
+            speed=self.speed,
+        )
 
     def _click(self, args: dict[str, Any], _blob: bytes) -> tuple[dict[str, Any], bytes]:
         return self._act(

@@ -9,8 +9,11 @@ screen changed visibly within 3 s after it, with no new input). Targets on Docke
 >= 6x faster than the 2 s sleep, 0 stale.
 
 The same figures on a VM sandbox when libvirt runs here (root; the VM image of these sources is
-built first): under TCG with the drill's settle for that guest (every wait scaled,
-:func:`cubicle.orchestrator.drill.runner.scaled_settle`), no target. Environment:
+built first), with the drill's settle for that guest
+(:func:`cubicle.orchestrator.drill.runner.scaled_settle`: a container's periods, the caps
+raised; the agent there also waits for the whole guest's other processes and scales the busy
+limit by the speed it measured, ``settle_signals`` and ``speed`` in its hello), and the same
+target (0 stale, faster than the 2 s sleep; printed, judged on Docker). Environment:
 ``CUBICLE_BENCH_SETTLE_BACKENDS`` (default ``docker,vm``), ``CUBICLE_BENCH_SETTLE_REPEAT``
 (default 8 on Docker, 3 on a VM), ``CUBICLE_BENCH_SETTLE`` (settle values to measure instead of
 the defaults, as ``cubicle run --settle``: ``idle_quiet_ms=80,quiet_ms=400``).
@@ -218,9 +221,12 @@ def _run_on(report: Report, backend: str) -> None:
     with _sandbox(report, backend) as sandbox, sandbox.connect() as client:
         scale = guest_time_scale(sandbox.info)
         settle = _settle_values(scaled_settle(scale) if scale > 1 else protocol.SettleSpec())
-        features = (client.hello_result or {}).get("features", [])
+        hello = client.hello_result or {}
+        features = hello.get("features", [])
         report.line(
             f"settle method: {client.info().result.get('settle_method')}; "
+            f"signals: {hello.get('settle_signals', 'programs')}; "
+            f"measured speed: {hello.get('speed', 'not measured')}; "
             f"accelerator: {sandbox.info.detail.get('accelerator', 'none (container)')}; "
             f"settle: {settle}; agent features: {features}"
         )

@@ -26,6 +26,7 @@ from cubicle.orchestrator.modelrun.guest_steps import GuestSteps
 from cubicle.orchestrator.modelrun.verify import verify_task
 from cubicle.orchestrator.provider import SandboxInfo
 from cubicle.orchestrator.tasks import parse_task
+from cubicle_guest.protocol import MAX_LAUNCH_CAP_MS, MAX_SETTLE_CAP_MS
 from tests.drill.desktop import LocalDesktop
 
 pytestmark = [pytest.mark.x11, pytest.mark.slow]
@@ -134,8 +135,15 @@ def test_a_slow_guest_scales_every_set_up_wait(local_desktop: LocalDesktop) -> N
     assert guest_time_scale(replace(_INFO, detail={"accelerator": "kvm"})) == 1.0
     assert guest_time_scale(_INFO) == 1.0
     tcg = scaled_settle(SLOW_GUEST_TIME_SCALE)
-    # every settle value 10x on TCG, typing included; the idle period (measured on containers) off
-    assert (tcg.quiet_ms, tcg.typing_quiet_ms, tcg.idle_quiet_ms) == (4000, 1500, None)
+    # on TCG the periods are a container's (the agent waits on the app's signals and scales
+    # what is slower by its own measured speed); only the caps grow, for slow launches
+    assert (tcg.expect_ms, tcg.quiet_ms, tcg.typing_quiet_ms, tcg.idle_quiet_ms) == (
+        DRILL_SETTLE.expect_ms,
+        DRILL_SETTLE.quiet_ms,
+        DRILL_SETTLE.typing_quiet_ms,
+        DRILL_SETTLE.idle_quiet_ms,
+    )
+    assert (tcg.cap_ms, tcg.launch_cap_ms) == (MAX_SETTLE_CAP_MS, MAX_LAUNCH_CAP_MS)
     assert scaled_settle(1.0) == DRILL_SETTLE
 
 

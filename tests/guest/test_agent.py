@@ -32,6 +32,9 @@ def test_hello_and_info_describe_the_agent(client: AgentClient, agent: RunningAg
     assert sorted(hello["ops"]) == sorted(protocol.OPS)
     assert hello["pid"] == agent.pid
     assert hello["screenshot_method"] == "incremental"  # this Xvfb has DAMAGE
+    # not a VM guest: the host's /proc is no sandbox's, so the programs alone count
+    assert hello["settle_signals"] == "programs"
+    assert isinstance(hello["speed"], float) and hello["speed"] >= 1.0
     info = client.info().result
     assert info["uptime_ms"] > 0 and isinstance(info["keysyms_remapped"], int)
 

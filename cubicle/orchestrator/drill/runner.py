@@ -146,35 +146,22 @@ def guest_time_scale(info: SandboxInfo) -> float:
     return SLOW_GUEST_TIME_SCALE if info.detail.get("accelerator") == "tcg" else 1.0
 
 
-SLOW_GUEST_SETTLE_FACTOR = 2.5
-"""On a slow guest the settle values grow by ``time_scale`` times this (10x under TCG): measured
-there, Chromium with one emulated vCPU pauses for over 1.6 s in the middle of drawing typed text
-(the first CJK glyphs load a large font), so a 4x quiet period cut the wait early."""
-
-
 def scaled_settle(time_scale: float) -> SettleSpec:
-    """The driver's settle spec for a guest ``time_scale`` times slower than a container: expect
-    and quiet periods x(``time_scale`` x :data:`SLOW_GUEST_SETTLE_FACTOR`), the cap the largest
-    the protocol allows (60 s: measured under TCG, a click on the browser's launcher took 25 s
-    to Chromium's first drawn frame, and 29-34 s in two CI runs, after which its new-tab page
-    still takes seconds; the cost is that the actions whose app keeps drawing — a blinking caret
-    in a field — wait that long), and a launch cap of 180 s, the most the protocol allows, for
-    an action that launched a program (on a slower TCG host Chromium's first frame came more
-    than 60 s after the click: ``make conformance``, 2026-12-01)."""
+    """The driver's settle spec for a guest ``time_scale`` times slower than a container: the
+    same expect, quiet and idle periods as a container's (:data:`DRILL_SETTLE`) — the wait ends
+    on the app's own signals (damage, launches, the idle programs and, on a VM, the idle guest:
+    :mod:`cubicle_guest.machine`), and the agent itself lets busy CPU hold a wait longer on a
+    machine it measured slower, so nothing here is scaled by the accelerator's name (until
+    2026-12 every period was scaled 10x under TCG: the wait ended seconds after the screen was
+    final). Only the caps grow on a slow guest: the largest the protocol allows (60 s: measured
+    under TCG, a click on the browser's launcher took 25 s to Chromium's first drawn frame, and
+    29-34 s in two CI runs), and a launch cap of 180 s, the most the protocol allows, for an
+    action that launched a program (on a slower TCG host Chromium's first frame came more than
+    60 s after the click: ``make conformance``, 2026-12-01)."""
     base = DRILL_SETTLE
-    factor = 1.0 if time_scale <= 1.0 else time_scale * SLOW_GUEST_SETTLE_FACTOR
-    cap = base.cap_ms if time_scale <= 1.0 else MAX_SETTLE_CAP_MS
-    return SettleSpec(
-        min(cap, round(base.expect_ms * factor)),
-        min(cap, round(base.quiet_ms * factor)),
-        cap,
-        # typing: scaled like the rest (until 2026-12-01 a null here never reached the agent, so
-        # every TCG drill ran with the unscaled 150 ms and the busy probe, never stale; scaled is
-        # the longer, safer wait); the idle quiet period was measured on containers only: off
-        None if base.typing_quiet_ms is None else min(cap, round(base.typing_quiet_ms * factor)),
-        base.idle_quiet_ms if factor == 1.0 else None,
-        base.launch_cap_ms if factor == 1.0 else MAX_LAUNCH_CAP_MS,
-    )
+    if time_scale <= 1.0:
+        return base
+    return dataclasses.replace(base, cap_ms=MAX_SETTLE_CAP_MS, launch_cap_ms=MAX_LAUNCH_CAP_MS)
 
 
 def stale_screenshots_check(stale: StaleCheck) -> Check:
