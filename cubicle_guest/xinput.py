@@ -25,6 +25,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from itertools import pairwise
 from typing import Any, Final, TypeVar
 
 from Xlib import XK, X, display, error
@@ -66,7 +67,7 @@ def drag_steps(path: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
     between two of them evenly spaced points at most :data:`DRAG_STEP_PX` apart on each axis
     (at most :data:`DRAG_MAX_STEPS` per segment). Repeated points are kept (a rest there)."""
     points = [path[0]]
-    for (x0, y0), (x1, y1) in zip(path, path[1:], strict=False):
+    for (x0, y0), (x1, y1) in pairwise(path):
         longest = max(abs(x1 - x0), abs(y1 - y0))
         count = min(DRAG_MAX_STEPS, max(1, -(-longest // DRAG_STEP_PX)))
         points.extend(
