@@ -25,6 +25,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from itertools import pairwise
 from typing import Any, Final, TypeVar
 
 from Xlib import XK, X, display, error
@@ -34,7 +35,7 @@ from cubicle_guest import protocol
 from cubicle_guest.errors import GuestError
 from cubicle_guest.keys import ChordKey, char_keysym, resolve_chord
 
-__all__ = ["XInput"]
+__all__ = ["DRAG_HOLD_S", "DRAG_MAX_STEPS", "DRAG_STEP_PX", "DRAG_STEP_S", "XInput", "drag_steps"]
 
 log = logging.getLogger("cubicle_guest.xinput")
 T = TypeVar("T")
@@ -48,6 +49,32 @@ _BIND_SETTLE_S: Final = 0.03
 """After binding spare keycodes and before typing with them, give clients this long to take the
 new mapping (Xlib/XKB clients such as Tk refresh their keymap lazily and can otherwise resolve
 the next key event with the previous binding)."""
+
+
+DRAG_STEP_PX: Final = 16
+"""A drag moves the pointer at most this many pixels (along each axis) per motion event."""
+DRAG_STEP_S: Final = 0.008
+"""Pause after each motion event of a drag."""
+DRAG_HOLD_S: Final = 0.05
+"""Pause after a drag's press and before its release."""
+DRAG_MAX_STEPS: Final = 40
+"""At most this many motion events between two points of a drag's path (longer segments take
+longer steps): a drag across a 1920-pixel screen takes about half a second."""
+
+
+def drag_steps(path: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The points a drag along ``path`` moves through: every point of ``path``, in order, and
+    between two of them evenly spaced points at most :data:`DRAG_STEP_PX` apart on each axis
+    (at most :data:`DRAG_MAX_STEPS` per segment). Repeated points are kept (a rest there)."""
+    points = [path[0]]
+    for (x0, y0), (x1, y1) in pairwise(path):
+        longest = max(abs(x1 - x0), abs(y1 - y0))
+        count = min(DRAG_MAX_STEPS, max(1, -(-longest // DRAG_STEP_PX)))
+        points.extend(
+            (x0 + round((x1 - x0) * i / count), y0 + round((y1 - y0) * i / count))
+            for i in range(1, count + 1)
+        )
+    return points
 
 
 def _shift_selects_level_two(base_keysym: int) -> bool:
@@ -155,7 +182,15 @@ class XInput:
             self._display.sync()
 
     def drag(self, path: Sequence[tuple[int, int]], keys: Sequence[str] = ()) -> None:
-        """Press the left button at ``path[0]``, move through each point, release at the last."""
+        """Press the left button at ``path[0]``, move through each point, release at the last.
+
+        Paced as a hand drags (:func:`drag_steps`): between two points of ``path`` the pointer
+        moves in steps of at most :data:`DRAG_STEP_PX`, :data:`DRAG_STEP_S` apart, and it rests
+        :data:`DRAG_HOLD_S` after the press and before the release. Toolkit drag-and-drop needs
+        it (GTK's, in Thunar: the drag starts on a motion past a threshold, and the drop target
+        answers the source's position messages through the X server; a two-point path sent at
+        once was released before any answer, and nothing was dropped).
+        """
         if len(path) < 2:
             raise GuestError(
                 "bad_args",
@@ -169,9 +204,13 @@ class XInput:
             self._motion(*path[0])
             self._press_button(1)
             try:
-                for x, y in path[1:]:
+                self._display.sync()
+                time.sleep(DRAG_HOLD_S)
+                for x, y in drag_steps(path)[1:]:
                     self._motion(x, y)
                     self._display.sync()  # let clients see each step as its own motion
+                    time.sleep(DRAG_STEP_S)
+                time.sleep(DRAG_HOLD_S)
             finally:
                 self._release_button(1)
             self._display.sync()

@@ -14,7 +14,9 @@ A task file is TOML (``tasks/*.toml`` ships a few)::
     workdir = "~/task"                         # the task's guest folder ({WORKDIR})
     open = ["editor"]                          # panel apps to open before the first turn
     url = "http://127.0.0.1:{PORT}/"           # open in the browser before the first turn
-    form_server = { port = 8765 }              # serve {WORKDIR}/form.html, store what it posts
+    form_server = { port = 8765 }              # serve a form at /, the task's own pages
+                                               # (/NAME.html: {WORKDIR}/NAME.html), store
+                                               # the JSON a page posts to /submit
 
     [[setup.files]]                            # written before the first turn
     path = "data/input.txt"                    # relative to {WORKDIR}, or absolute, or ~/...

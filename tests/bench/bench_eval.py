@@ -1,10 +1,11 @@
-"""``cubicle eval``: a 20-attempt oracle suite (the shipped tasks x 4) from a warm pool at
-``--parallel 1`` and ``--parallel 4``: tasks per minute of each and the ratio.
+"""``cubicle eval``: a 20-attempt oracle suite (every shipped task, attempts enough for 20: the
+10 shipped tasks x 2) from a warm pool at ``--parallel 1`` and ``--parallel 4``: tasks per
+minute of each and the ratio.
 
 The pool lives in a private pool folder (nobody else claims it) with the shipped tasks' shape
 (1280x800, network none) and 4 members; before each run it is topped up. Every attempt must pass
-(the oracles), and the pool is drained afterwards. ``CUBICLE_BENCH_EVAL_ATTEMPTS`` changes the
-attempts per task (default 4: 20 attempts).
+(the oracles), and the pool is drained afterwards. ``CUBICLE_BENCH_EVAL_ATTEMPTS`` sets the
+attempts per task (default: 20 attempts in all, rounded to a whole number per task).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from tests.bench.report import Report, Sample
 
 ATTEMPTS_ENV = "CUBICLE_BENCH_EVAL_ATTEMPTS"
 POOL_SIZE = 4
+SUITE_ATTEMPTS = 20
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -49,8 +51,9 @@ def _suite(parallel: int, attempts: int, out: Path) -> tuple[float, int]:
 
 def run(report: Report) -> None:
     docker_or_skip()
-    attempts = int(os.environ.get(ATTEMPTS_ENV, "4"))
-    total = attempts * len(shipped_tasks())
+    tasks = len(shipped_tasks())
+    attempts = int(os.environ.get(ATTEMPTS_ENV, "0")) or max(1, round(SUITE_ATTEMPTS / tasks))
+    total = attempts * tasks
     with private_pools(), tempfile.TemporaryDirectory(prefix="cubicle-bench-eval-") as folder:
         record, _ = admin.start(
             "docker",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import stat
+import urllib.error
 import urllib.request
 from dataclasses import replace
 from pathlib import Path
@@ -89,6 +90,48 @@ def test_set_up_writes_files_with_modes_starts_the_form_server_and_opens_apps(
             checks = verify_task(client, guest)
             assert [c.ok for c in checks] == [True, True, False, True], checks
             assert checks[2].detail.endswith("does not contain the text")
+        finally:
+            steps.stop_launched()
+
+
+def test_the_form_server_serves_the_task_pages_of_its_work_folder_and_nothing_else(
+    local_desktop: LocalDesktop,
+) -> None:
+    page = "<!doctype html><title>Task page é</title>"
+    task = parse_task(
+        {
+            "prompt": "x",
+            "setup": {
+                "form_server": {"port": 18805},
+                "files": [
+                    {"path": "page.html", "content": page},
+                    {"path": "sub/inner.html", "content": "inner"},
+                    {"path": "notes.txt", "content": "not a page"},
+                ],
+            },
+        },
+        source=None,
+        default_name="pages",
+    )
+    (local_desktop.home / "elsewhere.html").parent.mkdir(parents=True, exist_ok=True)
+    (local_desktop.home / "elsewhere.html").write_text("outside the work folder", "utf-8")
+
+    def get(path: str) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:18805{path}", timeout=10) as reply:
+                return reply.status, reply.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, b""
+
+    with local_desktop.connect() as client:
+        steps = GuestSteps(client)
+        try:
+            steps.prepare(task)
+            assert get("/page.html") == (200, page.encode())
+            assert get("/")[0] == 200, "the form page as before"
+            for path in ("/sub/inner.html", "/notes.txt", "/missing.html", "/../elsewhere.html",
+                         "/%2e%2e/elsewhere.html", "/.html"):  # fmt: skip
+                assert get(path)[0] == 404, path
         finally:
             steps.stop_launched()
 

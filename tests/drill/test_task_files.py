@@ -44,6 +44,10 @@ def test_every_shipped_task_loads_and_its_script_types_what_its_checks_expect() 
         "browser-form",
         "sign-in",
         "terminal-output",
+        "save-dialog",
+        "files-rename",
+        "files-drag",
+        "scroll-read",
     } <= set(names)
     assert names == sorted(names)
     for task in tasks:
@@ -65,10 +69,12 @@ def test_every_shipped_task_loads_and_its_script_types_what_its_checks_expect() 
             for secret in (task.signin.email, task.signin.password, task.signin.code):
                 assert secret not in text and secret not in prompt, (task.name, "credential")
             continue
+        pages = "".join(item.content or "" for item in task.setup.files)
         for check in task.checks:
             if check.form is not None:
                 for value in check.form.values():
-                    assert value in text and value in prompt, (task.name, value)
+                    # typed by the script; asked for by the prompt or shown by the task's page
+                    assert value in text and (value in prompt or value in pages), (task.name, value)
     desktop = load_task("desktop")
     typed = [
         action["text"]
@@ -79,6 +85,26 @@ def test_every_shipped_task_loads_and_its_script_types_what_its_checks_expect() 
     note = desktop.checks[0].equals
     assert note is not None and note in typed, "the drill types exactly the note it verifies"
     assert all(part in desktop.prompt for part in note.splitlines())
+
+
+def test_scroll_read_shows_its_number_only_at_the_end_of_a_long_page() -> None:
+    """The model cannot pass ``scroll-read`` from the prompt or the first screen: the number is
+    only on the page, after a list taller than the window, and the oracle scrolls to it."""
+    task = load_task("scroll-read")
+    [page] = [item.content for item in task.setup.files if item.path == "report.html"]
+    [check] = task.checks
+    assert check.form is not None and page is not None
+    number = check.form["tracking"]
+    assert number not in task.prompt and page.count(number) == 1
+    assert page.index('id="rows"') < page.index(number), "the number comes after the list"
+    assert "n <= 70" in page and "li { height: 40px;" in page, "70 rows of 40 px: 2800 px"
+    scrolls = [
+        action
+        for turn in parse_script(task.script()).turns
+        for action in turn.actions or ()
+        if action["type"] == "scroll"
+    ]
+    assert scrolls and all(action["scroll_y"] > 2800 for action in scrolls)
 
 
 def test_a_task_is_found_by_name_or_path_and_an_unknown_name_lists_the_shipped_ones() -> None:

@@ -9,6 +9,7 @@ from cubicle_guest import protocol
 from cubicle_guest.client import AgentClient
 from cubicle_guest.errors import GuestError
 from cubicle_guest.protocol import BUTTONS, SCROLL_PIXELS_PER_CLICK
+from cubicle_guest.xinput import DRAG_HOLD_S, DRAG_STEP_PX, DRAG_STEP_S, drag_steps
 from tests.support.recorder import RecordedEvent, Recorder
 
 pytestmark = pytest.mark.x11
@@ -98,7 +99,30 @@ def test_drag_presses_at_first_moves_through_path_releases_at_last(
     held = [
         (e.root_x, e.root_y) for e in events if e.kind == "MotionNotify" and e.state & X.Button1Mask
     ]
-    assert held == [(200, 50), (400, 300), (600, 310)]
+    assert held == drag_steps([(p["x"], p["y"]) for p in path])[1:]
+    corners = [held.index((p["x"], p["y"])) for p in path[1:]]
+    assert corners == sorted(corners), "through every point of the path, in order"
+    steps = zip([(10, 10), *held], held, strict=False)
+    assert all(max(abs(x1 - x0), abs(y1 - y0)) <= DRAG_STEP_PX for (x0, y0), (x1, y1) in steps)
+
+
+def test_a_two_point_drag_moves_in_paced_steps_as_toolkit_drag_and_drop_needs(
+    client: AgentClient, recorder: Recorder
+) -> None:
+    """Models send a drag as two points; GTK's drag-and-drop (Thunar) drops only when the
+    pointer moved over the target in steps and rested there before the release."""
+    client.drag([{"x": 700, "y": 100}, {"x": 100, "y": 100}])
+    events = recorder.wait_until(
+        lambda evs: any(e.kind == "ButtonRelease" for e in evs), what="release"
+    )
+    press = next(e for e in events if e.kind == "ButtonPress")
+    release = next(e for e in events if e.kind == "ButtonRelease")
+    held = [e for e in events if e.kind == "MotionNotify" and e.state & X.Button1Mask]
+    assert len(held) == 600 // DRAG_STEP_PX + 1 and (held[-1].root_x, held[-1].root_y) == (100, 100)
+    hold_ms = DRAG_HOLD_S * 1000 - 5  # X server times are whole milliseconds
+    assert held[0].time - press.time >= hold_ms, "a rest after the press"
+    assert release.time - held[-1].time >= hold_ms, "a rest over the target before the release"
+    assert held[-1].time - held[0].time >= (len(held) - 1) * DRAG_STEP_S * 1000 - 5
 
 
 def test_scroll_converts_pixels_to_wheel_clicks_and_carries_remainder(

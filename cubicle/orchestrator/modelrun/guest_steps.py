@@ -222,7 +222,7 @@ class GuestSteps:
         if task.signin is not None:
             self._write_signin_digests(task)
         if task.port is not None:
-            self.start_form_server(task.port)
+            self.start_form_server(task.port, guest.workdir)
         self._timed("prepare", f"{len(task.setup.files)} files in {guest.workdir}", started)
         for app in task.setup.apps:
             argv = list(APP_COMMANDS[app])
@@ -291,9 +291,11 @@ class GuestSteps:
                 f"{self.helpers}/signin.json", json.dumps(digests).encode(), mkdirs=True, timeout=30
             )
 
-    def start_form_server(self, port: int) -> None:
-        """Start the form server on guest loopback ``port``; wait until it accepts."""
-        self.launch(["python3", f"{self.helpers}/form_server.py", str(port), self.helpers])
+    def start_form_server(self, port: int, pages: str | None = None) -> None:
+        """Start the form server on guest loopback ``port`` (serving the task's own pages,
+        ``/NAME.html``, from the folder ``pages``: its work folder); wait until it accepts."""
+        argv = ["python3", f"{self.helpers}/form_server.py", str(port), self.helpers]
+        self.launch(argv if pages is None else [*argv, pages])
         result = self._exec(
             ["python3", "-c", _WAIT_FOR_PORT, str(port), str(SERVER_READY_TIMEOUT_MS / 1000)],
             timeout_ms=SERVER_READY_TIMEOUT_MS + 5000,

@@ -12,7 +12,7 @@ from cubicle.orchestrator.modelrun.verify import Check
 from cubicle_guest.client import AgentClient
 from cubicle_guest.errors import GuestError
 
-__all__ = ["count_matches_words"]
+__all__ = ["count_matches_words", "notes_draft_renamed_away", "report_moved_away"]
 
 
 def count_matches_words(client: AgentClient) -> Check:
@@ -33,3 +33,25 @@ def count_matches_words(client: AgentClient) -> Check:
         got,
         "" if got == str(expected) else "count.txt does not hold the count of words.txt",
     )
+
+
+def _gone(client: AgentClient, name: str, relative: str) -> Check:
+    """Nothing is at ``relative`` (to the guest user's home) any more."""
+    kind = client.file_stat(relative, timeout=15).result.get("kind")
+    return Check(
+        name,
+        kind is None,
+        None,
+        kind,
+        "" if kind is None else f"~/{relative} is still there (a {kind})",
+    )
+
+
+def notes_draft_renamed_away(client: AgentClient) -> Check:
+    """``files-rename``: ``~/task/notes-draft.txt`` is gone (renamed, not copied)."""
+    return _gone(client, "notes-draft.txt no longer in the folder", "task/notes-draft.txt")
+
+
+def report_moved_away(client: AgentClient) -> Check:
+    """``files-drag``: ``~/task/report.txt`` is gone (moved into archive, not copied)."""
+    return _gone(client, "report.txt no longer beside the archive folder", "task/report.txt")

@@ -1,7 +1,9 @@
 """The drill's form server (runs inside the guest, loopback only).
 
-Usage: ``python3 form_server.py PORT FOLDER``. Serves ``FOLDER/form.html`` at ``/`` and stores
-what the page posts:
+Usage: ``python3 form_server.py PORT FOLDER [PAGES]``. Serves ``FOLDER/form.html`` at ``/``, a
+task's own pages from its work folder ``PAGES`` (``GET /NAME.html`` → ``PAGES/NAME.html``; NAME of
+letters, digits, ``.``, ``_`` and ``-``, a file directly in PAGES; anything else 404), and stores
+what a page posts:
 
 - ``POST /submit`` (JSON object of the form's fields) → ``FOLDER/form-data.json``
 - a sign-in site when ``FOLDER/signin.json`` exists (SHA-256 hex digests of the task's test
@@ -22,6 +24,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -29,6 +32,8 @@ from urllib.parse import parse_qs
 
 MAX_BODY = 64 * 1024
 FOLDER = Path(".")
+PAGES: Path | None = None
+PAGE_NAME = re.compile(r"^/([A-Za-z0-9_-][A-Za-z0-9._-]{0,99}\.html)$")
 
 
 def _store(name: str, data: object) -> None:
@@ -125,10 +130,27 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self._signin_get():
             return
-        if self.path not in ("/", "/form.html"):
+        if self.path in ("/", "/form.html"):
+            self._reply(200, (FOLDER / "form.html").read_bytes(), "text/html; charset=utf-8")
+            return
+        page = self._task_page()
+        if page is None:
             self._reply(404, b"not found", "text/plain")
             return
-        self._reply(200, (FOLDER / "form.html").read_bytes(), "text/html; charset=utf-8")
+        self._reply(200, page, "text/html; charset=utf-8")
+
+    def _task_page(self) -> bytes | None:
+        """A page of the task's work folder (``GET /NAME.html``), or None."""
+        match = PAGE_NAME.match(self.path)
+        if PAGES is None or match is None:
+            return None
+        path = PAGES / match.group(1)
+        if path.is_symlink() or not path.is_file():
+            return None
+        try:
+            return path.read_bytes()
+        except OSError:
+            return None
 
     def do_POST(self) -> None:
         targets = {"/submit": "form-data.json"}
@@ -163,8 +185,9 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main(argv: list[str]) -> int:
-    global FOLDER
+    global FOLDER, PAGES
     port, FOLDER = int(argv[0]), Path(argv[1])
+    PAGES = Path(argv[2]) if len(argv) > 2 else None
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     print(f"form_server: serving {FOLDER} on 127.0.0.1:{port}", file=sys.stderr, flush=True)
     server.serve_forever()
