@@ -245,7 +245,8 @@ def _desktop(task: Task) -> bytes:
             lines.append(f'source = "environment/files/{number}/{name}"')
             continue
         lines.append(f"content = {_toml_value(item.content)}")
-        lines.append(f'mode = "{item.file_mode:04o}"')
+        if item.mode is not None:
+            lines.append(f'mode = "{item.mode:04o}"')
     lines += ["", "[limits]"]
     lines += [f"{k} = {_toml_value(v)}" for k, v in task.limits.model_dump().items()]
     return ("\n".join(lines) + "\n").encode("utf-8")
