@@ -81,6 +81,17 @@ class AgentClient(AgentOps[Reply]):
             with contextlib.suppress(OSError):
                 self._sock.close()
 
+    def adopt(self, other: AgentClient) -> None:
+        """Carry on over ``other``'s connection: this client's stream is closed and replaced by
+        ``other``'s (its ``hello`` result too), so everyone holding this client keeps using it.
+        ``other`` is left closed; its owner may close it again (a no-op). Used where a channel
+        takes one connection at a time and a paused holder lets it go (the hand-over gate)."""
+        self.close()
+        self._sock, self._exchange = other._sock, other._exchange
+        self.hello_result = other.hello_result
+        other._exchange = Exchange(other.name)
+        other._exchange.closed = True
+
     def __enter__(self) -> Self:
         return self
 

@@ -325,6 +325,12 @@ class Provider(abc.ABC):
         connections need (default False: a VM's channel takes one connection at a time)."""
         return False
 
+    def agent_takes_several_connections(self) -> bool:
+        """Whether a sandbox's agent serves several connections at once (Docker: each is its
+        own ``docker exec``). False (the default): a VM's channel takes one connection at a
+        time, so a holder that pauses (a run waiting at the hand-over) lets it go meanwhile."""
+        return False
+
     @abc.abstractmethod
     def doctor(self) -> list[DoctorCheck]:
         """Check the engine, the image and the accelerator; never raises."""

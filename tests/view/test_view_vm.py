@@ -12,21 +12,27 @@ view socket with the VM.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page
 
+from cubicle.drivers import ApproveAll
+from cubicle.drivers.scripted_model import ScriptedModel, parse_script
+from cubicle.orchestrator.modelrun.run import RunResult
 from cubicle.orchestrator.providers import get_provider
 from cubicle.orchestrator.providers.vm import VmProvider
 from cubicle.orchestrator.providers.vm.domain import VIEW_SOCKET
 from cubicle.orchestrator.sandbox import Sandbox
+from cubicle.orchestrator.trajectory import read_trajectory
 from cubicle.orchestrator.view.control import open_view
 from cubicle.orchestrator.view.stream import open_vnc_stream
 from cubicle.orchestrator.view_servers import read_state, stop_view_servers, view_server_pids
 from cubicle_guest.waiting import Deadline, poll
 from tests.support.cli import run_cli
+from tests.support.runs import scripted_run
 from tests.view.conftest import LEFT_HALF, SCREEN
 from tests.view.viewpage import (
     MAX_MAD,
@@ -34,6 +40,7 @@ from tests.view.viewpage import (
     assert_strict_csp,
     assert_view_only_again,
     assert_view_only_delivers_no_input,
+    browser_paste,
     click_canvas,
     open_page,
     paste_round_trip,
@@ -123,7 +130,68 @@ def test_vm_paste_lands_exactly_in_control_and_not_at_all_when_view_only(
     paste_round_trip(page, vm_sandbox, timeout_s=60)
 
 
+def test_vm_paste_reaches_the_agent_while_a_run_waits_at_the_handover(
+    page: Page, vm_sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """A real run (the scripted model) paused at the hand-over lets go of the VM's one agent
+    connection, so the person's paste reaches the guest meanwhile; on release the run carries on
+    over a new connection and its click lands."""
+    script = parse_script(
+        {
+            "name": "handover-paste",
+            "turns": [
+                {
+                    "computer_call": {
+                        "actions": [{"type": "click", "button": "left", "x": 40, "y": 40}]
+                    }
+                },
+                {"message": "clicked"},
+            ],
+        }
+    )
+    text = "während der Übergabe 🙂 漢字\n"
+    link = open_view(vm_sandbox.id, mode="takeover")
+    page.context.grant_permissions(
+        ["clipboard-read", "clipboard-write"], origin=link.url.split("/#")[0]
+    )
+    out = tmp_path / "run"
+    trajectory = out / "trajectory.jsonl"
+    results: list[RunResult] = []
+    with ScriptedModel(script) as model:
+        loop = threading.Thread(
+            target=lambda: results.append(
+                scripted_run(vm_sandbox, model, out=out, prompt="click", safety_policy=ApproveAll())
+            )
+        )
+        loop.start()
+        try:
+            for _ in poll(Deadline(180), 0.1):
+                if trajectory.exists() and '"handover"' in trajectory.read_text():
+                    break
+            open_page(page, link, mode="takeover")
+            browser_paste(page, text)
+            page.wait_for_function("() => window.cubicleView.pasted === 1", timeout=60_000)
+            assert page.inner_text("#status") == f"pasted {len(text)} characters"
+            assert vm_sandbox.get_clipboard() == text  # another connection, while held
+            assert loop.is_alive()
+            page.click("#toggle")  # give control back
+        finally:
+            loop.join(180)
+    assert not loop.is_alive()
+    [result] = results
+    assert result.ok, result.error
+    events = read_trajectory(out)
+    kinds = [(e["kind"], e.get("state")) for e in events if e["kind"] in ("handover", "action")]
+    assert kinds == [("handover", "taken"), ("handover", "released"), ("action", None)]
+    released = next(e for e in events if e.get("state") == "released")
+    # the person's Ctrl reaches the guest as a key press; the paste is theirs, once
+    assert [a["kind"] for a in released["person_actions"] if a["kind"] != "key"] == ["paste"]
+    page.goto("about:blank")  # the page leaves: its session and its x11vnc end
+    wait_no_x11vnc(vm_sandbox)
+
+
 def test_vm_sessions_share_the_channel_and_end_in_the_guest(vm_sandbox: Sandbox) -> None:
+    wait_no_x11vnc(vm_sandbox)  # the earlier tests' sessions ended in the guest
     provider = get_provider("vm")
     first = open_vnc_stream(provider, vm_sandbox.id, view_only=True)
     second = open_vnc_stream(provider, vm_sandbox.id, view_only=False)

@@ -328,7 +328,7 @@ def _run_connected(
     """The run once the agent answers; ``started``: when :func:`run` began (monotonic s), so
     the ``end`` record's ``wall_s`` and the result's are the same number."""
     stall_hit = threading.Event()
-    gate = recorded_gate(desktop, recorder, cancel_requested)
+    gate = recorded_gate(desktop, recorder, cancel_requested, agent)
 
     def on_stall(message: str) -> None:
         if spec.on_stall == "takeover" and gate is not None:

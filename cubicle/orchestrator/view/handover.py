@@ -23,11 +23,13 @@ import time
 from collections.abc import Callable
 from typing import Any, Final, Protocol, TypeVar
 
+from cubicle.orchestrator.provider import Provider
 from cubicle.orchestrator.view.control import open_view
 from cubicle.orchestrator.view.inputs import read_inputs
 from cubicle.orchestrator.view_servers import check_sandbox_id, input_path, read_state
+from cubicle_guest.client import AgentClient
 
-__all__ = ["HandoverGate", "recorded_gate", "take_over"]
+__all__ = ["HandoverGate", "lend_agent", "recorded_gate", "take_over"]
 
 POLL_S: Final = 0.05
 A = TypeVar("A")
@@ -49,10 +51,14 @@ class HandoverGate:
         cancelled: Callable[[], bool] = lambda: False,
         on_event: EventSink | None = None,
         poll_s: float = POLL_S,
+        lend: Callable[[], Callable[[], object]] | None = None,
     ) -> None:
         self.sandbox_id = check_sandbox_id(sandbox_id)
         self.cancelled = cancelled
         self.on_event = on_event
+        self.lend = lend
+        """Called when a person takes control; what it returns is called before the gate
+        opens again (released or cancelled): :func:`lend_agent`."""
         self.poll_s = poll_s
         self.handovers = 0
         """How many hand-overs this gate waited through."""
@@ -70,11 +76,16 @@ class HandoverGate:
         started, since = time.monotonic(), time.time()
         self.handovers += 1
         self._emit("taken", {"by": "person", "sandbox": self.sandbox_id})
-        while self.held():
-            if self.cancelled():
-                self._emit("cancelled", {"held_s": round(time.monotonic() - started, 3)})
-                return False
-            self._wake.wait(self.poll_s)
+        take_back = self.lend() if self.lend is not None else None
+        try:
+            while self.held():
+                if self.cancelled():
+                    self._emit("cancelled", {"held_s": round(time.monotonic() - started, 3)})
+                    return False
+                self._wake.wait(self.poll_s)
+        finally:
+            if take_back is not None:
+                take_back()
         actions = [
             {key: value for key, value in event.items() if key != "at"}
             | {"after_s": round(float(event["at"]) - since, 3)}
@@ -109,12 +120,36 @@ class _Recorder(Protocol):
     def event(self, kind: str, **fields: Any) -> dict[str, Any]: ...
 
 
+def lend_agent(desktop: object, agent: AgentClient) -> Callable[[], Callable[[], object]] | None:
+    """For a gate's ``lend``: while a person holds control, the run's ``agent`` connection is
+    let go when ``desktop``'s agent takes one connection at a time (a VM's channel), so the
+    person's paste and other tools can reach the agent; before the gate opens, ``agent`` carries
+    on over a new connection (``desktop.connect()``, hello done). ``None`` where the agent takes
+    several connections (Docker) or ``desktop`` is no sandbox: the connection is kept."""
+    provider = getattr(desktop, "provider", None)
+    connect = getattr(desktop, "connect", None)
+    if not isinstance(provider, Provider) or provider.agent_takes_several_connections():
+        return None
+    if not callable(connect):
+        return None
+
+    def lend() -> Callable[[], object]:
+        agent.close()
+        return lambda: agent.adopt(connect())
+
+    return lend
+
+
 def recorded_gate(
-    desktop: object, recorder: _Recorder, cancelled: Callable[[], bool]
+    desktop: object,
+    recorder: _Recorder,
+    cancelled: Callable[[], bool],
+    agent: AgentClient | None = None,
 ) -> HandoverGate | None:
     """The hand-over gate of a run on ``desktop`` (a sandbox: anything with a sandbox ``id``),
     writing each hand-over to the trajectory as a ``handover`` event (``state``: ``taken`` |
-    ``released`` | ``cancelled``, ``by``, ``held_s``). ``None`` when ``desktop`` is no sandbox."""
+    ``released`` | ``cancelled``, ``by``, ``held_s``). ``None`` when ``desktop`` is no sandbox.
+    With the run's ``agent``, the gate lends its connection while held (:func:`lend_agent`)."""
     sandbox_id = getattr(desktop, "id", None)
     if not isinstance(sandbox_id, str):
         return None
@@ -126,6 +161,7 @@ def recorded_gate(
         sandbox_id,
         cancelled=cancelled,
         on_event=lambda what, detail: recorder.event("handover", state=what, **detail),
+        lend=lend_agent(desktop, agent) if agent is not None else None,
     )
 
 

@@ -14,8 +14,9 @@ key presses: ``{"kind": "paste"}``, never the text (:mod:`cubicle.orchestrator.v
 
 Limits: at most :data:`~cubicle_guest.protocol.MAX_CLIPBOARD_BYTES` of UTF-8; an empty text or
 a body that is not UTF-8 is refused. On a VM the agent's channel takes one connection at a time:
-while another process holds it (an agent run waiting at the hand-over gate), the paste fails
-with an error that says so after :data:`CONNECT_TIMEOUT_S`.
+a run paused at the hand-over lets go of it while the person holds control
+(:func:`cubicle.orchestrator.view.handover.lend_agent`); while another process holds it, the
+paste fails with an error that says so after :data:`CONNECT_TIMEOUT_S`.
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ def deliver_paste(sandbox_id: str, paste: Paste) -> None:
     except CubicleError as exc:
         busy = (
             " (a VM's agent channel takes one connection at a time: another process, such as "
-            "an agent run waiting for you, may hold it)"
+            "a second run, may hold it)"
             if backend_of(sandbox_id) == "vm"
             else ""
         )

@@ -406,6 +406,10 @@ class DockerProvider(Provider):
             self.destroy(sandbox_id)
             raise
 
+    def agent_takes_several_connections(self) -> bool:
+        """Yes: each connection is its own ``docker exec``."""
+        return True
+
     def keeps_spare_connection(self) -> bool:
         """Yes (each connection is its own exec), but not over ``ssh://``: there every agent
         connection and every pooled API connection is an SSH session, and sshd allows 10 per
